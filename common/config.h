@@ -1,0 +1,134 @@
+/*
+ * common/config.h — a table-driven configuration engine.
+ *
+ * Owns: parsing and validation of typed settings from four sources, in order
+ * of precedence (later wins): built-in defaults < config file < PEERCACHE_*
+ * environment < command line. The caller owns the settings struct; the key
+ * table says where each value lives in it (offsetof) and what is allowed.
+ * Thread-safety: none needed — configuration is loaded once on the main thread
+ * before any reactor starts, then read-only.
+ *
+ * Every error is one line naming the source, the key, the value and what is
+ * allowed, e.g.
+ *   command line: rpc_port: '70000' is out of range (allowed: 0..65535)
+ *   /etc/peercache/peercached.conf:12: disk_size: '10 parsecs' is not a size
+ *     (allowed: a whole number with an optional unit b, k/kb/kib, m/mb/mib, ...)
+ * The caller prints it and exits non-zero.
+ */
+#ifndef PC_COMMON_CONFIG_H
+#define PC_COMMON_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+enum pc_cfg_type {
+	PC_CFG_BOOL,     /* bool: 1/0, true/false, yes/no, on/off (any case) */
+	PC_CFG_INT,      /* int64_t within [min, max] */
+	PC_CFG_SIZE,     /* uint64_t bytes: "4gb", "512MiB", "65536"; binary units */
+	PC_CFG_DURATION, /* uint64_t milliseconds: "2s", "500ms", "1.5s", "2" (= s) */
+	PC_CFG_STRING,   /* char * (heap, owned by the settings); max = max length */
+	PC_CFG_ENUM,     /* int: index into choices[] */
+};
+
+/* Key flags. */
+#define PC_CFG_SECRET 0x1u /* never printed by pc_cfg_dump (shown as "***") */
+
+struct pc_cfg_key {
+	const char *name;        /* canonical, snake_case: "rpc_port" */
+	enum pc_cfg_type type;   /* how the text value is parsed */
+	const char *def;         /* default as text; parsed like any other value */
+	int64_t min;             /* INT/SIZE/DURATION: inclusive bounds */
+	int64_t max;             /*   (SIZE/DURATION in bytes/ms); STRING: max len */
+	const char *const *choices; /* ENUM: NULL-terminated allowed values */
+	size_t offset;           /* offsetof(settings struct, field) */
+	unsigned flags;          /* PC_CFG_SECRET, ... */
+	const char *help;        /* one line for --help */
+};
+
+struct pc_cfg_table {
+	const struct pc_cfg_key *keys;
+	size_t n;
+};
+
+/* Size of the error buffer callers should pass. */
+#define PC_CFG_ERR_MAX 512
+
+/*
+ * Fill every field of settings from the defaults. Fails (returns -EINVAL with
+ * err set) only when a default in the table itself is invalid — a bug the
+ * unit tests catch.
+ */
+int pc_cfg_defaults(const struct pc_cfg_table *t, void *settings, char *err,
+		    size_t errlen);
+
+/*
+ * Set one key from text. name may use dashes or underscores and any case
+ * ("rpc-port", "RPC_PORT"). origin names the source for the error line
+ * ("command line", "environment PEERCACHE_RPC_PORT", "file.conf:12").
+ * Returns 0, -ENOENT for an unknown key (err suggests the closest key when
+ * one is close), or -EINVAL for a bad value.
+ */
+int pc_cfg_set(const struct pc_cfg_table *t, void *settings, const char *name,
+	       const char *value, const char *origin, char *err, size_t errlen);
+
+/* Find a key by name (dashes/underscores/case-insensitive); NULL if unknown. */
+const struct pc_cfg_key *pc_cfg_find(const struct pc_cfg_table *t,
+				     const char *name);
+
+/*
+ * Load "key = value" lines from a file. '#' starts a comment (at line start or
+ * after whitespace); values may be double-quoted to hold '#' or spaces; blank
+ * lines are ignored. Any unknown key or bad value is an error ("path:line: ...").
+ * Returns 0 or a negative errno (-ENOENT/-EACCES for an unreadable file).
+ */
+int pc_cfg_load_file(const struct pc_cfg_table *t, void *settings,
+		     const char *path, char *err, size_t errlen);
+
+/*
+ * Apply PEERCACHE_<KEY> variables from envp (NULL-terminated, like environ).
+ * Names in ignore[] (NULL-terminated, e.g. "PEERCACHE_CONFIG") are skipped.
+ * An unknown PEERCACHE_* variable is not an error: warn(name, arg) is called
+ * for it (warn may be NULL). A bad value is an error.
+ */
+int pc_cfg_load_env(const struct pc_cfg_table *t, void *settings,
+		    char *const *envp, const char *const *ignore,
+		    void (*warn)(const char *var, void *arg), void *warn_arg,
+		    char *err, size_t errlen);
+
+/*
+ * Apply "--key value" / "--key=value" arguments (argv[0] is skipped). A BOOL
+ * key given alone ("--metrics-enabled" followed by another option or nothing)
+ * means true. Options in skip[] (NULL-terminated, e.g. "config") are consumed
+ * with their value and otherwise ignored — the caller handles them. A
+ * positional argument or unknown option is an error.
+ */
+int pc_cfg_parse_args(const struct pc_cfg_table *t, void *settings, int argc,
+		      char *const *argv, const char *const *skip, char *err,
+		      size_t errlen);
+
+/* Print one line per key for --help: "  --rpc-port N   help [default: 31999]". */
+void pc_cfg_print_help(const struct pc_cfg_table *t, FILE *out);
+
+/* Print the effective settings as "key = value" lines (a valid config file);
+ * SECRET keys print as "***" when set. */
+void pc_cfg_dump(const struct pc_cfg_table *t, const void *settings, FILE *out);
+
+/* True when key k holds a different value in settings a and b. */
+bool pc_cfg_differs(const struct pc_cfg_key *k, const void *a, const void *b);
+
+/* Free heap strings held by STRING fields and zero them. */
+void pc_cfg_free(const struct pc_cfg_table *t, void *settings);
+
+/* The value parsers, exported for other users (RPC params, tools). Each
+ * returns 0 or -EINVAL (-ERANGE on overflow). */
+int pc_parse_bool(const char *s, bool *out);
+int pc_parse_int(const char *s, int64_t *out);
+int pc_parse_size(const char *s, uint64_t *out);
+int pc_parse_duration_ms(const char *s, uint64_t *out);
+
+/* Format bytes with the largest exact binary unit ("4gb", "1536kb", "100"). */
+void pc_format_size(uint64_t bytes, char *buf, size_t len);
+
+#endif /* PC_COMMON_CONFIG_H */

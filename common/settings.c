@@ -1,0 +1,300 @@
+/*
+ * common/settings.c — the key table of peercached and its loading order.
+ *
+ * Owns: the table rows (names as in the original PeerCache, DESIGN §11), the
+ * list of settings whose feature has not landed yet, and the cross-key rules.
+ * Thread: main, before reactors start.
+ *
+ * Defaults and why:
+ *  - ports 31997..32000 and the socket path follow DESIGN §11; port 0 picks a
+ *    free port (logged), so tests run many nodes on one host.
+ *  - bind 127.0.0.1: a node is reachable from loopback only until the
+ *    operator opts in (and, once cluster authentication lands, sets a secret).
+ *  - pool_size 4gb: the original's global_segment_size; memory is mapped
+ *    lazily, so an idle node does not hold it.
+ *  - slot_max_page_bytes 8mb with slot_ways 4: real pages are 256 KiB (MLA)
+ *    up to 4-8 MiB (MHA); one size class must hold the largest or those pages
+ *    can never be cached. slot_num_buckets 0 = fill pool_size.
+ *  - reactor sizes: 1024 SQ entries (x8 CQ) and 512 x 16 KiB receive buffers
+ *    per thread (8 MiB) carry thousands of connections; 16384 op slots bound
+ *    the in-flight work of one thread.
+ */
+#include "settings.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "log.h"
+#include "util.h"
+
+static const char *const mode_choices[] = {"p2p", "slotmap", NULL};
+static const char *const protocol_choices[] = {"auto", "tcp", "rdma", NULL};
+static const char *const level_choices[] = {"error", "warn", "info", "debug",
+					    "trace", NULL};
+
+#define OFF(f) offsetof(struct pc_settings, f)
+#define KB 1024ll
+#define MB (1024ll * KB)
+#define GB (1024ll * MB)
+#define TB (1024ll * GB)
+#define SEC 1000ll
+#define MIN (60 * SEC)
+
+/* name, type, default, min, max, choices, offset, flags, help */
+static const struct pc_cfg_key keys[] = {
+	{"node_id", PC_CFG_STRING, "", 0, 64, NULL, OFF(node_id), 0,
+	 "stable node name; empty = <hostname>-<rpc_port>"},
+	{"mode", PC_CFG_ENUM, "p2p", 0, 0, mode_choices, OFF(mode), 0,
+	 "placement mode: p2p (directory) or slotmap (directory-free)"},
+	{"threads", PC_CFG_INT, "0", 0, 256, NULL, OFF(threads), 0,
+	 "reactor threads; 0 = one per online CPU"},
+	{"bind", PC_CFG_STRING, "127.0.0.1", 0, 255, NULL, OFF(bind), 0,
+	 "listen address for rpc, data and meta ports"},
+	{"rpc_port", PC_CFG_INT, "31999", 0, 65535, NULL, OFF(rpc_port), 0,
+	 "control-plane MessagePack-RPC TCP port; 0 = pick a free port"},
+	{"data_port", PC_CFG_INT, "32000", 0, 65535, NULL, OFF(data_port), 0,
+	 "TCP data-plane port (fallback transport); 0 = pick a free port"},
+	{"meta_port", PC_CFG_INT, "31998", 0, 65535, NULL, OFF(meta_port), 0,
+	 "discovery service port; 0 = pick a free port"},
+	{"socket", PC_CFG_STRING, "/run/peercache/peercached.sock", 0, 107, NULL,
+	 OFF(socket), 0, "Unix socket for local clients; empty = none"},
+	{"cluster_secret", PC_CFG_STRING, "", 0, 256, NULL, OFF(cluster_secret),
+	 PC_CFG_SECRET, "shared secret nodes prove to each other"},
+	{"peers", PC_CFG_STRING, "", 0, 4096, NULL, OFF(peers), 0,
+	 "static membership: host:rpc_port,... of the other nodes"},
+	{"discovery_addr", PC_CFG_STRING, "", 0, 1024, NULL,
+	 OFF(discovery_addr), 0,
+	 "discovery head host:meta_port[,seed...]; empty = this node is its "
+	 "own head"},
+	{"protocol", PC_CFG_ENUM, "auto", 0, 0, protocol_choices, OFF(protocol),
+	 0, "data transport: auto (RDMA if a device is up, else TCP), tcp, "
+	 "rdma"},
+	{"vnodes", PC_CFG_INT, "160", 1, 4096, NULL, OFF(vnodes), 0,
+	 "virtual nodes per node on the consistent-hash ring"},
+	{"directory_replicas", PC_CFG_INT, "2", 1, 8, NULL,
+	 OFF(directory_replicas), 0,
+	 "directory records are written to this many ring owners"},
+	{"max_channels_per_peer", PC_CFG_INT, "16", 1, 1024, NULL,
+	 OFF(max_channels_per_peer), 0,
+	 "data channels (RC QPs or TCP sockets) pooled per peer"},
+	{"max_masters", PC_CFG_INT, "3", 1, 16, NULL, OFF(max_masters), 0,
+	 "discovery masters (the head is pinned first)"},
+	{"heartbeat_interval", PC_CFG_DURATION, "2s", 100, 1 * MIN, NULL,
+	 OFF(heartbeat_interval_ms), 0, "discovery heartbeat period"},
+	{"member_ttl", PC_CFG_DURATION, "6s", 500, 10 * MIN, NULL,
+	 OFF(member_ttl_ms), 0, "a member silent this long is dropped"},
+	{"pool_size", PC_CFG_SIZE, "4gb", 1 * MB, 16 * TB, NULL, OFF(pool_size),
+	 0, "publish pool (p2p) or slot region (slotmap) bytes"},
+	{"slot_max_page_bytes", PC_CFG_SIZE, "8mb", 4 * KB, 1 * GB, NULL,
+	 OFF(slot_max_page_bytes), 0, "slotmap: largest page a slot holds"},
+	{"slot_ways", PC_CFG_INT, "4", 1, 64, NULL, OFF(slot_ways), 0,
+	 "slotmap: ways per bucket"},
+	{"slot_num_buckets", PC_CFG_INT, "0", 0, 1ll << 32, NULL,
+	 OFF(slot_num_buckets), 0, "slotmap: buckets; 0 = fill pool_size"},
+	{"metrics_enabled", PC_CFG_BOOL, "true", 0, 0, NULL,
+	 OFF(metrics_enabled), 0, "serve /metrics and /healthz over HTTP"},
+	{"metrics_dashboard", PC_CFG_BOOL, "true", 0, 0, NULL,
+	 OFF(metrics_dashboard), 0, "serve the HTML dashboard at /"},
+	{"metrics_port", PC_CFG_INT, "31997", 0, 65535, NULL, OFF(metrics_port),
+	 0, "metrics HTTP port; 0 = pick a free port"},
+	{"metrics_bind", PC_CFG_STRING, "", 0, 255, NULL, OFF(metrics_bind), 0,
+	 "metrics listen address; empty = same as bind"},
+	{"disk_enabled", PC_CFG_BOOL, "false", 0, 0, NULL, OFF(disk_enabled), 0,
+	 "L4 disk tier (write-through, promote on read)"},
+	{"disk_path", PC_CFG_STRING, "/data/peercache/", 0, 4095, NULL,
+	 OFF(disk_path), 0, "directory of the disk tier"},
+	{"disk_size", PC_CFG_SIZE, "100gb", 1 * MB, 1024 * TB, NULL,
+	 OFF(disk_size), 0, "disk tier capacity"},
+	{"log_level", PC_CFG_ENUM, "info", 0, 0, level_choices, OFF(log_level),
+	 0, "log threshold"},
+	{"stats_log_interval", PC_CFG_DURATION, "60s", 0, 24 * 60 * MIN, NULL,
+	 OFF(stats_log_interval_ms), 0,
+	 "log a one-line activity summary this often; 0 = never"},
+	{"reactor_sq_entries", PC_CFG_INT, "1024", 64, 32768, NULL,
+	 OFF(reactor_sq_entries), 0,
+	 "io_uring submission queue size per thread (power of two)"},
+	{"reactor_ops_max", PC_CFG_INT, "16384", 256, 1 << 22, NULL,
+	 OFF(reactor_ops_max), 0, "in-flight I/O operations per thread"},
+	{"reactor_buf_count", PC_CFG_INT, "512", 16, 32768, NULL,
+	 OFF(reactor_buf_count), 0,
+	 "receive buffers per thread (power of two)"},
+	{"reactor_buf_bytes", PC_CFG_SIZE, "16kb", 1 * KB, 1 * MB, NULL,
+	 OFF(reactor_buf_bytes), 0, "bytes per receive buffer"},
+	{"conn_out_max", PC_CFG_SIZE, "64mb", 64 * KB, 4 * GB, NULL,
+	 OFF(conn_out_max), 0,
+	 "output queued for a client that does not read before it is dropped"},
+	{"shutdown_grace", PC_CFG_DURATION, "5s", 0, 10 * MIN, NULL,
+	 OFF(shutdown_grace_ms), 0,
+	 "time in-flight work gets to finish on shutdown"},
+};
+
+const struct pc_cfg_table pc_settings_table = {keys, PC_ARRAY_LEN(keys)};
+
+/*
+ * Settings accepted now whose feature has not landed yet: changing one logs a
+ * warning that it has no effect. Each row leaves when its feature lands.
+ */
+static const struct {
+	const char *key;
+	const char *feature;
+} inactive[] = {
+	{"data_port", "the TCP data plane"},
+	{"meta_port", "discovery"},
+	{"peers", "static membership"},
+	{"discovery_addr", "discovery"},
+	{"vnodes", "the ring"},
+	{"directory_replicas", "the directory"},
+	{"max_channels_per_peer", "the data transport"},
+	{"max_masters", "discovery"},
+	{"heartbeat_interval", "discovery"},
+	{"member_ttl", "discovery"},
+	{"pool_size", "the publish pool"},
+	{"slot_max_page_bytes", "slotmap mode"},
+	{"slot_ways", "slotmap mode"},
+	{"slot_num_buckets", "slotmap mode"},
+	{"metrics_enabled", "the metrics endpoint"},
+	{"metrics_dashboard", "the metrics endpoint"},
+	{"metrics_port", "the metrics endpoint"},
+	{"metrics_bind", "the metrics endpoint"},
+	{"disk_enabled", "the disk tier"},
+	{"disk_path", "the disk tier"},
+	{"disk_size", "the disk tier"},
+	{"rpc_port", "the RPC server"},
+	{"socket", "the RPC server"},
+	{"cluster_secret", "cluster authentication"},
+};
+
+int pc_settings_defaults(struct pc_settings *s, char *err, size_t errlen)
+{
+	memset(s, 0, sizeof(*s));
+	return pc_cfg_defaults(&pc_settings_table, s, err, errlen);
+}
+
+void pc_settings_free(struct pc_settings *s)
+{
+	pc_cfg_free(&pc_settings_table, s);
+}
+
+/* The config file named on the command line (--config F / --config=F) or in
+ * PEERCACHE_CONFIG; NULL for none. Sets *missing when --config has no value. */
+static const char *config_path(int argc, char *const *argv, bool *missing)
+{
+	const char *path = getenv("PEERCACHE_CONFIG");
+	*missing = false;
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--config") == 0) {
+			if (i + 1 >= argc || strncmp(argv[i + 1], "--", 2) == 0) {
+				*missing = true;
+				return NULL;
+			}
+			path = argv[++i];
+		} else if (strncmp(argv[i], "--config=", 9) == 0) {
+			path = argv[i] + 9;
+		}
+	}
+	return path && *path ? path : NULL;
+}
+
+static void warn_env(const char *var, void *arg)
+{
+	(void)arg;
+	PC_LOGW("config", "ignoring unknown environment variable %s", var);
+}
+
+int pc_settings_load(struct pc_settings *s, int argc, char *const *argv,
+		     char *const *envp, char *err, size_t errlen)
+{
+	int ret = pc_settings_defaults(s, err, errlen);
+	if (ret < 0)
+		return ret;
+	bool missing;
+	const char *path = config_path(argc, argv, &missing);
+	if (missing) {
+		snprintf(err, errlen, "command line: --config needs a file path");
+		return -EINVAL;
+	}
+	if (path && (ret = pc_cfg_load_file(&pc_settings_table, s, path, err,
+					    errlen)) < 0)
+		return ret;
+	/* Variables of the project's scripts, not settings. */
+	static const char *const env_ignore[] = {
+		"PEERCACHE_CONFIG", "PEERCACHE_BUILD_DIR", "PEERCACHE_TEST_ONLY",
+		"PEERCACHE_TEST_LOG", NULL};
+	ret = pc_cfg_load_env(&pc_settings_table, s, envp, env_ignore, warn_env,
+			      NULL, err, errlen);
+	if (ret < 0)
+		return ret;
+	static const char *const skip[] = {"config", NULL};
+	return pc_cfg_parse_args(&pc_settings_table, s, argc, argv, skip, err,
+				 errlen);
+}
+
+bool pc_host_is_loopback(const char *host)
+{
+	struct in_addr a4;
+	struct in6_addr a6;
+	if (strcasecmp(host, "localhost") == 0)
+		return true;
+	if (inet_pton(AF_INET, host, &a4) == 1)
+		return (ntohl(a4.s_addr) >> 24) == 127;
+	if (inet_pton(AF_INET6, host, &a6) == 1)
+		return IN6_IS_ADDR_LOOPBACK(&a6);
+	return false;
+}
+
+int pc_settings_validate(const struct pc_settings *s, char *err, size_t errlen)
+{
+	if (!pc_is_pow2((uint64_t)s->reactor_sq_entries)) {
+		snprintf(err, errlen, "reactor_sq_entries: '%lld' is not a power "
+			 "of two (allowed: 64, 128, ..., 32768)",
+			 (long long)s->reactor_sq_entries);
+		return -EINVAL;
+	}
+	if (!pc_is_pow2((uint64_t)s->reactor_buf_count)) {
+		snprintf(err, errlen, "reactor_buf_count: '%lld' is not a power "
+			 "of two (allowed: 16, 32, ..., 32768)",
+			 (long long)s->reactor_buf_count);
+		return -EINVAL;
+	}
+	if (s->mode == PC_MODE_SLOTMAP) {
+		snprintf(err, errlen, "mode: 'slotmap' is not supported yet by "
+			 "this version (allowed: p2p)");
+		return -EINVAL;
+	}
+	if (s->protocol == PC_PROTO_RDMA) {
+		snprintf(err, errlen, "protocol: 'rdma' is not supported yet by "
+			 "this version (allowed: auto, tcp)");
+		return -EINVAL;
+	}
+	if (!pc_host_is_loopback(s->bind)) {
+		snprintf(err, errlen, "bind: '%s' is not a loopback address; "
+			 "listening beyond loopback needs cluster "
+			 "authentication, which is not supported yet by this "
+			 "version (allowed: 127.0.0.0/8, ::1, localhost)",
+			 s->bind);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+void pc_settings_warn_inactive(const struct pc_settings *s)
+{
+	struct pc_settings def;
+	char err[PC_CFG_ERR_MAX];
+	if (pc_settings_defaults(&def, err, sizeof(err)) < 0)
+		return;
+	for (size_t i = 0; i < PC_ARRAY_LEN(inactive); i++) {
+		const struct pc_cfg_key *k =
+			pc_cfg_find(&pc_settings_table, inactive[i].key);
+		if (k && pc_cfg_differs(k, s, &def))
+			PC_LOGW("config", "%s is set but has no effect yet: %s "
+				"is not in this version", k->name,
+				inactive[i].feature);
+	}
+	pc_settings_free(&def);
+}

@@ -1,0 +1,95 @@
+/*
+ * common/settings.h — every setting of peercached, in one table.
+ *
+ * Owns: struct pc_settings (the effective configuration) and its key table:
+ * names, types, defaults, bounds and help, kept with the original PeerCache's
+ * key names (DESIGN §11). Threading: loaded on the main thread before any
+ * reactor starts, read-only afterwards.
+ *
+ * Adding a setting: add a field here and a row in settings.c; it becomes a
+ * config-file key, a --flag and a PEERCACHE_* variable at once.
+ */
+#ifndef PC_COMMON_SETTINGS_H
+#define PC_COMMON_SETTINGS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "config.h"
+
+enum pc_mode { PC_MODE_P2P = 0, PC_MODE_SLOTMAP = 1 };
+enum pc_protocol { PC_PROTO_AUTO = 0, PC_PROTO_TCP = 1, PC_PROTO_RDMA = 2 };
+
+struct pc_settings {
+	/* node */
+	char *node_id;
+	int mode;                 /* enum pc_mode */
+	int64_t threads;          /* 0 = one per online CPU */
+	char *bind;
+	int64_t rpc_port;
+	int64_t data_port;
+	int64_t meta_port;
+	char *socket;
+	char *cluster_secret;
+	char *peers;
+	char *discovery_addr;
+	int protocol;             /* enum pc_protocol */
+	/* placement */
+	int64_t vnodes;
+	int64_t directory_replicas;
+	int64_t max_channels_per_peer;
+	int64_t max_masters;
+	uint64_t heartbeat_interval_ms;
+	uint64_t member_ttl_ms;
+	uint64_t pool_size;
+	uint64_t slot_max_page_bytes;
+	int64_t slot_ways;
+	int64_t slot_num_buckets;
+	/* metrics */
+	bool metrics_enabled;
+	bool metrics_dashboard;
+	int64_t metrics_port;
+	char *metrics_bind;
+	/* disk tier */
+	bool disk_enabled;
+	char *disk_path;
+	uint64_t disk_size;
+	/* logging */
+	int log_level;            /* enum pc_log_level */
+	uint64_t stats_log_interval_ms;
+	/* reactor */
+	int64_t reactor_sq_entries;
+	int64_t reactor_ops_max;
+	int64_t reactor_buf_count;
+	uint64_t reactor_buf_bytes;
+	uint64_t conn_out_max;
+	uint64_t shutdown_grace_ms;
+};
+
+extern const struct pc_cfg_table pc_settings_table;
+
+/* Fill s with the built-in defaults (never fails for a correct table). */
+int pc_settings_defaults(struct pc_settings *s, char *err, size_t errlen);
+
+/*
+ * Load settings for a program: defaults, then the file named by --config (or
+ * PEERCACHE_CONFIG), then PEERCACHE_* variables, then the command line.
+ * Returns 0, or -EINVAL with one error line in err.
+ */
+int pc_settings_load(struct pc_settings *s, int argc, char *const *argv,
+		     char *const *envp, char *err, size_t errlen);
+
+/* Cross-key checks and "not supported yet" refusals, after loading. */
+int pc_settings_validate(const struct pc_settings *s, char *err,
+			 size_t errlen);
+
+/* Log one warning per setting that was changed from its default but whose
+ * feature is not in this build yet (so the change has no effect). */
+void pc_settings_warn_inactive(const struct pc_settings *s);
+
+/* True when host is a loopback address (127.0.0.0/8, ::1, "localhost"). */
+bool pc_host_is_loopback(const char *host);
+
+void pc_settings_free(struct pc_settings *s);
+
+#endif /* PC_COMMON_SETTINGS_H */

@@ -1,0 +1,14 @@
+/*
+ * modules/modules.h — the module tables this folder defines.
+ *
+ * Owns: declarations only. The list of modules a node runs is in
+ * server/module_list.c; nothing else names a module.
+ */
+#ifndef PC_MODULES_MODULES_H
+#define PC_MODULES_MODULES_H
+
+#include "reactor/module.h"
+
+extern const struct pc_module pc_mod_stats_log;
+
+#endif /* PC_MODULES_MODULES_H */

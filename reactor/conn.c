@@ -1,0 +1,838 @@
+/*
+ * reactor/conn.c — stream connections: receive through the provided-buffer
+ * ring, an ordered send queue, outbound connect, pause/resume and close.
+ *
+ * Owns: struct rx_conn and its buffers; the reactor's provided-buffer ring
+ * and the cache of free output chunks. Thread: the reactor's.
+ *
+ * Receive: one multishot recv per connection draws buffers from the ring;
+ * each arrival goes to on_data straight from the ring buffer, and only the
+ * unconsumed tail (a partial message) is copied into the connection's input
+ * buffer, bounded by in_max. Send: writes append to a chunk queue; at the end
+ * of a loop iteration the queue leaves as one sendmsg of up to RX_IOV_MAX
+ * iovecs; one send in flight per connection; a short send resumes from where
+ * the kernel stopped. Backpressure: above out_high the connection stops
+ * reading (its peer then blocks in TCP flow control) until the queue drains
+ * below out_low; above out_max it is closed — memory stays bounded for a
+ * client that never reads. Teardown: close cancels every op on the fd, and
+ * the struct is freed on the pending list once no op references it, so a
+ * callback may close its own connection at any point.
+ */
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "rx_internal.h"
+
+#define LOG_MOD "conn"
+#define RXC_REDELIVER 0x800u /* re-feed kept input after a resume */
+#define FLUSH_CLOSE_MS 5000u /* a flush-close gives the peer this long */
+
+static void conn_touch(struct rx_conn *c);
+static void conn_stop_reading(struct rx_conn *c);
+
+/* A connection's op ended for good: release its slot and the reference. */
+static void conn_op_done(struct rx_conn *c, uint32_t idx, uint32_t flag)
+{
+	rx_op_free(c->r, idx);
+	c->inflight--;
+	c->flags &= ~flag;
+}
+static void conn_timer_fired(struct rx_reactor *r, struct rx_timer *t);
+
+/* ------------------------------------------------------------ buffer ring */
+
+int rx_bufring_init(struct rx_reactor *r)
+{
+	size_t ring_bytes = (size_t)r->p.buf_count * sizeof(struct io_uring_buf);
+	long page = sysconf(_SC_PAGESIZE);
+	ring_bytes = (ring_bytes + (size_t)page - 1) & ~((size_t)page - 1);
+	void *ring = mmap(NULL, ring_bytes, PROT_READ | PROT_WRITE,
+			  MAP_ANONYMOUS | MAP_PRIVATE, -1, 0);
+	if (ring == MAP_FAILED)
+		return -errno;
+	r->br = ring;
+	r->br_bytes = ring_bytes;
+	r->bufs = aligned_alloc((size_t)page,
+				(size_t)r->p.buf_count * r->p.buf_bytes);
+	if (!r->bufs)
+		return -ENOMEM;
+	/* liburing 2.3 has no io_uring_setup_buf_ring(): register by hand. */
+	struct io_uring_buf_reg reg;
+	memset(&reg, 0, sizeof(reg));
+	reg.ring_addr = (uint64_t)(uintptr_t)ring;
+	reg.ring_entries = r->p.buf_count;
+	reg.bgid = r->bgid;
+	int ret = io_uring_register_buf_ring(&r->ring, &reg, 0);
+	if (ret < 0) {
+		PC_LOGE(LOG_MOD, "cannot register a provided-buffer ring (%s); "
+			"need Linux 5.19 or newer", strerror(-ret));
+		return ret;
+	}
+	io_uring_buf_ring_init(r->br);
+	int mask = io_uring_buf_ring_mask(r->p.buf_count);
+	for (unsigned i = 0; i < r->p.buf_count; i++)
+		io_uring_buf_ring_add(r->br, r->bufs + (size_t)i * r->p.buf_bytes,
+				      r->p.buf_bytes, (unsigned short)i, mask,
+				      (int)i);
+	io_uring_buf_ring_advance(r->br, (int)r->p.buf_count);
+	return 0;
+}
+
+void rx_bufring_fini(struct rx_reactor *r)
+{
+	if (r->br)
+		munmap(r->br, r->br_bytes);
+	free(r->bufs);
+	r->br = NULL;
+	r->bufs = NULL;
+}
+
+static void bufring_return(struct rx_reactor *r, unsigned bid)
+{
+	io_uring_buf_ring_add(r->br, r->bufs + (size_t)bid * r->p.buf_bytes,
+			      r->p.buf_bytes, (unsigned short)bid,
+			      io_uring_buf_ring_mask(r->p.buf_count),
+			      (int)r->br_pending++);
+}
+
+void rx_bufring_flush(struct rx_reactor *r)
+{
+	if (r->br_pending) {
+		io_uring_buf_ring_advance(r->br, (int)r->br_pending);
+		r->br_pending = 0;
+	}
+}
+
+/* ----------------------------------------------------------------- chunks */
+
+static struct rx_chunk *chunk_new(struct rx_reactor *r, size_t need)
+{
+	struct rx_chunk *ch;
+	if (need <= RX_CHUNK_BYTES && r->chunk_cache) {
+		ch = r->chunk_cache;
+		r->chunk_cache = ch->next;
+		r->chunk_cache_n--;
+	} else {
+		size_t cap = PC_MAX(need, (size_t)RX_CHUNK_BYTES);
+		ch = malloc(sizeof(*ch) + cap);
+		if (!ch)
+			return NULL;
+		ch->cap = cap;
+	}
+	ch->next = NULL;
+	ch->base = ch->storage;
+	ch->head = ch->tail = 0;
+	ch->release = NULL;
+	ch->rel_arg = NULL;
+	return ch;
+}
+
+static void chunk_free(struct rx_reactor *r, struct rx_chunk *ch)
+{
+	if (ch->release) {
+		ch->release(ch->rel_arg);
+		free(ch);
+		return;
+	}
+	if (ch->cap == RX_CHUNK_BYTES && r->chunk_cache_n < RX_CHUNK_CACHE) {
+		ch->next = r->chunk_cache;
+		r->chunk_cache = ch;
+		r->chunk_cache_n++;
+		return;
+	}
+	free(ch);
+}
+
+void rx_chunks_fini(struct rx_reactor *r)
+{
+	while (r->chunk_cache) {
+		struct rx_chunk *ch = r->chunk_cache;
+		r->chunk_cache = ch->next;
+		free(ch);
+	}
+	r->chunk_cache_n = 0;
+}
+
+static void out_append(struct rx_conn *c, struct rx_chunk *ch)
+{
+	if (c->out_tail)
+		c->out_tail->next = ch;
+	else
+		c->out_head = ch;
+	c->out_tail = ch;
+}
+
+/* -------------------------------------------------------------- lifecycle */
+
+static struct rx_conn *conn_new(struct rx_reactor *r, int fd,
+				const struct rx_conn_ops *ops, void *udata)
+{
+	struct rx_conn *c = calloc(1, sizeof(*c));
+	if (!c)
+		return NULL;
+	c->r = r;
+	c->fd = fd;
+	c->recv_op = RX_NO_OP;
+	c->ops = ops;
+	c->udata = udata;
+	c->id = ++r->next_conn_id;
+	c->in_max = r->p.conn_in_max;
+	c->out_high = r->p.conn_out_high;
+	c->out_low = r->p.conn_out_low;
+	c->out_max = r->p.conn_out_max;
+	c->msg.msg_iov = c->iov;
+	rx_timer_init(&c->timer, conn_timer_fired, c);
+	RX_LIST_ADD(r->conns, c);
+	RX_STAT_INC(r->st.conns_live);
+	return c;
+}
+
+static void set_nodelay(int fd)
+{
+	int one = 1;
+	/* Replies are coalesced by the send queue; Nagle would only add delay.
+	 * Fails harmlessly (ENOTSUP/EOPNOTSUPP) on Unix sockets. */
+	(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+struct rx_conn *rx_conn_attach(struct rx_reactor *r, int fd,
+			       const struct rx_conn_ops *ops, void *udata,
+			       int *err)
+{
+	struct rx_conn *c = conn_new(r, fd, ops, udata);
+	if (!c) {
+		close(fd);
+		*err = -ENOMEM;
+		return NULL;
+	}
+	set_nodelay(fd);
+	conn_touch(c); /* arms the first receive at the end of the iteration */
+	*err = 0;
+	return c;
+}
+
+static void conn_timer_fired(struct rx_reactor *r, struct rx_timer *t)
+{
+	struct rx_conn *c = t->arg;
+	(void)r;
+	rx_conn_close(c, RX_CLOSE_NOW, -ETIMEDOUT);
+}
+
+struct rx_conn *rx_conn_connect(struct rx_reactor *r,
+				const struct sockaddr *addr, socklen_t addrlen,
+				unsigned timeout_ms,
+				const struct rx_conn_ops *ops, void *udata,
+				int *err)
+{
+	if (addrlen > sizeof(struct sockaddr_storage)) {
+		*err = -EINVAL;
+		return NULL;
+	}
+	int fd = socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK |
+						 SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		*err = -errno;
+		return NULL;
+	}
+	struct rx_conn *c = conn_new(r, fd, ops, udata);
+	if (!c) {
+		close(fd);
+		*err = -ENOMEM;
+		return NULL;
+	}
+	set_nodelay(fd);
+	memcpy(&c->peer, addr, addrlen);
+	c->peer_len = addrlen;
+	uint32_t idx;
+	struct io_uring_sqe *sqe = rx_op_start(r, RX_OP_CONNECT, c, &idx);
+	if (!sqe) {
+		/* Report through *err, not on_close: the caller has no conn. */
+		RX_LIST_DEL(r->conns, c);
+		RX_STAT_ADD(r->st.conns_live, (uint64_t)-1);
+		close(fd);
+		free(c);
+		*err = -EBUSY;
+		return NULL;
+	}
+	io_uring_prep_connect(sqe, fd, (struct sockaddr *)&c->peer, addrlen);
+	rx_op_tag(r, sqe, idx);
+	c->flags |= RXC_CONNECTING;
+	c->inflight++;
+	if (timeout_ms) {
+		if (rx_timer_start(r, &c->timer, RX_MS(timeout_ms), 0) < 0)
+			PC_LOGW(LOG_MOD, "conn %llu: no timer for the connect "
+				"timeout", (unsigned long long)c->id);
+	}
+	*err = 0;
+	return c;
+}
+
+void rx_conn_on_connect(struct rx_reactor *r, struct rx_op *op,
+			const struct io_uring_cqe *cqe, uint32_t idx)
+{
+	struct rx_conn *c = op->obj;
+	conn_op_done(c, idx, RXC_CONNECTING);
+	rx_timer_stop(r, &c->timer);
+	if (c->flags & RXC_CLOSING) {
+		conn_touch(c);
+		return;
+	}
+	if (cqe->res < 0) {
+		rx_conn_close(c, RX_CLOSE_NOW, cqe->res);
+		return;
+	}
+	RX_STAT_INC(r->st.conns_connected);
+	if (c->ops->on_connect)
+		c->ops->on_connect(c);
+	conn_touch(c);
+}
+
+void *rx_conn_udata(const struct rx_conn *c)
+{
+	return c->udata;
+}
+
+void rx_conn_set_udata(struct rx_conn *c, void *udata)
+{
+	c->udata = udata;
+}
+
+struct rx_reactor *rx_conn_reactor(const struct rx_conn *c)
+{
+	return c->r;
+}
+
+int rx_conn_fd(const struct rx_conn *c)
+{
+	return c->fd;
+}
+
+uint64_t rx_conn_id(const struct rx_conn *c)
+{
+	return c->id;
+}
+
+bool rx_conn_closing(const struct rx_conn *c)
+{
+	return (c->flags & (RXC_CLOSING | RXC_CLOSE_FLUSH)) != 0;
+}
+
+size_t rx_conn_out_bytes(const struct rx_conn *c)
+{
+	return c->out_bytes;
+}
+
+void rx_conn_set_limits(struct rx_conn *c, size_t in_max, size_t out_high,
+			size_t out_low, size_t out_max)
+{
+	if (in_max)
+		c->in_max = in_max;
+	if (out_high)
+		c->out_high = out_high;
+	if (out_low)
+		c->out_low = out_low;
+	if (out_max)
+		c->out_max = out_max;
+	if (c->out_low > c->out_high)
+		c->out_low = c->out_high;
+}
+
+static void conn_touch(struct rx_conn *c)
+{
+	struct rx_reactor *r = c->r;
+	if (c->flags & RXC_PENDING)
+		return;
+	c->flags |= RXC_PENDING;
+	c->pend_next = NULL;
+	if (r->pend_tail)
+		r->pend_tail->pend_next = c;
+	else
+		r->pend_head = c;
+	r->pend_tail = c;
+}
+
+void rx_conn_close(struct rx_conn *c, enum rx_close how, int err)
+{
+	if (c->flags & RXC_CLOSING)
+		return;
+	if (err && !c->close_err)
+		c->close_err = err;
+	if (how == RX_CLOSE_FLUSH && c->out_bytes &&
+	    !(c->flags & RXC_CONNECTING)) {
+		if (!(c->flags & RXC_CLOSE_FLUSH)) {
+			c->flags |= RXC_CLOSE_FLUSH;
+			conn_stop_reading(c);
+			/* A peer that never reads must not keep us forever. */
+			rx_timer_start(c->r, &c->timer, RX_MS(FLUSH_CLOSE_MS), 0);
+		}
+		conn_touch(c);
+		return;
+	}
+	c->flags |= RXC_CLOSING;
+	rx_timer_stop(c->r, &c->timer);
+	if (c->inflight) {
+		struct io_uring_sqe *sqe = rx_sqe(c->r);
+		if (sqe) {
+			io_uring_prep_cancel_fd(sqe, c->fd,
+						IORING_ASYNC_CANCEL_ALL);
+			io_uring_sqe_set_data64(sqe, 0);
+		} else {
+			/* Cannot cancel: make the ops fail on their own. */
+			shutdown(c->fd, SHUT_RDWR);
+		}
+	}
+	conn_touch(c);
+}
+
+static void conn_finalize(struct rx_conn *c)
+{
+	struct rx_reactor *r = c->r;
+	c->flags |= RXC_FINAL;
+	rx_timer_stop(r, &c->timer);
+	if (c->ops->on_close)
+		c->ops->on_close(c, c->close_err);
+	close(c->fd);
+	while (c->out_head) {
+		struct rx_chunk *ch = c->out_head;
+		c->out_head = ch->next;
+		chunk_free(r, ch);
+	}
+	free(c->in);
+	RX_LIST_DEL(r->conns, c);
+	RX_STAT_ADD(r->st.conns_live, (uint64_t)-1);
+	RX_STAT_INC(r->st.conns_closed);
+	free(c);
+}
+
+/* Shutdown: flush-close every connection, or (now) cancel them all. */
+void rx_conns_stop(struct rx_reactor *r, bool now)
+{
+	for (struct rx_conn *c = r->conns, *next; c; c = next) {
+		next = c->next;
+		rx_conn_close(c, now ? RX_CLOSE_NOW : RX_CLOSE_FLUSH,
+			      -ESHUTDOWN);
+	}
+}
+
+/* ------------------------------------------------------------------ input */
+
+static bool conn_should_read(const struct rx_conn *c)
+{
+	return !(c->flags & (RXC_PAUSE_USER | RXC_PAUSE_OUT | RXC_CLOSE_FLUSH |
+			     RXC_CLOSING | RXC_CONNECTING | RXC_EOF));
+}
+
+static void conn_arm_recv(struct rx_conn *c)
+{
+	struct rx_reactor *r = c->r;
+	if ((c->flags & RXC_READING) || !conn_should_read(c))
+		return;
+	uint32_t idx;
+	struct io_uring_sqe *sqe = rx_op_start(r, RX_OP_RECV, c, &idx);
+	if (!sqe) {
+		rx_conn_close(c, RX_CLOSE_NOW, -EBUSY);
+		return;
+	}
+	if (r->recv_multishot)
+		io_uring_prep_recv_multishot(sqe, c->fd, NULL, 0, 0);
+	else
+		io_uring_prep_recv(sqe, c->fd, NULL, r->p.buf_bytes, 0);
+	sqe->flags |= IOSQE_BUFFER_SELECT;
+	sqe->buf_group = r->bgid;
+	rx_op_tag(r, sqe, idx);
+	c->recv_op = idx;
+	c->flags |= RXC_READING;
+	c->flags &= ~RXC_CANCEL_SENT;
+	c->inflight++;
+}
+
+static void conn_stop_reading(struct rx_conn *c)
+{
+	if ((c->flags & RXC_READING) && !(c->flags & RXC_CANCEL_SENT)) {
+		rx_cancel_op(c->r, c->recv_op);
+		c->flags |= RXC_CANCEL_SENT;
+	}
+}
+
+/*
+ * Keep bytes for later; false (and the connection closing) past limit. The
+ * limit is in_max for a partial message; while paused it is higher, because
+ * whatever the kernel had already received before the pause took effect must
+ * be kept (it is bounded by the socket's receive buffer, not by the peer).
+ */
+static bool in_append(struct rx_conn *c, const uint8_t *data, size_t len)
+{
+	size_t limit = (c->flags & (RXC_PAUSE_USER | RXC_PAUSE_OUT))
+			       ? c->in_max + c->out_max
+			       : c->in_max;
+	if (c->in_len + len > limit) {
+		RX_STAT_INC(c->r->st.in_cap_closes);
+		PC_LOG_RL(PC_LOG_WARN, LOG_MOD,
+			  "conn %llu: %zu bytes of input without a complete "
+			  "message (limit %zu); closing",
+			  (unsigned long long)c->id, c->in_len + len, limit);
+		rx_conn_close(c, RX_CLOSE_NOW, -EMSGSIZE);
+		return false;
+	}
+	if (c->in_len + len > c->in_cap) {
+		size_t cap = c->in_cap ? c->in_cap : 4096;
+		while (cap < c->in_len + len)
+			cap *= 2;
+		cap = PC_MIN(cap, limit);
+		uint8_t *p = realloc(c->in, cap);
+		if (!p) {
+			rx_conn_close(c, RX_CLOSE_NOW, -ENOMEM);
+			return false;
+		}
+		c->in = p;
+		c->in_cap = cap;
+	}
+	memcpy(c->in + c->in_len, data, len);
+	c->in_len += len;
+	return true;
+}
+
+/* Present the kept input to on_data and keep what it leaves. */
+static void conn_feed_in(struct rx_conn *c)
+{
+	ssize_t n = c->ops->on_data(c, c->in, c->in_len);
+	if (n < 0) {
+		rx_conn_close(c, RX_CLOSE_NOW, (int)n);
+		return;
+	}
+	PC_ASSERT((size_t)n <= c->in_len);
+	if ((size_t)n == c->in_len) {
+		c->in_len = 0;
+		if (c->in_cap > 65536) { /* give back a burst's memory */
+			free(c->in);
+			c->in = NULL;
+			c->in_cap = 0;
+		}
+	} else if (n > 0) {
+		memmove(c->in, c->in + n, c->in_len - (size_t)n);
+		c->in_len -= (size_t)n;
+	}
+}
+
+static bool conn_paused(const struct rx_conn *c)
+{
+	return (c->flags & (RXC_PAUSE_USER | RXC_PAUSE_OUT)) != 0;
+}
+
+static void conn_deliver(struct rx_conn *c, const uint8_t *data, size_t len)
+{
+	if (c->flags & (RXC_CLOSE_FLUSH | RXC_CLOSING))
+		return; /* closing: input is no longer wanted */
+	if (conn_paused(c)) {
+		/* Arrived before the cancel took effect: keep it for resume. */
+		in_append(c, data, len);
+		return;
+	}
+	if (c->in_len == 0) {
+		ssize_t n = c->ops->on_data(c, data, len);
+		if (n < 0) {
+			rx_conn_close(c, RX_CLOSE_NOW, (int)n);
+			return;
+		}
+		PC_ASSERT((size_t)n <= len);
+		if ((size_t)n < len &&
+		    !(c->flags & (RXC_CLOSING | RXC_CLOSE_FLUSH)))
+			in_append(c, data + n, len - (size_t)n);
+		return;
+	}
+	if (in_append(c, data, len))
+		conn_feed_in(c);
+}
+
+void rx_conn_on_recv(struct rx_reactor *r, struct rx_op *op,
+		     const struct io_uring_cqe *cqe, uint32_t idx)
+{
+	struct rx_conn *c = op->obj;
+	bool more = (cqe->flags & IORING_CQE_F_MORE) != 0;
+	int res = cqe->res;
+	if (!more) {
+		conn_op_done(c, idx, RXC_READING | RXC_CANCEL_SENT);
+		c->recv_op = RX_NO_OP;
+	}
+	if (res > 0) {
+		PC_ASSERT(cqe->flags & IORING_CQE_F_BUFFER);
+		unsigned bid = cqe->flags >> IORING_CQE_BUFFER_SHIFT;
+		RX_STAT_ADD(r->st.bytes_in, (uint64_t)res);
+		conn_deliver(c, r->bufs + (size_t)bid * r->p.buf_bytes,
+			     (size_t)res);
+		bufring_return(r, bid);
+	} else if (res == 0) {
+		c->flags |= RXC_EOF;
+		rx_conn_close(c, RX_CLOSE_FLUSH, 0);
+	} else if (res == -ENOBUFS) {
+		/* Ring empty; buffers come back at the end of this iteration
+		 * and the receive is re-armed below. */
+		RX_STAT_INC(r->st.bufring_exhausted);
+	} else if (res == -EINVAL && r->recv_multishot && !more &&
+		   !(c->flags & RXC_CLOSING)) {
+		r->recv_multishot = false;
+		PC_LOGW(LOG_MOD, "kernel refused multishot recv; using "
+			"single-shot receives");
+	} else if (res != -ECANCELED) {
+		rx_conn_close(c, RX_CLOSE_NOW, res);
+	}
+	if (!more)
+		conn_touch(c); /* re-arm or finalise at the end of the pass */
+}
+
+void rx_conn_pause(struct rx_conn *c)
+{
+	c->flags |= RXC_PAUSE_USER;
+	conn_stop_reading(c);
+}
+
+static void conn_maybe_resume(struct rx_conn *c)
+{
+	if (conn_paused(c))
+		return;
+	if (c->in_len)
+		c->flags |= RXC_REDELIVER;
+	conn_touch(c);
+}
+
+void rx_conn_resume(struct rx_conn *c)
+{
+	if (!(c->flags & RXC_PAUSE_USER))
+		return;
+	c->flags &= ~RXC_PAUSE_USER;
+	conn_maybe_resume(c);
+}
+
+/* ----------------------------------------------------------------- output */
+
+static void conn_after_queue(struct rx_conn *c)
+{
+	if (c->out_bytes > c->r->st.conn_out_peak)
+		RX_STAT_ADD(c->r->st.conn_out_peak,
+			    c->out_bytes - c->r->st.conn_out_peak);
+	if (c->out_bytes > c->out_max) {
+		RX_STAT_INC(c->r->st.out_cap_closes);
+		PC_LOG_RL(PC_LOG_WARN, LOG_MOD,
+			  "conn %llu: peer is not reading; %zu bytes queued "
+			  "exceed the %zu-byte cap; closing",
+			  (unsigned long long)c->id, c->out_bytes, c->out_max);
+		rx_conn_close(c, RX_CLOSE_NOW, -ENOBUFS);
+		return;
+	}
+	if (c->out_bytes > c->out_high && !(c->flags & RXC_PAUSE_OUT)) {
+		c->flags |= RXC_PAUSE_OUT;
+		RX_STAT_INC(c->r->st.out_pauses);
+		conn_stop_reading(c);
+	}
+	conn_touch(c);
+}
+
+uint8_t *rx_conn_reserve(struct rx_conn *c, size_t len)
+{
+	if (c->flags & (RXC_CLOSING | RXC_CLOSE_FLUSH))
+		return NULL;
+	struct rx_chunk *t = c->out_tail;
+	if (t && t->cap && t->cap - t->tail >= len)
+		return t->storage + t->tail;
+	struct rx_chunk *ch = chunk_new(c->r, len);
+	if (!ch)
+		return NULL;
+	out_append(c, ch);
+	return ch->storage;
+}
+
+void rx_conn_commit(struct rx_conn *c, size_t len)
+{
+	struct rx_chunk *t = c->out_tail;
+	PC_ASSERT(t && t->cap && t->tail + len <= t->cap);
+	if (len == 0)
+		return;
+	t->tail += len;
+	c->out_bytes += len;
+	conn_after_queue(c);
+}
+
+int rx_conn_write(struct rx_conn *c, const void *data, size_t len)
+{
+	if (c->flags & (RXC_CLOSING | RXC_CLOSE_FLUSH))
+		return -EPIPE;
+	if (len == 0)
+		return 0;
+	uint8_t *p = rx_conn_reserve(c, len);
+	if (!p)
+		return -ENOMEM;
+	memcpy(p, data, len);
+	rx_conn_commit(c, len);
+	return 0;
+}
+
+int rx_conn_write_ref(struct rx_conn *c, const void *data, size_t len,
+		      void (*release)(void *arg), void *arg)
+{
+	if ((c->flags & (RXC_CLOSING | RXC_CLOSE_FLUSH)) || len == 0) {
+		release(arg);
+		return len == 0 ? 0 : -EPIPE;
+	}
+	struct rx_chunk *ch = malloc(sizeof(*ch));
+	if (!ch) {
+		release(arg);
+		return -ENOMEM;
+	}
+	ch->next = NULL;
+	ch->base = data;
+	ch->head = 0;
+	ch->tail = len;
+	ch->cap = 0;
+	ch->release = release;
+	ch->rel_arg = arg;
+	out_append(c, ch);
+	c->out_bytes += len;
+	conn_after_queue(c);
+	return 0;
+}
+
+static void conn_flush(struct rx_conn *c)
+{
+	struct rx_reactor *r = c->r;
+	if ((c->flags & (RXC_SENDING | RXC_CONNECTING | RXC_CLOSING)) ||
+	    !c->out_bytes)
+		return;
+	unsigned n = 0;
+	for (struct rx_chunk *ch = c->out_head; ch && n < RX_IOV_MAX;
+	     ch = ch->next) {
+		if (ch->tail == ch->head)
+			continue;
+		c->iov[n].iov_base = (void *)(uintptr_t)(ch->base + ch->head);
+		c->iov[n].iov_len = ch->tail - ch->head;
+		n++;
+	}
+	PC_ASSERT(n > 0);
+	uint32_t idx;
+	struct io_uring_sqe *sqe = rx_op_start(r, RX_OP_SEND, c, &idx);
+	if (!sqe) {
+		rx_conn_close(c, RX_CLOSE_NOW, -EBUSY);
+		return;
+	}
+	c->msg.msg_iov = c->iov;
+	c->msg.msg_iovlen = n;
+	c->iov_n = n;
+	io_uring_prep_sendmsg(sqe, c->fd, &c->msg, MSG_NOSIGNAL);
+	rx_op_tag(r, sqe, idx);
+	c->flags |= RXC_SENDING;
+	c->inflight++;
+}
+
+/* Drop res sent bytes from the front of the queue. */
+static void out_consume(struct rx_conn *c, size_t res)
+{
+	while (res) {
+		struct rx_chunk *ch = c->out_head;
+		PC_ASSERT(ch);
+		size_t take = PC_MIN(res, ch->tail - ch->head);
+		ch->head += take;
+		res -= take;
+		c->out_bytes -= take;
+		if (ch->head < ch->tail)
+			break;
+		if (ch == c->out_tail && ch->cap) {
+			ch->head = ch->tail = 0; /* reuse the tail chunk */
+			break;
+		}
+		c->out_head = ch->next;
+		if (!c->out_head)
+			c->out_tail = NULL;
+		chunk_free(c->r, ch);
+	}
+	/* Zero-length chunks left at the front (a reserve never committed). */
+	while (c->out_head && c->out_head != c->out_tail &&
+	       c->out_head->head == c->out_head->tail) {
+		struct rx_chunk *ch = c->out_head;
+		c->out_head = ch->next;
+		chunk_free(c->r, ch);
+	}
+}
+
+void rx_conn_on_send(struct rx_reactor *r, struct rx_op *op,
+		     const struct io_uring_cqe *cqe, uint32_t idx)
+{
+	struct rx_conn *c = op->obj;
+	conn_op_done(c, idx, RXC_SENDING);
+	RX_STAT_INC(r->st.sends);
+	int res = cqe->res;
+	if (res < 0) {
+		if (!(c->flags & RXC_CLOSING))
+			rx_conn_close(c, RX_CLOSE_NOW, res);
+		conn_touch(c);
+		return;
+	}
+	size_t queued = 0;
+	for (unsigned i = 0; i < c->iov_n; i++)
+		queued += c->iov[i].iov_len;
+	if ((size_t)res < queued)
+		RX_STAT_INC(r->st.short_sends);
+	RX_STAT_ADD(r->st.bytes_out, (uint64_t)res);
+	out_consume(c, (size_t)res);
+	if ((c->flags & RXC_PAUSE_OUT) && c->out_bytes <= c->out_low) {
+		c->flags &= ~RXC_PAUSE_OUT;
+		conn_maybe_resume(c);
+		if (c->ops->on_drain && !(c->flags & RXC_CLOSING))
+			c->ops->on_drain(c);
+	}
+	conn_touch(c);
+}
+
+/* --------------------------------------------------------- pending service */
+
+static void conn_service(struct rx_conn *c)
+{
+	if (c->flags & RXC_CLOSING) {
+		if (!c->inflight)
+			conn_finalize(c);
+		return;
+	}
+	if ((c->flags & RXC_REDELIVER) && !conn_paused(c)) {
+		c->flags &= ~RXC_REDELIVER;
+		if (c->in_len)
+			conn_feed_in(c);
+		if (c->flags & RXC_CLOSING)
+			return; /* the close re-queued it; finalised there */
+	}
+	if ((c->flags & RXC_CLOSE_FLUSH) && !c->out_bytes &&
+	    !(c->flags & RXC_SENDING)) {
+		rx_conn_close(c, RX_CLOSE_NOW, c->close_err);
+		return; /* re-queued by the close */
+	}
+	conn_flush(c);
+	conn_arm_recv(c);
+}
+
+void rx_conns_run_pending(struct rx_reactor *r)
+{
+	while (r->pend_head) {
+		struct rx_conn *c = r->pend_head;
+		r->pend_head = c->pend_next;
+		if (!r->pend_head)
+			r->pend_tail = NULL;
+		c->flags &= ~RXC_PENDING;
+		conn_service(c);
+	}
+}
+
+/* After the ring is gone (forced exit): free what is left, reporting it. */
+void rx_conns_destroy(struct rx_reactor *r)
+{
+	while (r->conns) {
+		struct rx_conn *c = r->conns;
+		if (!c->close_err)
+			c->close_err = -ESHUTDOWN;
+		c->flags |= RXC_CLOSING;
+		c->inflight = 0;
+		conn_finalize(c);
+	}
+	r->pend_head = r->pend_tail = NULL;
+}

@@ -1,0 +1,653 @@
+/*
+ * reactor/loop.c — ring setup and probing, the op table, completion dispatch,
+ * the loop itself, shutdown, and cross-thread messages.
+ *
+ * Owns: struct rx_reactor's lifetime. Thread: the reactor's own, except
+ * rx_post() which any thread may call (it only touches the mutex-protected
+ * message queue and the eventfd).
+ *
+ * One loop iteration: cache the time; run due timers; service the pending
+ * connection list (flush queued output as one sendmsg per connection, re-feed
+ * resumed input, finalise closed connections); return used receive buffers to
+ * the kernel; submit everything and wait for at least one completion or the
+ * next timer deadline, in one io_uring_enter; dispatch every completion by the
+ * type in its user_data after checking the slot generation.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include "rx_internal.h"
+
+#define LOG_MOD "reactor"
+
+void rx_params_default(struct rx_params *p)
+{
+	memset(p, 0, sizeof(*p));
+	p->sq_entries = 1024;
+	p->cq_factor = 8;
+	p->ops_max = 16384;
+	p->timers_max = 65536;
+	p->buf_count = 512;
+	p->buf_bytes = 16384;
+	p->conn_in_max = 1u << 20;
+	p->conn_out_high = 4u << 20;
+	p->conn_out_low = 1u << 20;
+	p->conn_out_max = 64u << 20;
+	p->shutdown_grace_ms = 5000;
+}
+
+/* ----------------------------------------------------------------- op table */
+
+static int ops_init(struct rx_reactor *r)
+{
+	r->ops = calloc(r->p.ops_max, sizeof(*r->ops));
+	if (!r->ops)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < r->p.ops_max; i++)
+		r->ops[i].next_free = i + 1 < r->p.ops_max ? i + 1 : RX_NO_OP;
+	r->ops_free = 0;
+	return 0;
+}
+
+uint32_t rx_op_alloc(struct rx_reactor *r, enum rx_op_type type, void *obj)
+{
+	uint32_t idx = r->ops_free;
+	if (PC_UNLIKELY(idx == RX_NO_OP)) {
+		RX_STAT_INC(r->st.ops_exhausted);
+		PC_LOG_RL(PC_LOG_WARN, LOG_MOD,
+			  "all %u op slots in use; refusing new I/O (raise "
+			  "reactor_ops_max)", r->p.ops_max);
+		return RX_NO_OP;
+	}
+	struct rx_op *op = &r->ops[idx];
+	PC_DASSERT(!op->live);
+	r->ops_free = op->next_free;
+	op->gen = (op->gen + 1) & RX_UD_GEN_MASK;
+	op->type = (uint8_t)type;
+	op->live = 1;
+	op->flags = 0;
+	op->obj = obj;
+	RX_STAT_INC(r->st.ops_in_use);
+	return idx;
+}
+
+void rx_op_free(struct rx_reactor *r, uint32_t idx)
+{
+	struct rx_op *op = &r->ops[idx];
+	PC_ASSERT(op->live);
+	op->live = 0;
+	op->type = RX_OP_NONE;
+	op->obj = NULL;
+	op->next_free = r->ops_free;
+	r->ops_free = idx;
+	RX_STAT_ADD(r->st.ops_in_use, (uint64_t)-1);
+}
+
+uint64_t rx_op_ud(const struct rx_reactor *r, uint32_t idx)
+{
+	const struct rx_op *op = &r->ops[idx];
+	return ((uint64_t)op->type << RX_UD_TYPE_SHIFT) |
+	       ((uint64_t)(op->gen & RX_UD_GEN_MASK) << RX_UD_GEN_SHIFT) | idx;
+}
+
+struct io_uring_sqe *rx_op_start(struct rx_reactor *r, enum rx_op_type type,
+				 void *obj, uint32_t *idx)
+{
+	*idx = rx_op_alloc(r, type, obj);
+	if (*idx == RX_NO_OP)
+		return NULL;
+	struct io_uring_sqe *sqe = rx_sqe(r);
+	if (!sqe) {
+		rx_op_free(r, *idx);
+		*idx = RX_NO_OP;
+	}
+	return sqe;
+}
+
+struct io_uring_sqe *rx_sqe(struct rx_reactor *r)
+{
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&r->ring);
+	for (int tries = 0; !sqe && tries < 4; tries++) {
+		/* SQ full: push what is queued to the kernel and retry. */
+		RX_STAT_INC(r->st.sq_full);
+		int ret = io_uring_submit(&r->ring);
+		if (ret < 0 && ret != -EAGAIN && ret != -EBUSY && ret != -EINTR)
+			PC_LOG_RL(PC_LOG_ERROR, LOG_MOD, "submit failed: %s",
+				  strerror(-ret));
+		sqe = io_uring_get_sqe(&r->ring);
+	}
+	if (!sqe)
+		PC_LOG_RL(PC_LOG_ERROR, LOG_MOD,
+			  "submission queue stays full; refusing new I/O");
+	return sqe;
+}
+
+void rx_cancel_op(struct rx_reactor *r, uint32_t idx)
+{
+	struct io_uring_sqe *sqe = rx_sqe(r);
+	if (!sqe)
+		return;
+	io_uring_prep_cancel64(sqe, rx_op_ud(r, idx), 0);
+	io_uring_sqe_set_data64(sqe, 0);
+}
+
+/* ----------------------------------------------------------------- messages */
+
+static void msg_on_cqe(struct rx_reactor *r, struct rx_op *op,
+		       const struct io_uring_cqe *cqe, uint32_t idx);
+
+static void msg_arm(struct rx_reactor *r)
+{
+	uint32_t idx;
+	struct io_uring_sqe *sqe = rx_op_start(r, RX_OP_MSG, NULL, &idx);
+	if (!sqe) {
+		/* Messages would be stranded: this reactor cannot work. */
+		PC_LOGE(LOG_MOD, "cannot arm the message doorbell");
+		abort();
+	}
+	io_uring_prep_read(sqe, r->efd, &r->efd_val, sizeof(r->efd_val), 0);
+	rx_op_tag(r, sqe, idx);
+	r->msg_op = idx;
+}
+
+static struct rx_msg *msg_take_all(struct rx_reactor *r)
+{
+	pthread_mutex_lock(&r->msg_lock);
+	struct rx_msg *m = r->msg_head;
+	r->msg_head = r->msg_tail = NULL;
+	pthread_mutex_unlock(&r->msg_lock);
+	return m;
+}
+
+static void msg_run_list(struct rx_reactor *r, struct rx_msg *m)
+{
+	while (m) {
+		struct rx_msg *next = m->next;
+		RX_STAT_INC(r->st.msgs);
+		m->fn(r, m->arg);
+		free(m);
+		m = next;
+	}
+}
+
+static void msg_on_cqe(struct rx_reactor *r, struct rx_op *op,
+		       const struct io_uring_cqe *cqe, uint32_t idx)
+{
+	(void)op;
+	rx_op_free(r, idx);
+	r->msg_op = RX_NO_OP;
+	/* Re-arm before draining: a post racing with the drain then either lands
+	 * in this drain or rings the bell again — never lost. */
+	if (cqe->res != -ECANCELED && r->state != RX_DONE)
+		msg_arm(r);
+	msg_run_list(r, msg_take_all(r));
+}
+
+int rx_post(struct rx_reactor *target, void (*fn)(struct rx_reactor *r,
+						  void *arg),
+	    void *arg)
+{
+	struct rx_msg *m = malloc(sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+	m->next = NULL;
+	m->fn = fn;
+	m->arg = arg;
+	pthread_mutex_lock(&target->msg_lock);
+	bool was_empty = target->msg_head == NULL;
+	if (target->msg_tail)
+		target->msg_tail->next = m;
+	else
+		target->msg_head = m;
+	target->msg_tail = m;
+	pthread_mutex_unlock(&target->msg_lock);
+	if (was_empty) {
+		uint64_t one = 1;
+		/* Only the empty->non-empty edge rings: one wake-up per batch. */
+		ssize_t w = write(target->efd, &one, sizeof(one));
+		(void)w;
+	}
+	return 0;
+}
+
+/* --------------------------------------------------------------- test hooks */
+
+static void test_on_cqe(struct rx_reactor *r, struct rx_op *op,
+			const struct io_uring_cqe *cqe, uint32_t idx)
+{
+	void (*fn)(void *) = op->u.test.fn;
+	void *arg = op->u.test.arg;
+	(void)cqe;
+	rx_op_free(r, idx);
+	if (fn)
+		fn(arg);
+}
+
+int rx_test_submit_nop(struct rx_reactor *r, uint64_t user_data)
+{
+	struct io_uring_sqe *sqe = rx_sqe(r);
+	if (!sqe)
+		return -EBUSY;
+	io_uring_prep_nop(sqe);
+	io_uring_sqe_set_data64(sqe, user_data);
+	return 0;
+}
+
+uint64_t rx_test_stale_user_data(struct rx_reactor *r)
+{
+	uint32_t idx = rx_op_alloc(r, RX_OP_TEST, NULL);
+	PC_ASSERT(idx != RX_NO_OP);
+	uint64_t ud = rx_op_ud(r, idx);
+	rx_op_free(r, idx);
+	return ud;
+}
+
+int rx_test_nop(struct rx_reactor *r, void (*fn)(void *arg), void *arg,
+		uint64_t *user_data)
+{
+	uint32_t idx = rx_op_alloc(r, RX_OP_TEST, NULL);
+	if (idx == RX_NO_OP)
+		return -EBUSY;
+	r->ops[idx].u.test.fn = fn;
+	r->ops[idx].u.test.arg = arg;
+	*user_data = rx_op_ud(r, idx);
+	int ret = rx_test_submit_nop(r, *user_data);
+	if (ret)
+		rx_op_free(r, idx);
+	return ret;
+}
+
+/* ----------------------------------------------------------------- dispatch */
+
+typedef void (*rx_cqe_fn)(struct rx_reactor *r, struct rx_op *op,
+			  const struct io_uring_cqe *cqe, uint32_t idx);
+
+static const rx_cqe_fn rx_dispatch[RX_OP__COUNT] = {
+	[RX_OP_RECV] = rx_conn_on_recv,
+	[RX_OP_SEND] = rx_conn_on_send,
+	[RX_OP_CONNECT] = rx_conn_on_connect,
+	[RX_OP_ACCEPT] = rx_listener_on_accept,
+	[RX_OP_POLL] = rx_watch_on_poll,
+	[RX_OP_FILE] = rx_file_on_cqe,
+	[RX_OP_MSG] = msg_on_cqe,
+	[RX_OP_TEST] = test_on_cqe,
+};
+
+static void handle_cqe(struct rx_reactor *r, const struct io_uring_cqe *cqe)
+{
+	uint64_t ud = cqe->user_data;
+	if (ud == 0)
+		return; /* cancel/remove requests: their result is not needed */
+	unsigned type = (unsigned)(ud >> RX_UD_TYPE_SHIFT);
+	uint32_t gen = (uint32_t)(ud >> RX_UD_GEN_SHIFT) & RX_UD_GEN_MASK;
+	uint32_t idx = (uint32_t)ud;
+	struct rx_op *op = idx < r->p.ops_max ? &r->ops[idx] : NULL;
+	if (!op || type >= RX_OP__COUNT || !op->live || op->type != type ||
+	    op->gen != gen || !rx_dispatch[type]) {
+		RX_STAT_INC(r->st.stale_cqes);
+		PC_LOGD(LOG_MOD, "dropped stale completion type=%u slot=%u gen=%u "
+			"res=%d", type, idx, gen, cqe->res);
+		return;
+	}
+	rx_dispatch[type](r, op, cqe, idx);
+}
+
+static void reap(struct rx_reactor *r)
+{
+	struct io_uring_cqe *batch[256];
+	unsigned n;
+	while ((n = io_uring_peek_batch_cqe(&r->ring, batch,
+					    PC_ARRAY_LEN(batch))) > 0) {
+		for (unsigned i = 0; i < n; i++)
+			handle_cqe(r, batch[i]);
+		io_uring_cq_advance(&r->ring, n);
+		RX_STAT_ADD(r->st.cqes, n);
+	}
+}
+
+/* ---------------------------------------------------------------- lifecycle */
+
+static void log_probe(struct rx_reactor *r, const struct io_uring_params *up,
+		      unsigned setup_flags)
+{
+	struct io_uring_probe *pr = io_uring_get_probe_ring(&r->ring);
+	struct utsname un;
+	uname(&un);
+	static const struct {
+		int op;
+		const char *name;
+	} optional[] = {
+		{IORING_OP_SEND_ZC, "send_zc"},
+		{IORING_OP_MSG_RING, "msg_ring"},
+		{IORING_OP_SOCKET, "socket"},
+	};
+	char opt[128] = "";
+	size_t len = 0;
+	for (size_t i = 0; i < PC_ARRAY_LEN(optional); i++) {
+		bool ok = pr && io_uring_opcode_supported(pr, optional[i].op);
+		len += (size_t)snprintf(opt + len, sizeof(opt) - len, " %s=%s",
+					optional[i].name, ok ? "yes" : "no");
+		if (len >= sizeof(opt))
+			break;
+	}
+	PC_LOGI(LOG_MOD,
+		"io_uring ready: kernel %s, sq=%u cq=%u, defer_taskrun=%s, "
+		"multishot recv/accept, provided buffers %u x %u B;%s",
+		un.release, up->sq_entries, up->cq_entries,
+		(setup_flags & IORING_SETUP_DEFER_TASKRUN) ? "yes" : "no",
+		r->p.buf_count, r->p.buf_bytes, opt);
+	if (pr)
+		io_uring_free_probe(pr);
+}
+
+static int check_required_ops(struct rx_reactor *r)
+{
+	static const struct {
+		int op;
+		const char *name;
+	} need[] = {
+		{IORING_OP_NOP, "nop"},
+		{IORING_OP_READ, "read"},
+		{IORING_OP_WRITE, "write"},
+		{IORING_OP_FSYNC, "fsync"},
+		{IORING_OP_SENDMSG, "sendmsg"},
+		{IORING_OP_RECV, "recv"},
+		{IORING_OP_ACCEPT, "accept"},
+		{IORING_OP_CONNECT, "connect"},
+		{IORING_OP_POLL_ADD, "poll_add"},
+		{IORING_OP_POLL_REMOVE, "poll_remove"},
+		{IORING_OP_ASYNC_CANCEL, "async_cancel"},
+	};
+	struct io_uring_probe *pr = io_uring_get_probe_ring(&r->ring);
+	if (!pr) {
+		PC_LOGE(LOG_MOD, "io_uring opcode probe failed (kernel too old; "
+			"need Linux 6.0 or newer)");
+		return -ENOSYS;
+	}
+	int ret = 0;
+	for (size_t i = 0; i < PC_ARRAY_LEN(need); i++) {
+		if (!io_uring_opcode_supported(pr, need[i].op)) {
+			PC_LOGE(LOG_MOD, "io_uring lacks opcode '%s' (need "
+				"Linux 6.0 or newer)", need[i].name);
+			ret = -ENOSYS;
+		}
+	}
+	io_uring_free_probe(pr);
+	return ret;
+}
+
+static int ring_init(struct rx_reactor *r, unsigned *flags_used)
+{
+	struct io_uring_params up;
+	/* SINGLE_ISSUER|DEFER_TASKRUN: only this thread submits, and completion
+	 * work runs when we enter the kernel to wait — no IPIs, no surprise
+	 * task work in the middle of a callback. SUBMIT_ALL: one bad SQE does
+	 * not strand the rest. CQSIZE: multishot ops post many CQEs per SQE. */
+	unsigned flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN |
+			 IORING_SETUP_CQSIZE | IORING_SETUP_SUBMIT_ALL;
+	memset(&up, 0, sizeof(up));
+	up.flags = flags;
+	up.cq_entries = r->p.sq_entries * r->p.cq_factor;
+	int ret = io_uring_queue_init_params(r->p.sq_entries, &r->ring, &up);
+	if (ret == -EINVAL) {
+		PC_LOGW(LOG_MOD, "kernel refused SINGLE_ISSUER|DEFER_TASKRUN; "
+			"running without them");
+		flags = IORING_SETUP_CQSIZE;
+		memset(&up, 0, sizeof(up));
+		up.flags = flags;
+		up.cq_entries = r->p.sq_entries * r->p.cq_factor;
+		ret = io_uring_queue_init_params(r->p.sq_entries, &r->ring, &up);
+	}
+	if (ret < 0) {
+		const char *why =
+			ret == -ENOSYS ? "this kernel has no io_uring"
+			: ret == -EPERM ? "io_uring is disabled (sysctl "
+					  "kernel.io_uring_disabled, or a "
+					  "seccomp/container policy)"
+			: ret == -ENOMEM ? "not enough locked memory for the "
+					   "ring (raise ulimit -l or lower "
+					   "reactor_sq_entries)"
+					 : "io_uring setup failed";
+		PC_LOGE(LOG_MOD, "cannot create io_uring: %s (%s)", why,
+			strerror(-ret));
+		return ret;
+	}
+	if (!(up.features & IORING_FEAT_EXT_ARG) ||
+	    !(up.features & IORING_FEAT_NODROP)) {
+		PC_LOGE(LOG_MOD, "io_uring lacks EXT_ARG/NODROP (need Linux 6.0 "
+			"or newer)");
+		io_uring_queue_exit(&r->ring);
+		return -ENOSYS;
+	}
+	*flags_used = flags;
+	if (r->id == 0)
+		log_probe(r, &up, flags);
+	return 0;
+}
+
+int rx_reactor_create(struct rx_reactor **out, unsigned id,
+		      const struct rx_params *p)
+{
+	*out = NULL;
+	if (!pc_is_pow2(p->sq_entries) || !pc_is_pow2(p->buf_count) ||
+	    p->buf_count > 32768 || p->buf_bytes == 0 || p->ops_max == 0 ||
+	    p->conn_out_low > p->conn_out_high) {
+		PC_LOGE(LOG_MOD, "invalid reactor parameters");
+		return -EINVAL;
+	}
+	struct rx_reactor *r = calloc(1, sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	r->id = id;
+	r->p = *p;
+	r->efd = -1;
+	r->msg_op = RX_NO_OP;
+	r->recv_multishot = true;
+	r->now_ns = pc_now_ns();
+	pthread_mutex_init(&r->msg_lock, NULL);
+	unsigned flags = 0;
+	int ret = ring_init(r, &flags);
+	if (ret < 0) {
+		pthread_mutex_destroy(&r->msg_lock);
+		free(r);
+		return ret;
+	}
+	if ((ret = check_required_ops(r)) < 0 || (ret = ops_init(r)) < 0 ||
+	    (ret = rx_timers_init(r)) < 0 || (ret = rx_bufring_init(r)) < 0)
+		goto fail;
+	r->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (r->efd < 0) {
+		ret = -errno;
+		PC_LOGE(LOG_MOD, "eventfd: %s", strerror(errno));
+		goto fail;
+	}
+	msg_arm(r);
+	r->state = RX_RUNNING;
+	*out = r;
+	return 0;
+fail:
+	rx_reactor_destroy(r);
+	return ret;
+}
+
+unsigned rx_reactor_id(const struct rx_reactor *r)
+{
+	return r->id;
+}
+
+uint64_t rx_now_ns(const struct rx_reactor *r)
+{
+	return r->now_ns;
+}
+
+const struct rx_stats *rx_reactor_stats(const struct rx_reactor *r)
+{
+	return &r->st;
+}
+
+const struct rx_params *rx_reactor_params(const struct rx_reactor *r)
+{
+	return &r->p;
+}
+
+bool rx_reactor_stopping(const struct rx_reactor *r)
+{
+	return r->state != RX_RUNNING;
+}
+
+int rx_reactor_on_stop(struct rx_reactor *r,
+		       void (*fn)(struct rx_reactor *r, void *arg), void *arg)
+{
+	struct rx_stop_hook *h = malloc(sizeof(*h));
+	if (!h)
+		return -ENOMEM;
+	h->fn = fn;
+	h->arg = arg;
+	h->next = r->stop_hooks;
+	r->stop_hooks = h;
+	return 0;
+}
+
+void rx_reactor_stop(struct rx_reactor *r)
+{
+	if (r->state != RX_RUNNING)
+		return;
+	r->state = RX_DRAINING;
+	r->now_ns = pc_now_ns();
+	r->stop_deadline_ns = r->now_ns + RX_MS(r->p.shutdown_grace_ms);
+	PC_LOGD(LOG_MOD, "stopping: %llu ops in flight",
+		(unsigned long long)r->st.ops_in_use);
+	while (r->stop_hooks) {
+		struct rx_stop_hook *h = r->stop_hooks;
+		r->stop_hooks = h->next;
+		h->fn(r, h->arg);
+		free(h);
+	}
+	rx_listeners_close_all(r);
+	rx_watches_cancel_all(r);
+	rx_conns_stop(r, false);
+}
+
+/* Called each iteration while stopping: escalate after the grace period and
+ * decide when the loop may end. */
+static void check_drain(struct rx_reactor *r)
+{
+	if (r->state == RX_DRAINING && r->now_ns >= r->stop_deadline_ns) {
+		PC_LOGW(LOG_MOD, "shutdown grace of %u ms expired: cancelling "
+			"%llu ops in flight", r->p.shutdown_grace_ms,
+			(unsigned long long)r->st.ops_in_use);
+		r->state = RX_CANCELLING;
+		r->stop_deadline_ns = r->now_ns + RX_MS(r->p.shutdown_grace_ms);
+		rx_conns_stop(r, true);
+		struct io_uring_sqe *sqe = rx_sqe(r);
+		if (sqe) {
+			io_uring_prep_cancel64(sqe, 0, IORING_ASYNC_CANCEL_ANY |
+						       IORING_ASYNC_CANCEL_ALL);
+			io_uring_sqe_set_data64(sqe, 0);
+		}
+	} else if (r->state == RX_CANCELLING &&
+		   r->now_ns >= r->stop_deadline_ns) {
+		PC_LOGE(LOG_MOD, "%llu ops still in flight after cancel; "
+			"leaving them to the kernel",
+			(unsigned long long)r->st.ops_in_use);
+		r->state = RX_DONE;
+		return;
+	}
+	if (r->conns || r->listeners || r->watches || r->pend_head)
+		return;
+	uint64_t msg_live = r->msg_op != RX_NO_OP ? 1 : 0;
+	if (r->st.ops_in_use > msg_live)
+		return;
+	if (msg_live) {
+		if (!(r->ops[r->msg_op].flags & 1)) {
+			r->ops[r->msg_op].flags |= 1; /* cancel sent */
+			rx_cancel_op(r, r->msg_op);
+		}
+		return;
+	}
+	r->state = RX_DONE;
+}
+
+int rx_reactor_run(struct rx_reactor *r)
+{
+	while (r->state != RX_DONE) {
+		r->now_ns = pc_now_ns();
+		RX_STAT_INC(r->st.loop_iterations);
+		rx_timers_run(r);
+		rx_conns_run_pending(r);
+		if (r->state != RX_RUNNING) {
+			check_drain(r);
+			if (r->state == RX_DONE)
+				break;
+		}
+		rx_bufring_flush(r);
+
+		uint64_t wait_ns = rx_timers_next_ns(r);
+		if (r->pend_head)
+			wait_ns = 0;
+		if (r->state != RX_RUNNING) {
+			uint64_t left = r->stop_deadline_ns > r->now_ns
+						? r->stop_deadline_ns - r->now_ns
+						: 0;
+			wait_ns = PC_MIN(wait_ns, left);
+		}
+		int ret;
+		if (wait_ns == 0) {
+			ret = io_uring_submit_and_get_events(&r->ring);
+		} else if (wait_ns == UINT64_MAX) {
+			RX_STAT_INC(r->st.waits);
+			ret = io_uring_submit_and_wait(&r->ring, 1);
+		} else {
+			struct __kernel_timespec ts = {
+				.tv_sec = (long long)(wait_ns / 1000000000ull),
+				.tv_nsec = (long long)(wait_ns % 1000000000ull),
+			};
+			struct io_uring_cqe *cqe;
+			RX_STAT_INC(r->st.waits);
+			ret = io_uring_submit_and_wait_timeout(&r->ring, &cqe, 1,
+							       &ts, NULL);
+		}
+		if (ret < 0 && ret != -ETIME && ret != -EINTR &&
+		    ret != -EAGAIN && ret != -EBUSY) {
+			PC_LOGE(LOG_MOD, "io_uring_enter failed: %s",
+				strerror(-ret));
+			return ret;
+		}
+		reap(r);
+	}
+	return 0;
+}
+
+void rx_reactor_destroy(struct rx_reactor *r)
+{
+	if (!r)
+		return;
+	/* Messages that arrived too late still run, so they can free what they
+	 * carry; they see rx_reactor_stopping() == true. */
+	r->state = RX_DONE;
+	msg_run_list(r, msg_take_all(r));
+	while (r->stop_hooks) {
+		struct rx_stop_hook *h = r->stop_hooks;
+		r->stop_hooks = h->next;
+		free(h);
+	}
+	/* After the ring is gone the kernel touches no buffer of ours, so what
+	 * a forced exit left behind can be freed safely. */
+	io_uring_queue_exit(&r->ring);
+	rx_conns_destroy(r);
+	rx_listeners_destroy(r);
+	rx_watches_destroy(r);
+	rx_bufring_fini(r);
+	rx_chunks_fini(r);
+	rx_timers_fini(r);
+	free(r->ops);
+	if (r->efd >= 0)
+		close(r->efd);
+	pthread_mutex_destroy(&r->msg_lock);
+	free(r);
+}

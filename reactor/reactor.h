@@ -1,0 +1,306 @@
+/*
+ * reactor/reactor.h — the io_uring event loop: one reactor per thread.
+ *
+ * Owns: one io_uring per reactor thread, created on that thread with
+ * SINGLE_ISSUER | DEFER_TASKRUN; the op table (every in-flight SQE has a slot);
+ * the timer heap; the provided-buffer ring used for socket receives; every
+ * connection, listener and fd watch created on it; the cross-thread message
+ * queue. Threading: every function here must be called on the reactor's own
+ * thread, except rx_post() (any thread). Callbacks run on the reactor thread.
+ *
+ * Invariants:
+ *  - user_data of every SQE encodes (op type, slot generation, slot index); a
+ *    completion whose generation does not match its live slot is stale and is
+ *    dropped and counted, never dispatched.
+ *  - a multishot op keeps its slot until the CQE without IORING_CQE_F_MORE.
+ *  - at most one send is in flight per connection; later writes queue behind
+ *    it and leave as one sendmsg when it completes (short sends resume).
+ *  - objects with asynchronous teardown (connections, listeners, watches) are
+ *    owned by the reactor and freed only once no op references them.
+ */
+#ifndef PC_REACTOR_REACTOR_H
+#define PC_REACTOR_REACTOR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+
+struct rx_reactor;
+struct rx_conn;
+struct rx_listener;
+struct rx_watch;
+
+/* Tunables of one reactor. rx_params_default() fills sane defaults. */
+struct rx_params {
+	unsigned sq_entries;      /* submission queue size (power of two) */
+	unsigned cq_factor;       /* completion queue = sq_entries * this */
+	unsigned ops_max;         /* in-flight op slots per reactor */
+	unsigned timers_max;      /* armed timers per reactor */
+	unsigned buf_count;       /* provided receive buffers (power of two) */
+	unsigned buf_bytes;       /* bytes per receive buffer */
+	size_t conn_in_max;       /* max unconsumed input kept per connection */
+	size_t conn_out_high;     /* stop reading a connection above this output */
+	size_t conn_out_low;      /* resume reading once output drains below */
+	size_t conn_out_max;      /* close a connection whose output exceeds this */
+	unsigned shutdown_grace_ms; /* time for in-flight work before forced cancel */
+};
+
+void rx_params_default(struct rx_params *p);
+
+/* Counters of one reactor. Written only by its thread with relaxed stores,
+ * so another thread may read them (for metrics) without locks. Every field
+ * is a uint64_t (rx_group_stats sums them as an array). */
+struct rx_stats {
+	uint64_t loop_iterations;   /* passes through the loop */
+	uint64_t waits;             /* times the loop blocked in the kernel */
+	uint64_t cqes;              /* completions handled */
+	uint64_t stale_cqes;        /* completions dropped: slot generation mismatch */
+	uint64_t sq_full;           /* times the SQ was full and had to be flushed */
+	uint64_t ops_exhausted;     /* op slot allocation failures */
+	uint64_t ops_in_use;        /* gauge: op slots in use */
+	uint64_t bufring_exhausted; /* receives that found no provided buffer */
+	uint64_t timers_fired;      /* timer callbacks run */
+	uint64_t msgs;              /* cross-thread messages run */
+	uint64_t conns_accepted;    /* connections accepted by listeners */
+	uint64_t conns_connected;   /* outbound connections established */
+	uint64_t conns_closed;      /* connections finalised */
+	uint64_t conns_live;        /* gauge: connections alive */
+	uint64_t bytes_in;          /* bytes received on connections */
+	uint64_t bytes_out;         /* bytes sent on connections */
+	uint64_t sends;             /* sendmsg ops completed */
+	uint64_t short_sends;       /* sends that moved fewer bytes than queued */
+	uint64_t out_pauses;        /* reading paused because output was high */
+	uint64_t conn_out_peak;     /* most output ever queued on one connection */
+	uint64_t out_cap_closes;    /* connections closed: output cap exceeded */
+	uint64_t in_cap_closes;     /* connections closed: input cap exceeded */
+	uint64_t accept_errors;     /* accept completions with an error */
+	uint64_t file_ops;          /* file read/write/fsync ops completed */
+};
+
+/* Counter bump for single-writer stats: no lock, no atomic RMW. */
+#define RX_STAT_ADD(field, n)                                                  \
+	__atomic_store_n(&(field), __atomic_load_n(&(field), __ATOMIC_RELAXED) + \
+					   (n), __ATOMIC_RELAXED)
+#define RX_STAT_INC(field) RX_STAT_ADD(field, 1)
+#define RX_STAT_READ(field) __atomic_load_n(&(field), __ATOMIC_RELAXED)
+
+/* ---------------------------------------------------------------- lifecycle */
+
+/*
+ * Create a reactor on the calling thread (the ring is bound to it). Probes
+ * io_uring and fails with a clear log line and -ENOSYS/-EPERM when io_uring is
+ * unavailable. id names the reactor in logs ("r<id>").
+ */
+int rx_reactor_create(struct rx_reactor **out, unsigned id,
+		      const struct rx_params *p);
+
+/* Run the loop until rx_reactor_stop() completes: returns 0 when all ops have
+ * drained, or a negative errno on a fatal ring error. */
+int rx_reactor_run(struct rx_reactor *r);
+
+/*
+ * Begin shutdown (own thread only; other threads use rx_post): stop hooks run,
+ * listeners close, watches cancel, connections stop reading and flush their
+ * output; after shutdown_grace_ms everything still in flight is cancelled.
+ * rx_reactor_run() returns once no op is left.
+ */
+void rx_reactor_stop(struct rx_reactor *r);
+bool rx_reactor_stopping(const struct rx_reactor *r);
+
+/* Register a function run when stop begins (LIFO order), e.g. by modules. */
+int rx_reactor_on_stop(struct rx_reactor *r, void (*fn)(struct rx_reactor *r,
+							void *arg),
+		       void *arg);
+
+/* Free everything; only after rx_reactor_run() returned (or never ran). */
+void rx_reactor_destroy(struct rx_reactor *r);
+
+unsigned rx_reactor_id(const struct rx_reactor *r);
+/* Monotonic time cached at the top of the current loop iteration. */
+uint64_t rx_now_ns(const struct rx_reactor *r);
+const struct rx_stats *rx_reactor_stats(const struct rx_reactor *r);
+const struct rx_params *rx_reactor_params(const struct rx_reactor *r);
+
+/* ------------------------------------------------------- cross-thread posts */
+
+/*
+ * Run fn(target, arg) on target's thread, soon. Safe from any thread. For
+ * rare control events (membership, shutdown), not per-request work: a wake-up
+ * across cores costs more than a whole request. Returns 0 or -ENOMEM. A
+ * message still queued when the target is destroyed runs then, with
+ * rx_reactor_stopping() true, so it can free what it carries.
+ */
+int rx_post(struct rx_reactor *target, void (*fn)(struct rx_reactor *r,
+						  void *arg),
+	    void *arg);
+
+/* ------------------------------------------------------------------- timers */
+
+/* A timer is owned by the caller (embed it); the reactor only links it. */
+struct rx_timer {
+	uint64_t deadline_ns; /* absolute monotonic deadline */
+	uint64_t period_ns;   /* 0 = one-shot */
+	uint64_t seq;         /* arming order: ties fire first-armed first */
+	unsigned heap_idx;    /* position in the heap; UINT32_MAX if idle */
+	void (*cb)(struct rx_reactor *r, struct rx_timer *t);
+	void *arg;            /* for the callback's use */
+};
+
+void rx_timer_init(struct rx_timer *t,
+		   void (*cb)(struct rx_reactor *r, struct rx_timer *t),
+		   void *arg);
+/* (Re)arm: fire after delay_ns, then every period_ns if non-zero. Returns 0 or
+ * -ENOSPC when timers_max timers are armed. */
+int rx_timer_start(struct rx_reactor *r, struct rx_timer *t, uint64_t delay_ns,
+		   uint64_t period_ns);
+/* Disarm; harmless on an idle timer. A callback may stop its own timer. */
+void rx_timer_stop(struct rx_reactor *r, struct rx_timer *t);
+bool rx_timer_armed(const struct rx_timer *t);
+
+#define RX_MS(ms) ((uint64_t)(ms) * 1000000ull)
+
+/* -------------------------------------------------------------- connections */
+
+struct rx_conn_ops {
+	/*
+	 * Bytes arrived. Return how many were consumed (0..len) or a negative
+	 * errno to close the connection with that error. Unconsumed bytes are
+	 * kept (up to the input cap) and presented again, followed by new bytes.
+	 */
+	ssize_t (*on_data)(struct rx_conn *c, const uint8_t *data, size_t len);
+	/* Outbound connection established (err 0) — optional. A failed connect
+	 * reports through on_close instead. */
+	void (*on_connect)(struct rx_conn *c);
+	/* Output drained below the low watermark after a pause — optional. */
+	void (*on_drain)(struct rx_conn *c);
+	/* Called exactly once when the connection is gone; err is 0 for an
+	 * orderly close (EOF or rx_conn_close) or a negative errno. The fd is
+	 * closed and the struct freed right after this returns. */
+	void (*on_close)(struct rx_conn *c, int err);
+};
+
+/* Close modes. */
+enum rx_close {
+	RX_CLOSE_FLUSH, /* stop reading, send what is queued, then close */
+	RX_CLOSE_NOW,   /* cancel everything and close */
+};
+
+/* Adopt a connected, non-blocking socket. Reading starts at once. Returns
+ * NULL with *err set (e.g. -ENOMEM); the fd is closed on failure. */
+struct rx_conn *rx_conn_attach(struct rx_reactor *r, int fd,
+			       const struct rx_conn_ops *ops, void *udata,
+			       int *err);
+
+/*
+ * Start an outbound TCP or Unix connection. on_connect fires on success; on
+ * failure or after timeout_ms (0 = none), on_close(c, -errno). Writes made
+ * before the connection is up are queued.
+ */
+struct rx_conn *rx_conn_connect(struct rx_reactor *r,
+				const struct sockaddr *addr, socklen_t addrlen,
+				unsigned timeout_ms,
+				const struct rx_conn_ops *ops, void *udata,
+				int *err);
+
+void *rx_conn_udata(const struct rx_conn *c);
+void rx_conn_set_udata(struct rx_conn *c, void *udata);
+struct rx_reactor *rx_conn_reactor(const struct rx_conn *c);
+int rx_conn_fd(const struct rx_conn *c);
+uint64_t rx_conn_id(const struct rx_conn *c);
+bool rx_conn_closing(const struct rx_conn *c);
+/* Bytes queued for sending and not yet acknowledged by a send completion. */
+size_t rx_conn_out_bytes(const struct rx_conn *c);
+/* Per-connection overrides of the reactor defaults. */
+void rx_conn_set_limits(struct rx_conn *c, size_t in_max, size_t out_high,
+			size_t out_low, size_t out_max);
+
+/* Queue bytes (copied). Returns 0, -EPIPE if closing, -ENOMEM. */
+int rx_conn_write(struct rx_conn *c, const void *data, size_t len);
+/*
+ * Queue bytes by reference (zero-copy): data must stay valid and unchanged
+ * until release(arg) is called — after the kernel has sent it or the
+ * connection closed. release is called even on failure.
+ */
+int rx_conn_write_ref(struct rx_conn *c, const void *data, size_t len,
+		      void (*release)(void *arg), void *arg);
+/* Reserve len writable bytes at the tail of the output; fill them, then
+ * rx_conn_commit(c, n) with n <= len. NULL if closing or out of memory. */
+uint8_t *rx_conn_reserve(struct rx_conn *c, size_t len);
+void rx_conn_commit(struct rx_conn *c, size_t len);
+
+/* Stop / restart reading (e.g. while an async handler holds a request). */
+void rx_conn_pause(struct rx_conn *c);
+void rx_conn_resume(struct rx_conn *c);
+
+/* Close. May be called from any callback of this connection, repeatedly. */
+void rx_conn_close(struct rx_conn *c, enum rx_close how, int err);
+
+/* ---------------------------------------------------------------- listeners */
+
+/* A new connection: the callback owns fd (non-blocking, close-on-exec). */
+typedef void (*rx_accept_fn)(struct rx_listener *l, int fd, void *arg);
+
+/*
+ * Listen on host:port (IPv4 or IPv6 literal, or a name), port 0 = pick a free
+ * port. reuseport lets each reactor listen on the same port (the kernel
+ * spreads connections). Accepts with a multishot accept. NULL + *err on
+ * failure (the error is logged with the address).
+ */
+struct rx_listener *rx_listen_tcp(struct rx_reactor *r, const char *host,
+				  uint16_t port, bool reuseport, int backlog,
+				  rx_accept_fn cb, void *arg, int *err);
+/* Listen on a Unix socket path; a stale socket file (nobody listening) is
+ * replaced, a live one is an error (-EADDRINUSE). mode sets the file mode. */
+struct rx_listener *rx_listen_unix(struct rx_reactor *r, const char *path,
+				   unsigned mode, int backlog, rx_accept_fn cb,
+				   void *arg, int *err);
+uint16_t rx_listener_port(const struct rx_listener *l);
+struct rx_reactor *rx_listener_reactor(const struct rx_listener *l);
+/* Stop accepting and close (unlinks a Unix socket path). */
+void rx_listener_close(struct rx_listener *l);
+
+/* ---------------------------------------------------------------- fd watch */
+
+/* Readiness of a foreign fd (RDMA completion channel, rdma_cm channel, ...).
+ * revents is a poll(2) mask. Treat it as a hint: drain until EAGAIN. */
+typedef void (*rx_watch_fn)(struct rx_watch *w, uint32_t revents, void *arg);
+
+struct rx_watch *rx_watch_fd(struct rx_reactor *r, int fd, uint32_t events,
+			     rx_watch_fn cb, void *arg, int *err);
+/* No callback runs after this returns; the watch is freed later. The fd is
+ * not closed (the caller owns it). */
+void rx_watch_cancel(struct rx_watch *w);
+
+/* ----------------------------------------------------------------- file I/O */
+
+/* Completion of a file op: res = bytes moved (full length unless EOF) or a
+ * negative errno. Called exactly once if submission returned 0. */
+typedef void (*rx_io_fn)(void *arg, int64_t res);
+
+/*
+ * Read/write len bytes at off; short transfers are resumed until complete
+ * (a read stops early only at EOF). Buffers and fd must stay valid until the
+ * callback. O_DIRECT works when buf, len and off meet the device alignment.
+ * Returns 0, or -EBUSY when no op slot is free, or -ESHUTDOWN while stopping.
+ */
+int rx_file_read(struct rx_reactor *r, int fd, void *buf, size_t len,
+		 uint64_t off, rx_io_fn cb, void *arg);
+int rx_file_write(struct rx_reactor *r, int fd, const void *buf, size_t len,
+		  uint64_t off, rx_io_fn cb, void *arg);
+int rx_file_fsync(struct rx_reactor *r, int fd, bool datasync, rx_io_fn cb,
+		  void *arg);
+
+/* --------------------------------------------------------------- test hooks */
+
+/* Submit a NOP whose completion carries user_data as given: lets tests play
+ * a late completion for a recycled slot. */
+int rx_test_submit_nop(struct rx_reactor *r, uint64_t user_data);
+/* user_data of a fresh test op slot (then freed, so its slot is recycled). */
+uint64_t rx_test_stale_user_data(struct rx_reactor *r);
+/* Submit a NOP to a fresh test op slot; fn(arg) runs on its completion. */
+int rx_test_nop(struct rx_reactor *r, void (*fn)(void *arg), void *arg,
+		uint64_t *user_data);
+
+#endif /* PC_REACTOR_REACTOR_H */

@@ -1,0 +1,176 @@
+/*
+ * reactor/timer.c — one-shot and periodic timers on a binary min-heap.
+ *
+ * Owns: the heap array (sized timers_max at start-up, never grown). Timers
+ * themselves are embedded in their users' structs. Thread: the reactor's.
+ * Order: by deadline, then by arming sequence, so timers due at the same
+ * instant fire in the order they were armed. The loop sleeps until the
+ * earliest deadline (see rx_timers_next_ns), so no timer SQEs are needed.
+ * A periodic timer is re-armed from its previous deadline (no drift), but
+ * skips missed periods instead of firing a burst after a stall.
+ */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "rx_internal.h"
+
+#define IDLE UINT32_MAX
+
+static bool before(const struct rx_timer *a, const struct rx_timer *b)
+{
+	if (a->deadline_ns != b->deadline_ns)
+		return a->deadline_ns < b->deadline_ns;
+	return a->seq < b->seq;
+}
+
+static void place(struct rx_reactor *r, unsigned i, struct rx_timer *t)
+{
+	r->heap[i] = t;
+	t->heap_idx = i;
+}
+
+static void sift_up(struct rx_reactor *r, unsigned i)
+{
+	struct rx_timer *t = r->heap[i];
+	while (i > 0) {
+		unsigned parent = (i - 1) / 2;
+		if (!before(t, r->heap[parent]))
+			break;
+		place(r, i, r->heap[parent]);
+		i = parent;
+	}
+	place(r, i, t);
+}
+
+static void sift_down(struct rx_reactor *r, unsigned i)
+{
+	struct rx_timer *t = r->heap[i];
+	for (;;) {
+		unsigned l = 2 * i + 1, m = i;
+		struct rx_timer *best = t;
+		if (l < r->heap_n && before(r->heap[l], best)) {
+			m = l;
+			best = r->heap[l];
+		}
+		if (l + 1 < r->heap_n && before(r->heap[l + 1], best)) {
+			m = l + 1;
+			best = r->heap[l + 1];
+		}
+		if (m == i)
+			break;
+		place(r, i, best);
+		i = m;
+	}
+	place(r, i, t);
+}
+
+static void heap_remove(struct rx_reactor *r, struct rx_timer *t)
+{
+	unsigned i = t->heap_idx;
+	PC_ASSERT(i < r->heap_n && r->heap[i] == t);
+	t->heap_idx = IDLE;
+	r->heap_n--;
+	if (i == r->heap_n)
+		return;
+	struct rx_timer *last = r->heap[r->heap_n];
+	place(r, i, last);
+	if (i > 0 && before(last, r->heap[(i - 1) / 2]))
+		sift_up(r, i);
+	else
+		sift_down(r, i);
+}
+
+int rx_timers_init(struct rx_reactor *r)
+{
+	r->heap = calloc(r->p.timers_max ? r->p.timers_max : 1,
+			 sizeof(*r->heap));
+	return r->heap ? 0 : -ENOMEM;
+}
+
+void rx_timers_fini(struct rx_reactor *r)
+{
+	for (unsigned i = 0; i < r->heap_n; i++)
+		r->heap[i]->heap_idx = IDLE;
+	r->heap_n = 0;
+	free(r->heap);
+	r->heap = NULL;
+}
+
+void rx_timer_init(struct rx_timer *t,
+		   void (*cb)(struct rx_reactor *r, struct rx_timer *t),
+		   void *arg)
+{
+	t->deadline_ns = 0;
+	t->period_ns = 0;
+	t->seq = 0;
+	t->heap_idx = IDLE;
+	t->cb = cb;
+	t->arg = arg;
+}
+
+bool rx_timer_armed(const struct rx_timer *t)
+{
+	return t->heap_idx != IDLE;
+}
+
+int rx_timer_start(struct rx_reactor *r, struct rx_timer *t, uint64_t delay_ns,
+		   uint64_t period_ns)
+{
+	if (rx_timer_armed(t))
+		heap_remove(r, t);
+	if (r->heap_n >= r->p.timers_max) {
+		PC_LOG_RL(PC_LOG_WARN, "reactor", "all %u timer slots in use",
+			  r->p.timers_max);
+		return -ENOSPC;
+	}
+	/* Use the live clock, not the iteration's cached time, so a timer armed
+	 * late in a long iteration still waits its full delay. */
+	t->deadline_ns = pc_now_ns() + delay_ns;
+	t->period_ns = period_ns;
+	t->seq = ++r->timer_seq;
+	r->heap[r->heap_n] = t;
+	t->heap_idx = r->heap_n++;
+	sift_up(r, t->heap_idx);
+	return 0;
+}
+
+void rx_timer_stop(struct rx_reactor *r, struct rx_timer *t)
+{
+	if (rx_timer_armed(t))
+		heap_remove(r, t);
+}
+
+void rx_timers_run(struct rx_reactor *r)
+{
+	/* Fire only what was due at the start: a callback that re-arms with a
+	 * zero delay runs next iteration, never in a tight loop here. */
+	uint64_t now = r->now_ns;
+	uint64_t limit_seq = r->timer_seq;
+	while (r->heap_n > 0) {
+		struct rx_timer *t = r->heap[0];
+		if (t->deadline_ns > now || t->seq > limit_seq)
+			break;
+		heap_remove(r, t);
+		if (t->period_ns) {
+			uint64_t next = t->deadline_ns + t->period_ns;
+			if (next <= now) /* stalled: skip missed periods */
+				next = now + t->period_ns;
+			t->deadline_ns = next;
+			t->seq = ++r->timer_seq;
+			r->heap[r->heap_n] = t;
+			t->heap_idx = r->heap_n++;
+			sift_up(r, t->heap_idx);
+		}
+		RX_STAT_INC(r->st.timers_fired);
+		t->cb(r, t);
+	}
+}
+
+uint64_t rx_timers_next_ns(const struct rx_reactor *r)
+{
+	if (r->heap_n == 0)
+		return UINT64_MAX;
+	uint64_t d = r->heap[0]->deadline_ns;
+	uint64_t now = pc_now_ns();
+	return d > now ? d - now : 0;
+}

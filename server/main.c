@@ -1,0 +1,226 @@
+/*
+ * server/main.c — peercached: load settings, start the reactors with the
+ * node's modules, wait for a signal, stop cleanly.
+ *
+ * Owns: the process: its signal disposition and exit status. Thread: main.
+ * Signals are blocked in every thread and taken here with sigtimedwait, so no
+ * handler ever runs in the middle of reactor code. The first SIGINT/SIGTERM
+ * starts a graceful shutdown (listeners close, in-flight work gets
+ * shutdown_grace); a second one exits at once.
+ *
+ * Exit status: 0 after a clean stop, 1 on a runtime failure, 2 on bad
+ * configuration or usage.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/settings.h"
+#include "reactor/group.h"
+#include "reactor/module.h"
+#include "server/server.h"
+
+#define LOG_MOD "main"
+
+extern char **environ;
+
+static void usage(FILE *out)
+{
+	fprintf(out,
+		"Usage: peercached [OPTIONS]\n"
+		"\n"
+		"PeerCache node: the L3 KV-cache store for LLM inference.\n"
+		"Runs in the foreground until SIGINT (Ctrl-C) or SIGTERM.\n"
+		"\n"
+		"  --help             show this help and exit\n"
+		"  --version          show the version and exit\n"
+		"  --config FILE      read settings from FILE (\"key = value\" "
+		"lines)\n"
+		"  --print-config     print the effective settings and exit\n"
+		"\n"
+		"Settings (also config-file keys and PEERCACHE_<KEY> "
+		"variables;\n"
+		"precedence: command line > environment > file > default; "
+		"dashes\n"
+		"and underscores are interchangeable; sizes take units like "
+		"4gb):\n");
+	pc_cfg_print_help(&pc_settings_table, out);
+}
+
+static bool has_flag(int argc, char **argv, const char *flag)
+{
+	for (int i = 1; i < argc; i++)
+		if (strcmp(argv[i], flag) == 0)
+			return true;
+	return false;
+}
+
+/* Strip our own flags before the config engine sees argv. */
+static int own_args(int argc, char **argv, char **out)
+{
+	int n = 0;
+	for (int i = 0; i < argc; i++)
+		if (i == 0 || strcmp(argv[i], "--print-config") != 0)
+			out[n++] = argv[i];
+	out[n] = NULL;
+	return n;
+}
+
+static struct pc_ctx g_ctx;
+
+static void resolve_node_id(struct pc_ctx *ctx, const struct pc_settings *s)
+{
+	if (*s->node_id) {
+		snprintf(ctx->node_id, sizeof(ctx->node_id), "%s", s->node_id);
+		return;
+	}
+	char host[64] = "localhost";
+	gethostname(host, sizeof(host) - 1);
+	host[sizeof(host) - 1] = '\0';
+	/* Stable across restarts with a fixed port; with port 0 (tests) the
+	 * pid keeps several nodes on one host apart. */
+	if (s->rpc_port)
+		snprintf(ctx->node_id, sizeof(ctx->node_id), "%s-%lld", host,
+			 (long long)s->rpc_port);
+	else
+		snprintf(ctx->node_id, sizeof(ctx->node_id), "%s-p%d", host,
+			 (int)getpid());
+}
+
+static void log_endpoints(struct pc_ctx *ctx)
+{
+	struct pc_endpoint eps[PC_ENDPOINTS_MAX];
+	unsigned n = pc_ctx_endpoints(ctx, eps, PC_ENDPOINTS_MAX);
+	if (n == 0) {
+		PC_LOGI(LOG_MOD, "listening on nothing: this version has no "
+			"network service yet");
+		return;
+	}
+	for (unsigned i = 0; i < n; i++)
+		PC_LOGI(LOG_MOD, "listening: %s on %s", eps[i].name,
+			eps[i].addr);
+}
+
+/* Wait for SIGINT/SIGTERM or for the reactors to end on their own. */
+static int wait_for_stop(struct rx_group *g)
+{
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGTERM);
+	bool stopping = false;
+	for (;;) {
+		struct timespec ts = {0, 200 * 1000 * 1000};
+		int sig = sigtimedwait(&set, NULL, &ts);
+		if (sig > 0) {
+			if (stopping) {
+				PC_LOGW(LOG_MOD, "second %s: exiting now",
+					strsignal(sig));
+				_exit(1);
+			}
+			PC_LOGI(LOG_MOD, "%s received: shutting down",
+				strsignal(sig));
+			stopping = true;
+			rx_group_stop(g);
+		}
+		if (rx_group_done(g))
+			return stopping ? 0 : -EIO;
+	}
+}
+
+int main(int argc, char **argv)
+{
+	pc_log_set_thread("main");
+	if (has_flag(argc, argv, "--help") || has_flag(argc, argv, "-h")) {
+		usage(stdout);
+		return 0;
+	}
+	if (has_flag(argc, argv, "--version")) {
+		printf("peercached %s (%s)\n", PEERCACHE_VERSION,
+		       PEERCACHE_GIT_REV);
+		return 0;
+	}
+	char **args = calloc((size_t)argc + 1, sizeof(*args));
+	if (!args)
+		return 1;
+	int nargs = own_args(argc, argv, args);
+	struct pc_settings s;
+	char err[PC_CFG_ERR_MAX];
+	if (pc_settings_load(&s, nargs, args, environ, err, sizeof(err)) < 0 ||
+	    pc_settings_validate(&s, err, sizeof(err)) < 0) {
+		fprintf(stderr, "peercached: %s\n", err);
+		fprintf(stderr, "peercached: see 'peercached --help'\n");
+		free(args);
+		pc_settings_free(&s);
+		return 2;
+	}
+	free(args);
+	if (has_flag(argc, argv, "--print-config")) {
+		pc_cfg_dump(&pc_settings_table, &s, stdout);
+		pc_settings_free(&s);
+		return 0;
+	}
+	pc_log_set_level((enum pc_log_level)s.log_level);
+
+	/* Block the stop signals before any thread exists; main takes them. */
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGTERM);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	unsigned threads = s.threads ? (unsigned)s.threads
+				     : (unsigned)(ncpu > 0 ? ncpu : 1);
+	int ret = pc_ctx_init(&g_ctx, &s, threads, pc_node_modules,
+			      pc_node_modules_count);
+	if (ret < 0) {
+		pc_settings_free(&s);
+		return 1;
+	}
+	resolve_node_id(&g_ctx, &s);
+	PC_LOGI(LOG_MOD, "peercached %s (%s) starting: node %s, mode %s, "
+		"%u reactor thread%s", PEERCACHE_VERSION, PEERCACHE_GIT_REV,
+		g_ctx.node_id, s.mode == PC_MODE_P2P ? "p2p" : "slotmap",
+		threads, threads == 1 ? "" : "s");
+	pc_settings_warn_inactive(&s);
+
+	int status = 1;
+	if ((ret = pc_modules_init(&g_ctx)) < 0)
+		goto out_ctx;
+	struct rx_params p;
+	pc_server_reactor_params(&s, &p);
+	struct rx_group_hooks hooks;
+	pc_modules_group_hooks(&g_ctx, &hooks);
+	struct rx_group *g;
+	ret = rx_group_start(&g, threads, &p, &hooks);
+	if (ret < 0) {
+		PC_LOGE(LOG_MOD, "start-up failed: %s", strerror(-ret));
+		goto out_modules;
+	}
+	__atomic_store_n(&g_ctx.group, g, __ATOMIC_RELEASE);
+	log_endpoints(&g_ctx);
+	PC_LOGI(LOG_MOD, "node %s ready (Ctrl-C or SIGTERM stops it)",
+		g_ctx.node_id);
+	ret = wait_for_stop(g);
+	__atomic_store_n(&g_ctx.group, NULL, __ATOMIC_RELEASE);
+	int run_err = rx_group_join(g);
+	if (ret < 0)
+		PC_LOGE(LOG_MOD, "reactors stopped on their own%s%s",
+			run_err ? ": " : "", run_err ? strerror(-run_err) : "");
+	else
+		status = run_err ? 1 : 0;
+out_modules:
+	pc_modules_fini(&g_ctx);
+out_ctx:
+	pc_ctx_fini(&g_ctx);
+	pc_settings_free(&s);
+	if (status == 0)
+		PC_LOGI(LOG_MOD, "stopped cleanly");
+	return status;
+}

@@ -1,0 +1,15 @@
+/*
+ * server/module_list.c — the one place that lists the modules a node runs.
+ *
+ * Order matters: modules start in this order and stop in reverse, so a module
+ * that serves others (the RPC server) comes before the modules using it.
+ */
+#include "modules/modules.h"
+#include "server/server.h"
+
+const struct pc_module *const pc_node_modules[] = {
+	&pc_mod_stats_log,
+};
+
+const size_t pc_node_modules_count =
+	sizeof(pc_node_modules) / sizeof(pc_node_modules[0]);

@@ -1,0 +1,112 @@
+"""peercached as an operator sees it: help, version, configuration errors,
+start-up, and a clean stop on SIGINT and SIGTERM."""
+import os
+import signal
+
+from conftest import run
+
+# Flags that keep a test node off the fixed default ports and paths.
+TEST_FLAGS = ["--rpc-port", "0", "--data-port", "0", "--meta-port", "0",
+              "--metrics-port", "0", "--threads", "2"]
+
+
+def test_help_lists_every_setting():
+    r = run("--help")
+    assert r.returncode == 0
+    for key in ("--rpc-port", "--data-port", "--meta-port", "--metrics-port",
+                "--mode", "--vnodes", "--directory-replicas",
+                "--max-channels-per-peer", "--max-masters", "--discovery-addr",
+                "--metrics-enabled", "--metrics-dashboard", "--disk-enabled",
+                "--disk-path", "--disk-size", "--slot-max-page-bytes",
+                "--slot-ways", "--slot-num-buckets", "--config", "--version"):
+        assert key in r.stdout, key
+
+
+def test_version():
+    r = run("--version")
+    assert r.returncode == 0
+    assert r.stdout.startswith("peercached ")
+
+
+def test_bad_value_is_one_clear_line_and_exit_2():
+    r = run("--rpc-port", "70000")
+    assert r.returncode == 2
+    first = r.stderr.splitlines()[0]
+    assert "rpc_port" in first and "70000" in first and "allowed: 0..65535" in first
+
+
+def test_bad_size_and_enum_and_unknown_key():
+    r = run("--disk-size", "lots")
+    assert r.returncode == 2 and "disk_size: 'lots'" in r.stderr
+    r = run("--mode", "ring")
+    assert r.returncode == 2 and "allowed: p2p, slotmap" in r.stderr
+    r = run("--rpc-prot", "1")
+    assert r.returncode == 2 and "did you mean 'rpc_port'" in r.stderr
+    r = run("stray")
+    assert r.returncode == 2 and "unexpected argument 'stray'" in r.stderr
+
+
+def test_bad_environment_value():
+    r = run(env={"PEERCACHE_VNODES": "many"})
+    assert r.returncode == 2
+    assert "PEERCACHE_VNODES" in r.stderr and "vnodes" in r.stderr
+
+
+def test_unsupported_mode_is_refused_loudly():
+    r = run("--mode", "slotmap")
+    assert r.returncode == 2 and "not supported yet" in r.stderr
+
+
+def test_config_file_round_trip(tmp_path):
+    r = run("--print-config", "--vnodes", "99", "--pool-size", "64mb")
+    assert r.returncode == 0
+    conf = tmp_path / "pc.conf"
+    conf.write_text(r.stdout)
+    r2 = run("--config", str(conf), "--print-config")
+    assert r2.returncode == 0
+    assert r2.stdout == r.stdout
+    assert "vnodes = 99" in r2.stdout and "pool_size = 64mb" in r2.stdout
+
+
+def test_bad_config_file_line_is_reported(tmp_path):
+    conf = tmp_path / "bad.conf"
+    conf.write_text("vnodes = 10\nthis line is wrong\n")
+    r = run("--config", str(conf))
+    assert r.returncode == 2
+    assert "bad.conf:2" in r.stderr
+
+
+def test_sample_config_is_valid():
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    r = run("--config", os.path.join(root, "etc", "peercached.conf"), "--print-config")
+    assert r.returncode == 0, r.stderr
+
+
+def test_starts_and_stops_cleanly_on_sigint(node_factory):
+    n = node_factory(*TEST_FLAGS)
+    n.wait_for("ready")
+    assert n.stop(signal.SIGINT) == 0
+    log = n.text()
+    assert "shutting down" in log and "stopped cleanly" in log
+    assert "ERROR" not in log
+
+
+def test_stops_cleanly_on_sigterm(node_factory):
+    n = node_factory(*TEST_FLAGS)
+    n.wait_for("ready")
+    assert n.stop(signal.SIGTERM) == 0
+    assert "stopped cleanly" in n.text()
+
+
+def test_inactive_settings_are_reported(node_factory):
+    n = node_factory(*TEST_FLAGS, "--disk-enabled", "true")
+    n.wait_for("ready")
+    assert "disk_enabled is set but has no effect yet" in n.text()
+    assert n.stop() == 0
+
+
+def test_unknown_environment_variable_is_a_warning_not_an_error(node_factory):
+    n = node_factory(*TEST_FLAGS, env={"PEERCACHE_NO_SUCH_KEY": "1"})
+    n.wait_for("ready")
+    assert "ignoring unknown environment variable PEERCACHE_NO_SUCH_KEY" in n.text()
+    assert n.stop() == 0

@@ -1,0 +1,638 @@
+/*
+ * tests/unit/test_reactor.c — reactor services beyond echo: stale-completion
+ * detection, cross-thread messages, outbound connect, fd watches, file I/O,
+ * zero-copy writes, and shutdown with operations in flight.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/util.h"
+#include "reactor/group.h"
+#include "reactor/reactor.h"
+#include "testutil.h"
+
+/* ------------------------------------------------------- stale completions */
+
+static int g_nop_calls;
+
+static void nop_done(void *arg)
+{
+	struct rx_reactor *r = arg;
+	g_nop_calls++;
+	rx_reactor_stop(r);
+}
+
+Test(reactor, stale_completion_for_recycled_slot_is_dropped)
+{
+	struct rx_reactor *r = tu_reactor(NULL);
+	uint64_t stale = rx_test_stale_user_data(r);
+	uint64_t fresh = 0;
+	g_nop_calls = 0;
+	/* The stale NOP is submitted first, so it completes first: the slot it
+	 * names is live again, but under a newer generation. */
+	cr_assert_eq(rx_test_submit_nop(r, stale), 0);
+	cr_assert_eq(rx_test_nop(r, nop_done, r, &fresh), 0);
+	cr_assert_eq((uint32_t)stale, (uint32_t)fresh, "same slot reused");
+	cr_assert_neq(stale, fresh, "different generation");
+	tu_run(r, 5000);
+	cr_assert_eq(g_nop_calls, 1, "the live op completed exactly once");
+	cr_assert_eq(rx_reactor_stats(r)->stale_cqes, 1);
+	rx_reactor_destroy(r);
+}
+
+Test(reactor, garbage_user_data_is_dropped)
+{
+	struct rx_reactor *r = tu_reactor(NULL);
+	uint64_t fresh;
+	g_nop_calls = 0;
+	rx_test_submit_nop(r, 0xFF00000000000001ull);   /* bad type */
+	rx_test_submit_nop(r, 0x01000000FFFFFFF0ull);   /* bad slot index */
+	rx_test_nop(r, nop_done, r, &fresh);
+	tu_run(r, 5000);
+	cr_assert_eq(g_nop_calls, 1);
+	cr_assert_eq(rx_reactor_stats(r)->stale_cqes, 2);
+	rx_reactor_destroy(r);
+}
+
+/* --------------------------------------------------- cross-thread messages */
+
+enum { SENDERS = 4, PER_SENDER = 5000 };
+
+static struct {
+	uint64_t count[2];               /* per reactor, touched by its thread */
+	int last_seq[2][SENDERS];        /* per reactor, per sender */
+	int out_of_order;
+	struct rx_group *g;
+	int pongs;                       /* atomic */
+} mq;
+
+static void count_msg(struct rx_reactor *r, void *arg)
+{
+	uintptr_t v = (uintptr_t)arg;
+	unsigned id = rx_reactor_id(r);
+	int sender = (int)(v >> 32), seq = (int)(uint32_t)v;
+	if (seq != mq.last_seq[id][sender] + 1)
+		mq.out_of_order++;
+	mq.last_seq[id][sender] = seq;
+	mq.count[id]++;
+}
+
+static void *sender_main(void *arg)
+{
+	uintptr_t sender = (uintptr_t)arg;
+	for (int i = 0; i < PER_SENDER; i++)
+		for (unsigned t = 0; t < 2; t++) {
+			uintptr_t v = (sender << 32) | (uint32_t)i;
+			cr_assert_eq(rx_post(rx_group_reactor(mq.g, t),
+					     count_msg, (void *)v), 0);
+		}
+	return NULL;
+}
+
+static void pong(struct rx_reactor *r, void *arg)
+{
+	(void)r;
+	(void)arg;
+	__atomic_add_fetch(&mq.pongs, 1, __ATOMIC_SEQ_CST);
+}
+
+static void ping(struct rx_reactor *r, void *arg)
+{
+	(void)arg;
+	/* From a reactor thread to another reactor, and an answer back. */
+	unsigned other = rx_reactor_id(r) ^ 1u;
+	rx_post(rx_group_reactor(mq.g, other), pong, NULL);
+}
+
+Test(reactor, cross_thread_messages_arrive_once_in_order)
+{
+	memset(&mq, 0, sizeof(mq));
+	for (int t = 0; t < 2; t++)
+		for (int s = 0; s < SENDERS; s++)
+			mq.last_seq[t][s] = -1;
+	struct rx_params p;
+	rx_params_default(&p);
+	cr_assert_eq(rx_group_start(&mq.g, 2, &p, NULL), 0);
+	pthread_t th[SENDERS];
+	for (uintptr_t s = 0; s < SENDERS; s++)
+		pthread_create(&th[s], NULL, sender_main, (void *)s);
+	for (int s = 0; s < SENDERS; s++)
+		pthread_join(th[s], NULL);
+	for (int i = 0; i < 100; i++)
+		rx_post(rx_group_reactor(mq.g, (unsigned)i & 1u), ping, NULL);
+	for (int i = 0; i < 500 && __atomic_load_n(&mq.pongs,
+						     __ATOMIC_SEQ_CST) < 100;
+	     i++)
+		usleep(10000);
+	rx_group_stop(mq.g);
+	cr_assert_eq(rx_group_join(mq.g), 0);
+	/* After join every message has run (leftovers run at destroy). */
+	cr_assert_eq(mq.count[0], SENDERS * PER_SENDER);
+	cr_assert_eq(mq.count[1], SENDERS * PER_SENDER);
+	cr_assert_eq(mq.out_of_order, 0);
+	cr_assert_eq(mq.pongs, 100);
+}
+
+/* ------------------------------------------------------------- connecting */
+
+static struct {
+	int connected;
+	int closed;
+	int close_err;
+	size_t echoed;
+	struct rx_listener *l;
+} cn;
+
+static ssize_t cn_echo(struct rx_conn *c, const uint8_t *d, size_t n)
+{
+	rx_conn_write(c, d, n);
+	return (ssize_t)n;
+}
+
+static void cn_server_close(struct rx_conn *c, int err)
+{
+	(void)c;
+	(void)err;
+}
+
+static const struct rx_conn_ops cn_server = {.on_data = cn_echo,
+					     .on_close = cn_server_close};
+
+static void cn_accept(struct rx_listener *l, int fd, void *arg)
+{
+	int err;
+	(void)arg;
+	rx_conn_attach(rx_listener_reactor(l), fd, &cn_server, NULL, &err);
+}
+
+static void cn_on_connect(struct rx_conn *c)
+{
+	cn.connected++;
+	(void)c;
+}
+
+static ssize_t cn_client_data(struct rx_conn *c, const uint8_t *d, size_t n)
+{
+	cn.echoed += n;
+	if (cn.echoed >= 5 && memcmp(d + n - 1, "o", 1) == 0)
+		rx_conn_close(c, RX_CLOSE_NOW, 0);
+	return (ssize_t)n;
+}
+
+static void cn_client_close(struct rx_conn *c, int err)
+{
+	cn.closed++;
+	cn.close_err = err;
+	rx_reactor_stop(rx_conn_reactor(c));
+}
+
+static const struct rx_conn_ops cn_client = {.on_data = cn_client_data,
+					     .on_connect = cn_on_connect,
+					     .on_close = cn_client_close};
+
+Test(reactor, outbound_connect_exchanges_data)
+{
+	struct rx_reactor *r = tu_reactor(NULL);
+	memset(&cn, 0, sizeof(cn));
+	int err;
+	cn.l = rx_listen_tcp(r, "127.0.0.1", 0, false, 16, cn_accept, NULL,
+			     &err);
+	cr_assert(cn.l);
+	struct sockaddr_in sin = {.sin_family = AF_INET,
+				  .sin_port = htons(rx_listener_port(cn.l)),
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	struct rx_conn *c = rx_conn_connect(r, (struct sockaddr *)&sin,
+					    sizeof(sin), 1000, &cn_client, NULL,
+					    &err);
+	cr_assert(c, "connect: %s", strerror(-err));
+	/* Queued before the connection is up: sent once it is. */
+	cr_assert_eq(rx_conn_write(c, "hello", 5), 0);
+	tu_run(r, 5000);
+	cr_assert_eq(cn.connected, 1);
+	cr_assert_eq(cn.echoed, 5);
+	cr_assert_eq(cn.closed, 1);
+	cr_assert_eq(cn.close_err, 0);
+	rx_reactor_destroy(r);
+}
+
+Test(reactor, connect_to_closed_port_reports_refused)
+{
+	struct rx_reactor *r = tu_reactor(NULL);
+	memset(&cn, 0, sizeof(cn));
+	/* Find a port nobody listens on: bind, note it, close. */
+	int s = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in sin = {.sin_family = AF_INET,
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	bind(s, (struct sockaddr *)&sin, sizeof(sin));
+	socklen_t sl = sizeof(sin);
+	getsockname(s, (struct sockaddr *)&sin, &sl);
+	close(s);
+	int err;
+	struct rx_conn *c = rx_conn_connect(r, (struct sockaddr *)&sin,
+					    sizeof(sin), 1000, &cn_client, NULL,
+					    &err);
+	cr_assert(c);
+	tu_run(r, 5000);
+	cr_assert_eq(cn.connected, 0);
+	cr_assert_eq(cn.closed, 1);
+	cr_assert_eq(cn.close_err, -ECONNREFUSED);
+	rx_reactor_destroy(r);
+}
+
+Test(reactor, connect_timeout_fires)
+{
+	struct rx_reactor *r = tu_reactor(NULL);
+	memset(&cn, 0, sizeof(cn));
+	/* A listener that never accepts, with its queue filled: further
+	 * handshakes are not answered, so connect hangs until the timeout. */
+	int ls = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in sin = {.sin_family = AF_INET,
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	bind(ls, (struct sockaddr *)&sin, sizeof(sin));
+	listen(ls, 0);
+	socklen_t sl = sizeof(sin);
+	getsockname(ls, (struct sockaddr *)&sin, &sl);
+	int fill[8];
+	int nfill = 0;
+	for (; nfill < 8; nfill++) {
+		fill[nfill] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+		connect(fill[nfill], (struct sockaddr *)&sin, sizeof(sin));
+	}
+	usleep(100000);
+	int err;
+	struct rx_conn *c = rx_conn_connect(r, (struct sockaddr *)&sin,
+					    sizeof(sin), 200, &cn_client, NULL,
+					    &err);
+	cr_assert(c);
+	uint64_t ms = tu_run(r, 10000);
+	cr_assert_eq(cn.closed, 1);
+	if (cn.connected)
+		cr_skip("the kernel completed the handshake; no timeout here");
+	cr_assert_eq(cn.close_err, -ETIMEDOUT, "got %d", cn.close_err);
+	cr_assert_geq(ms, 200);
+	for (int i = 0; i < nfill; i++)
+		close(fill[i]);
+	close(ls);
+	rx_reactor_destroy(r);
+}
+
+/* -------------------------------------------------------------- fd watches */
+
+static struct {
+	int efd;
+	int calls;
+	struct rx_watch *w;
+} wt;
+
+static void wt_ready(struct rx_watch *w, uint32_t revents, void *arg)
+{
+	struct rx_reactor *r = arg;
+	uint64_t v;
+	cr_assert(revents & POLLIN);
+	while (read(wt.efd, &v, sizeof(v)) == sizeof(v))
+		; /* drain until EAGAIN */
+	if (++wt.calls == 3) {
+		rx_watch_cancel(w); /* from inside its own callback */
+		rx_reactor_stop(r);
+		return;
+	}
+	uint64_t one = 1;
+	write(wt.efd, &one, sizeof(one)); /* fire again */
+}
+
+Test(reactor, fd_watch_reports_readiness_until_cancelled)
+{
+	struct rx_reactor *r = tu_reactor(NULL);
+	memset(&wt, 0, sizeof(wt));
+	wt.efd = eventfd(0, EFD_NONBLOCK);
+	int err;
+	wt.w = rx_watch_fd(r, wt.efd, POLLIN, wt_ready, r, &err);
+	cr_assert(wt.w);
+	uint64_t one = 1;
+	write(wt.efd, &one, sizeof(one));
+	tu_run(r, 5000);
+	cr_assert_eq(wt.calls, 3);
+	close(wt.efd);
+	rx_reactor_destroy(r);
+}
+
+/* ---------------------------------------------------------------- file I/O */
+
+struct file_test {
+	struct rx_reactor *r;
+	int fd;
+	uint8_t *wbuf, *rbuf; /* rbuf holds 2 x len: full read, then EOF read */
+	size_t len;
+	int stage;
+	int64_t res[4];
+};
+
+static void ft_step(void *arg, int64_t res)
+{
+	struct file_test *ft = arg;
+	ft->res[ft->stage] = res;
+	int ret = 0;
+	switch (ft->stage++) {
+	case 0:
+		ret = rx_file_fsync(ft->r, ft->fd, true, ft_step, ft);
+		break;
+	case 1:
+		ret = rx_file_read(ft->r, ft->fd, ft->rbuf, ft->len, 4096,
+				   ft_step, ft);
+		break;
+	case 2: /* a read across EOF stops there */
+		ret = rx_file_read(ft->r, ft->fd, ft->rbuf + ft->len, 8192,
+				   4096 + ft->len - 4096, ft_step, ft);
+		break;
+	default:
+		rx_reactor_stop(ft->r);
+	}
+	cr_assert_eq(ret, 0);
+}
+
+static void file_roundtrip(int extra_flags, size_t len)
+{
+	char path[] = "/var/tmp/pc-fileio-XXXXXX";
+	int fd = mkstemp(path);
+	cr_assert(fd >= 0);
+	close(fd);
+	fd = open(path, O_RDWR | extra_flags);
+	if (fd < 0) {
+		unlink(path);
+		cr_skip("O_DIRECT is not supported by the file system of "
+			"/var/tmp here");
+	}
+	struct rx_reactor *r = tu_reactor(NULL);
+	struct file_test ft = {.r = r, .fd = fd, .len = len};
+	cr_assert_eq(posix_memalign((void **)&ft.wbuf, 4096, len), 0);
+	cr_assert_eq(posix_memalign((void **)&ft.rbuf, 4096, 2 * len), 0);
+	tu_fill_pattern(ft.wbuf, len, 5, 0);
+	cr_assert_eq(rx_file_write(r, fd, ft.wbuf, len, 4096, ft_step, &ft),
+		     0);
+	tu_run(r, 10000);
+	cr_assert_eq(ft.stage, 4);
+	cr_assert_eq(ft.res[0], (int64_t)len, "write: %lld",
+		     (long long)ft.res[0]);
+	cr_assert_eq(ft.res[1], 0, "fsync: %lld", (long long)ft.res[1]);
+	cr_assert_eq(ft.res[2], (int64_t)len, "read: %lld",
+		     (long long)ft.res[2]);
+	cr_assert_eq(ft.res[3], 4096, "read across EOF: %lld",
+		     (long long)ft.res[3]);
+	cr_assert_eq(memcmp(ft.wbuf, ft.rbuf, len), 0);
+	cr_assert_eq(memcmp(ft.wbuf + len - 4096, ft.rbuf + len, 4096), 0);
+	close(fd);
+	unlink(path);
+	free(ft.wbuf);
+	free(ft.rbuf);
+	rx_reactor_destroy(r);
+}
+
+Test(reactor, file_write_fsync_read_roundtrip)
+{
+	file_roundtrip(0, 3u << 20);
+}
+
+Test(reactor, file_io_with_o_direct)
+{
+	file_roundtrip(O_DIRECT, 1u << 20);
+}
+
+/* ------------------------------------------------------- zero-copy writes */
+
+static int g_released;
+
+static void on_release(void *arg)
+{
+	(void)arg;
+	g_released++;
+}
+
+static ssize_t zc_data(struct rx_conn *c, const uint8_t *d, size_t n)
+{
+	static const char reply[] = "zero-copy reply";
+	(void)d;
+	rx_conn_write_ref(c, reply, sizeof(reply) - 1, on_release, NULL);
+	return (ssize_t)n;
+}
+
+static void zc_close(struct rx_conn *c, int err)
+{
+	(void)err;
+	rx_reactor_stop(rx_conn_reactor(c));
+}
+
+static const struct rx_conn_ops zc_ops = {.on_data = zc_data,
+					  .on_close = zc_close};
+
+static void zc_accept(struct rx_listener *l, int fd, void *arg)
+{
+	int err;
+	(void)arg;
+	rx_conn_attach(rx_listener_reactor(l), fd, &zc_ops, NULL, &err);
+}
+
+struct zc_client {
+	uint16_t port;
+	char got[64];
+};
+
+static void *zc_client_main(void *arg)
+{
+	struct zc_client *z = arg;
+	int fd = tu_connect(z->port);
+	send(fd, "x", 1, 0);
+	size_t got = 0;
+	while (got < 15) {
+		ssize_t n = recv(fd, z->got + got, sizeof(z->got) - got, 0);
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+	}
+	close(fd);
+	return NULL;
+}
+
+Test(reactor, zero_copy_write_releases_after_send)
+{
+	struct rx_reactor *r = tu_reactor(NULL);
+	g_released = 0;
+	int err;
+	struct rx_listener *l = rx_listen_tcp(r, "127.0.0.1", 0, false, 16,
+					      zc_accept, NULL, &err);
+	struct zc_client z = {.port = rx_listener_port(l)};
+	pthread_t th;
+	pthread_create(&th, NULL, zc_client_main, &z);
+	tu_run(r, 5000);
+	pthread_join(th, NULL);
+	cr_assert_str_eq(z.got, "zero-copy reply");
+	cr_assert_eq(g_released, 1);
+	rx_reactor_destroy(r);
+}
+
+/* ------------------------------------------------- shutdown with work left */
+
+static struct {
+	int file_res_seen;
+	int64_t file_res;
+	int conn_closes;
+	int conn_close_err;
+	int watch_calls;
+} sd;
+
+static void sd_file(void *arg, int64_t res)
+{
+	(void)arg;
+	sd.file_res_seen++;
+	sd.file_res = res;
+}
+
+static ssize_t sd_flood(struct rx_conn *c, const uint8_t *d, size_t n)
+{
+	static uint8_t big[1 << 20];
+	(void)d;
+	rx_conn_write(c, big, sizeof(big)); /* the client never reads */
+	return (ssize_t)n;
+}
+
+static void sd_close(struct rx_conn *c, int err)
+{
+	(void)c;
+	sd.conn_closes++;
+	sd.conn_close_err = err;
+}
+
+static const struct rx_conn_ops sd_ops = {.on_data = sd_flood,
+					  .on_close = sd_close};
+
+static void sd_accept(struct rx_listener *l, int fd, void *arg)
+{
+	int err;
+	(void)arg;
+	rx_conn_attach(rx_listener_reactor(l), fd, &sd_ops, NULL, &err);
+}
+
+static void sd_watch(struct rx_watch *w, uint32_t ev, void *arg)
+{
+	(void)w;
+	(void)ev;
+	(void)arg;
+	sd.watch_calls++;
+}
+
+static void sd_stop(struct rx_reactor *r, struct rx_timer *t)
+{
+	(void)t;
+	rx_reactor_stop(r);
+}
+
+Test(reactor, shutdown_cancels_in_flight_ops_and_frees_everything)
+{
+	struct rx_params p;
+	rx_params_default(&p);
+	p.shutdown_grace_ms = 200;
+	struct rx_reactor *r = tu_reactor(&p);
+	memset(&sd, 0, sizeof(sd));
+	int err;
+	struct rx_listener *l = rx_listen_tcp(r, "127.0.0.1", 0, false, 16,
+					      sd_accept, NULL, &err);
+	cr_assert(l);
+	/* Clients that ask for a megabyte each and never read it. */
+	int cfd[5];
+	for (int i = 0; i < 5; i++) {
+		cfd[i] = tu_connect(rx_listener_port(l));
+		send(cfd[i], "go", 2, 0);
+	}
+	/* A read that never completes on its own: an empty pipe. */
+	int pfd[2];
+	cr_assert_eq(pipe(pfd), 0);
+	static uint8_t buf[64];
+	cr_assert_eq(rx_file_read(r, pfd[0], buf, sizeof(buf), (uint64_t)-1,
+				  sd_file, NULL), 0);
+	/* A watch that never fires, and a timer that would fire much later. */
+	int efd = eventfd(0, EFD_NONBLOCK);
+	cr_assert(rx_watch_fd(r, efd, POLLIN, sd_watch, NULL, &err));
+	struct rx_timer later, stop;
+	rx_timer_init(&later, sd_stop, NULL);
+	rx_timer_start(r, &later, RX_MS(60000), 0);
+	rx_timer_init(&stop, sd_stop, NULL);
+	rx_timer_start(r, &stop, RX_MS(300), 0);
+	uint64_t ms = tu_run(r, 10000);
+	/* Flushing clients that never read cannot finish: the grace period
+	 * ends it; the pipe read is cancelled then too. */
+	cr_assert_lt(ms, 3000, "shutdown took %llu ms",
+		     (unsigned long long)ms);
+	cr_assert_eq(sd.conn_closes, 5);
+	cr_assert_eq(sd.file_res_seen, 1, "file callback ran once");
+	cr_assert(sd.file_res == -ECANCELED || sd.file_res == -EINTR,
+		  "file op ended with %lld", (long long)sd.file_res);
+	cr_assert_eq(sd.watch_calls, 0);
+	cr_assert_eq(rx_reactor_stats(r)->ops_in_use, 0);
+	rx_timer_stop(r, &later);
+	rx_reactor_destroy(r);
+	for (int i = 0; i < 5; i++)
+		close(cfd[i]);
+	close(pfd[0]);
+	close(pfd[1]);
+	close(efd);
+}
+
+struct drain {
+	int fd;
+	size_t got;
+};
+
+static void *drain_main(void *arg)
+{
+	struct drain *d = arg;
+	static uint8_t buf[65536];
+	usleep(300000); /* start reading only after shutdown began */
+	for (;;) {
+		ssize_t n = recv(d->fd, buf, sizeof(buf), 0);
+		if (n <= 0)
+			break;
+		d->got += (size_t)n;
+	}
+	return NULL;
+}
+
+Test(reactor, shutdown_flushes_queued_output_to_a_reading_client)
+{
+	struct rx_params p;
+	rx_params_default(&p);
+	p.shutdown_grace_ms = 5000;
+	struct rx_reactor *r = tu_reactor(&p);
+	memset(&sd, 0, sizeof(sd));
+	int err;
+	struct rx_listener *l = rx_listen_tcp(r, "127.0.0.1", 0, false, 16,
+					      sd_accept, NULL, &err);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	int small = 4096;
+	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+	struct sockaddr_in sin = {.sin_family = AF_INET,
+				  .sin_port = htons(rx_listener_port(l)),
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	cr_assert_eq(connect(fd, (struct sockaddr *)&sin, sizeof(sin)), 0);
+	send(fd, "go", 2, 0);
+	struct rx_timer stop;
+	rx_timer_init(&stop, sd_stop, NULL);
+	rx_timer_start(r, &stop, RX_MS(100), 0);
+	struct drain d = {fd, 0};
+	pthread_t th;
+	pthread_create(&th, NULL, drain_main, &d);
+	tu_run(r, 10000);
+	pthread_join(th, NULL);
+	cr_assert_eq(d.got, 1u << 20, "client got %zu bytes", d.got);
+	cr_assert_eq(sd.conn_closes, 1);
+	cr_assert_eq(sd.conn_close_err, -ESHUTDOWN);
+	rx_reactor_destroy(r);
+	close(fd);
+}

@@ -1,0 +1,173 @@
+/*
+ * tests/unit/test_timer.c — timer ordering, periodic timers, stop, limits,
+ * and that the loop sleeps until the next deadline instead of spinning.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <string.h>
+
+#include "common/util.h"
+#include "reactor/reactor.h"
+#include "testutil.h"
+
+struct rec {
+	int order[64];
+	int n;
+	int stop_after;
+	uint64_t fired_ns[64];
+	uint64_t t0;
+};
+
+struct tmr {
+	struct rx_timer t;
+	int id;
+	struct rec *rec;
+};
+
+static void rec_fire(struct rx_reactor *r, struct rx_timer *t)
+{
+	struct tmr *x = t->arg;
+	struct rec *rec = x->rec;
+	rec->fired_ns[rec->n] = pc_now_ns() - rec->t0;
+	rec->order[rec->n++] = x->id;
+	if (rec->n == rec->stop_after)
+		rx_reactor_stop(r);
+}
+
+Test(timer, fires_in_deadline_order_ties_first_armed_first)
+{
+	struct rx_reactor *r = tu_reactor(NULL);
+	struct rec rec = {.stop_after = 6, .t0 = pc_now_ns()};
+	static const unsigned delays[] = {30, 10, 20, 10, 0, 20};
+	struct tmr t[6];
+	for (int i = 0; i < 6; i++) {
+		t[i].id = i;
+		t[i].rec = &rec;
+		rx_timer_init(&t[i].t, rec_fire, &t[i]);
+		cr_assert_eq(rx_timer_start(r, &t[i].t, RX_MS(delays[i]), 0), 0);
+	}
+	tu_run(r, 5000);
+	static const int want[] = {4, 1, 3, 2, 5, 0};
+	cr_assert_eq(rec.n, 6);
+	for (int i = 0; i < 6; i++)
+		cr_assert_eq(rec.order[i], want[i], "position %d: got %d", i,
+			     rec.order[i]);
+	/* Never early. */
+	for (int i = 0; i < 6; i++)
+		cr_assert_geq(rec.fired_ns[i], RX_MS(delays[rec.order[i]]));
+	rx_reactor_destroy(r);
+}
+
+Test(timer, periodic_fires_repeatedly_and_can_stop_itself)
+{
+	struct rx_reactor *r = tu_reactor(NULL);
+	struct rec rec = {.stop_after = 5, .t0 = pc_now_ns()};
+	struct tmr t = {.id = 7, .rec = &rec};
+	rx_timer_init(&t.t, rec_fire, &t);
+	rx_timer_start(r, &t.t, RX_MS(5), RX_MS(5));
+	tu_run(r, 5000);
+	cr_assert_eq(rec.n, 5);
+	cr_assert(rx_timer_armed(&t.t), "periodic timer stays armed");
+	for (int i = 0; i < 5; i++)
+		cr_assert_geq(rec.fired_ns[i], RX_MS(5) * (uint64_t)(i + 1));
+	rx_timer_stop(r, &t.t);
+	cr_assert(!rx_timer_armed(&t.t));
+	rx_reactor_destroy(r);
+}
+
+static void stopper(struct rx_reactor *r, struct rx_timer *t)
+{
+	(void)t;
+	rx_reactor_stop(r);
+}
+
+Test(timer, stopped_and_rearmed_timers)
+{
+	struct rx_reactor *r = tu_reactor(NULL);
+	struct rec rec = {.stop_after = 100, .t0 = pc_now_ns()};
+	struct tmr a = {.id = 1, .rec = &rec}, b = {.id = 2, .rec = &rec};
+	rx_timer_init(&a.t, rec_fire, &a);
+	rx_timer_init(&b.t, rec_fire, &b);
+	rx_timer_start(r, &a.t, RX_MS(5), 0);
+	rx_timer_start(r, &b.t, RX_MS(10), 0);
+	rx_timer_stop(r, &a.t);            /* a never fires */
+	rx_timer_stop(r, &a.t);            /* harmless twice */
+	rx_timer_start(r, &b.t, RX_MS(20), 0); /* re-arm moves b later */
+	struct rx_timer end;
+	rx_timer_init(&end, stopper, NULL);
+	rx_timer_start(r, &end, RX_MS(60), 0);
+	tu_run(r, 5000);
+	cr_assert_eq(rec.n, 1);
+	cr_assert_eq(rec.order[0], 2);
+	cr_assert_geq(rec.fired_ns[0], RX_MS(20));
+	rx_reactor_destroy(r);
+}
+
+Test(timer, heap_limit_is_enforced)
+{
+	struct rx_params p;
+	rx_params_default(&p);
+	p.timers_max = 8;
+	struct rx_reactor *r = tu_reactor(&p);
+	struct rx_timer t[9];
+	for (int i = 0; i < 8; i++) {
+		rx_timer_init(&t[i], stopper, NULL);
+		cr_assert_eq(rx_timer_start(r, &t[i], RX_MS(1000 + i), 0), 0);
+	}
+	rx_timer_init(&t[8], stopper, NULL);
+	cr_assert_eq(rx_timer_start(r, &t[8], RX_MS(1), 0), -ENOSPC);
+	/* Re-arming an armed timer does not need a new slot. */
+	cr_assert_eq(rx_timer_start(r, &t[3], RX_MS(1), 0), 0);
+	tu_run(r, 5000);
+	rx_reactor_destroy(r);
+}
+
+static uint64_t g_fired[4096];
+static int g_nfired;
+static int g_expect;
+
+static void record_deadline(struct rx_reactor *r, struct rx_timer *t)
+{
+	g_fired[g_nfired++] = t->deadline_ns;
+	if (g_nfired == g_expect)
+		rx_reactor_stop(r);
+}
+
+Test(timer, many_random_timers_fire_sorted)
+{
+	struct rx_reactor *r = tu_reactor(NULL);
+	enum { N = 2000 };
+	static struct rx_timer t[N];
+	srand(42);
+	g_nfired = 0;
+	g_expect = 0;
+	for (int i = 0; i < N; i++) {
+		rx_timer_init(&t[i], record_deadline, NULL);
+		rx_timer_start(r, &t[i], (uint64_t)(rand() % 50000) * 1000, 0);
+	}
+	for (int i = 0; i < N; i += 3) /* a third never fires */
+		rx_timer_stop(r, &t[i]);
+	for (int i = 0; i < N; i++)
+		g_expect += rx_timer_armed(&t[i]);
+	tu_run(r, 5000);
+	cr_assert_eq(g_nfired, g_expect);
+	for (int i = 1; i < g_nfired; i++)
+		cr_assert_leq(g_fired[i - 1], g_fired[i], "out of order at %d",
+			      i);
+	rx_reactor_destroy(r);
+}
+
+Test(timer, loop_sleeps_until_the_deadline)
+{
+	struct rx_reactor *r = tu_reactor(NULL);
+	struct rx_timer end;
+	rx_timer_init(&end, stopper, NULL);
+	rx_timer_start(r, &end, RX_MS(200), 0);
+	uint64_t ms = tu_run(r, 5000);
+	const struct rx_stats *st = rx_reactor_stats(r);
+	cr_assert_geq(ms, 200);
+	/* A busy loop would iterate millions of times in 200 ms. */
+	cr_assert_lt(st->loop_iterations, 20, "loop spun %llu times",
+		     (unsigned long long)st->loop_iterations);
+	rx_reactor_destroy(r);
+}

@@ -1,0 +1,121 @@
+/*
+ * tests/unit/testutil.c — see testutil.h.
+ */
+#include "testutil.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <errno.h>
+#include <unistd.h>
+
+static inline uint8_t pattern_byte(uint64_t seed, uint64_t pos)
+{
+	uint64_t x = (seed ^ (pos / 8)) * 0x9E3779B97F4A7C15ull;
+	x ^= x >> 29;
+	return (uint8_t)(x >> ((pos % 8) * 8));
+}
+
+void tu_fill_pattern(uint8_t *buf, size_t len, uint64_t seed, uint64_t offset)
+{
+	for (size_t i = 0; i < len; i++)
+		buf[i] = pattern_byte(seed, offset + i);
+}
+
+long tu_check_pattern(const uint8_t *buf, size_t len, uint64_t seed,
+		      uint64_t offset)
+{
+	for (size_t i = 0; i < len; i++)
+		if (buf[i] != pattern_byte(seed, offset + i))
+			return (long)i;
+	return -1;
+}
+
+char *tu_write_temp(const char *text)
+{
+	char tmpl[] = "/tmp/pc-test-XXXXXX";
+	int fd = mkstemp(tmpl);
+	if (fd < 0)
+		return NULL;
+	size_t len = strlen(text);
+	if (write(fd, text, len) != (ssize_t)len) {
+		close(fd);
+		return NULL;
+	}
+	close(fd);
+	return strdup(tmpl);
+}
+
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
+#include "common/util.h"
+
+struct rx_reactor *tu_reactor(const struct rx_params *p)
+{
+	struct rx_params def;
+	if (!p) {
+		rx_params_default(&def);
+		p = &def;
+	}
+	struct rx_reactor *r = NULL;
+	int ret = rx_reactor_create(&r, 0, p);
+	cr_assert_eq(ret, 0, "rx_reactor_create: %s", strerror(-ret));
+	return r;
+}
+
+static void watchdog_fired(struct rx_reactor *r, struct rx_timer *t)
+{
+	bool *fired = t->arg;
+	*fired = true;
+	rx_reactor_stop(r);
+}
+
+uint64_t tu_run(struct rx_reactor *r, unsigned limit_ms)
+{
+	struct rx_timer wd;
+	bool fired = false;
+	rx_timer_init(&wd, watchdog_fired, &fired);
+	rx_timer_start(r, &wd, RX_MS(limit_ms), 0);
+	uint64_t t0 = pc_now_ns();
+	int ret = rx_reactor_run(r);
+	rx_timer_stop(r, &wd);
+	cr_assert_eq(ret, 0, "loop failed: %s", strerror(-ret));
+	cr_assert(!fired, "watchdog: the loop did not stop within %u ms",
+		  limit_ms);
+	return (pc_now_ns() - t0) / 1000000ull;
+}
+
+int tu_connect(uint16_t port)
+{
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	cr_assert(fd >= 0);
+	struct sockaddr_in sin = {.sin_family = AF_INET,
+				  .sin_port = htons(port),
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	cr_assert_eq(connect(fd, (struct sockaddr *)&sin, sizeof(sin)), 0,
+		     "connect: %s", strerror(errno));
+	int one = 1;
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	return fd;
+}
+
+void tu_nonblock(int fd)
+{
+	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
+
+#include "common/log.h"
+
+/* Tests log at WARN unless PEERCACHE_TEST_LOG says otherwise. */
+__attribute__((constructor)) static void tu_log_level(void)
+{
+	const char *lv = getenv("PEERCACHE_TEST_LOG");
+	enum pc_log_level level = PC_LOG_WARN;
+	if (lv)
+		pc_log_level_parse(lv, &level);
+	pc_log_set_level(level);
+}
