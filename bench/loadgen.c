@@ -8,23 +8,30 @@
  * starts the workers, joins them and merges their results.
  *
  * Closed loop: every connection keeps exactly `pipeline` requests in flight.
- * Each time one whole reply has arrived, the latency of the oldest request is
- * recorded and one new request is sent, so the offered load follows the
+ * Each time one whole reply has arrived, the latency of the request it answers
+ * is recorded and one new request is sent, so the offered load follows the
  * server's speed (this measures round trips, not an open-loop arrival rate).
  *
  * The wire protocol sits behind struct lg_proto: "how to build a request" and
- * "how long is the first reply in these bytes". The raw mode (fixed request,
- * fixed reply length, content not checked) is the first implementation; a
- * MessagePack-RPC mode with msgids and variable-length replies is meant to be
- * a second table entry, not a change to the loop.
+ * "how long is the first reply in these bytes, and which msgid does it
+ * answer". Two modes: raw (fixed request, fixed reply length, content not
+ * checked, replies in request order) and msgpack-rpc (MessagePack-RPC
+ * requests [0, msgid, method, params]; replies [1, msgid, error, result]
+ * framed by skipping one msgpack object, matched to requests by msgid in
+ * whatever order they come back).
  *
  * Invariants:
- *  - per connection, 0 <= inflight <= pipeline; the send times of in-flight
- *    requests sit in a FIFO ring of `pipeline` slots, oldest at ring_head;
+ *  - per connection, 0 <= inflight <= pipeline; every in-flight request owns
+ *    one slot of a table of slot_count = pow2 >= pipeline entries, and its
+ *    msgid carries the slot in its low bits, so a reply finds its request in
+ *    O(1) and two requests in flight never share a msgid;
+ *  - ordered modes use the slots as a FIFO ring (oldest at ring_head);
+ *    unordered modes take them from a free stack;
  *  - unsent request bytes (tx_len - tx_off) always belong to in-flight
  *    requests, so the tx buffer never needs more than pipeline * request max;
- *  - the rx buffer holds at least one maximal reply, so a reply always fits
- *    once the bytes in front of it have been consumed;
+ *  - the rx buffer holds at least one maximal reply, and a mode reports a
+ *    reply longer than reply_bytes_max as an error rather than waiting for
+ *    more bytes, so a partial reply never fills the buffer;
  *  - no worker runs past the end of the measured window: every wait is
  *    bounded, connects have a deadline, and a connection that stops answering
  *    is declared dead after --timeout seconds.
@@ -44,6 +51,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -162,6 +170,331 @@ static uint64_t lg_hist_quantile_ns(const struct lg_hist *h, double q)
 }
 
 /* ------------------------------------------------------------------------ */
+/* MessagePack reading                                                       */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Just enough MessagePack to frame replies: decode one header, skip one whole
+ * object, render a small one for a message. Every size here comes from the
+ * peer, so nothing allocates or recurses on it: the skipper keeps one count of
+ * objects still to skip (a container adds its children to it), and as every
+ * object is at least one byte, that count is also a lower bound on the bytes
+ * still to come, which lets a declared array32 of 4 billion elements fail at
+ * once against the size limit instead of being waited for.
+ */
+enum lg_mp_kind {
+	LG_MP_INVALID,	/* 0xc1, the one marker msgpack never uses */
+	LG_MP_NIL,
+	LG_MP_BOOL,
+	LG_MP_UINT,
+	LG_MP_INT,	/* the signed encodings, negative fixint included */
+	LG_MP_FLOAT,
+	LG_MP_STR,
+	LG_MP_BIN,
+	LG_MP_EXT,
+	LG_MP_ARRAY,
+	LG_MP_MAP,
+};
+
+struct lg_mp_head {
+	enum lg_mp_kind kind;
+	/* UINT: the value; INT: the value in two's complement; BOOL: 0 or 1;
+	 * ARRAY: elements; MAP: pairs. */
+	uint64_t val;
+	uint64_t payload;   /* bytes after the header: str/bin/ext data, float */
+	uint64_t children;  /* objects after the payload: array n, map 2n */
+	int8_t ext_type;
+};
+
+/* Markers 0xc0..0xdf; the fix* ranges outside it are decoded in code. */
+struct lg_mp_marker {
+	uint8_t kind;
+	uint8_t field_bytes;	/* big-endian length or value after the marker */
+	uint8_t type_bytes;	/* ext: the type byte after the length */
+	uint8_t fixed_payload;	/* float, fixext: data size the marker implies */
+};
+
+static const struct lg_mp_marker lg_mp_markers[] = {
+	{ LG_MP_NIL, 0, 0, 0 },	   /* 0xc0 nil */
+	{ LG_MP_INVALID, 0, 0, 0 }, /* 0xc1 never used */
+	{ LG_MP_BOOL, 0, 0, 0 },   /* 0xc2 false */
+	{ LG_MP_BOOL, 0, 0, 0 },   /* 0xc3 true */
+	{ LG_MP_BIN, 1, 0, 0 },	   /* 0xc4 bin8 */
+	{ LG_MP_BIN, 2, 0, 0 },	   /* 0xc5 bin16 */
+	{ LG_MP_BIN, 4, 0, 0 },	   /* 0xc6 bin32 */
+	{ LG_MP_EXT, 1, 1, 0 },	   /* 0xc7 ext8 */
+	{ LG_MP_EXT, 2, 1, 0 },	   /* 0xc8 ext16 */
+	{ LG_MP_EXT, 4, 1, 0 },	   /* 0xc9 ext32 */
+	{ LG_MP_FLOAT, 0, 0, 4 },  /* 0xca float32 */
+	{ LG_MP_FLOAT, 0, 0, 8 },  /* 0xcb float64 */
+	{ LG_MP_UINT, 1, 0, 0 },   /* 0xcc uint8 */
+	{ LG_MP_UINT, 2, 0, 0 },   /* 0xcd uint16 */
+	{ LG_MP_UINT, 4, 0, 0 },   /* 0xce uint32 */
+	{ LG_MP_UINT, 8, 0, 0 },   /* 0xcf uint64 */
+	{ LG_MP_INT, 1, 0, 0 },	   /* 0xd0 int8 */
+	{ LG_MP_INT, 2, 0, 0 },	   /* 0xd1 int16 */
+	{ LG_MP_INT, 4, 0, 0 },	   /* 0xd2 int32 */
+	{ LG_MP_INT, 8, 0, 0 },	   /* 0xd3 int64 */
+	{ LG_MP_EXT, 0, 1, 1 },	   /* 0xd4 fixext1 */
+	{ LG_MP_EXT, 0, 1, 2 },	   /* 0xd5 fixext2 */
+	{ LG_MP_EXT, 0, 1, 4 },	   /* 0xd6 fixext4 */
+	{ LG_MP_EXT, 0, 1, 8 },	   /* 0xd7 fixext8 */
+	{ LG_MP_EXT, 0, 1, 16 },   /* 0xd8 fixext16 */
+	{ LG_MP_STR, 1, 0, 0 },	   /* 0xd9 str8 */
+	{ LG_MP_STR, 2, 0, 0 },	   /* 0xda str16 */
+	{ LG_MP_STR, 4, 0, 0 },	   /* 0xdb str32 */
+	{ LG_MP_ARRAY, 2, 0, 0 },  /* 0xdc array16 */
+	{ LG_MP_ARRAY, 4, 0, 0 },  /* 0xdd array32 */
+	{ LG_MP_MAP, 2, 0, 0 },	   /* 0xde map16 */
+	{ LG_MP_MAP, 4, 0, 0 },	   /* 0xdf map32 */
+};
+_Static_assert(PC_ARRAY_LEN(lg_mp_markers) == 0xe0 - 0xc0,
+	       "one entry per marker 0xc0..0xdf");
+
+/* Decodes the header of the object at p[0..len). Returns the header's length,
+ * 0 when len does not cover it yet, or -EPROTO for the unused marker. */
+static ssize_t lg_mp_head(const uint8_t *p, size_t len, struct lg_mp_head *h)
+{
+	if (len == 0)
+		return 0;
+	uint8_t b = p[0];
+	*h = (struct lg_mp_head){ .kind = LG_MP_UINT };
+	if (b <= 0x7f) {
+		h->val = b;
+		return 1;
+	}
+	if (b >= 0xe0) {
+		h->kind = LG_MP_INT;
+		h->val = (uint64_t)(int64_t)(int8_t)b;
+		return 1;
+	}
+	if (b <= 0x8f) {
+		h->kind = LG_MP_MAP;
+		h->val = b & 0x0fu;
+		h->children = 2 * h->val;
+		return 1;
+	}
+	if (b <= 0x9f) {
+		h->kind = LG_MP_ARRAY;
+		h->val = h->children = b & 0x0fu;
+		return 1;
+	}
+	if (b <= 0xbf) {
+		h->kind = LG_MP_STR;
+		h->payload = b & 0x1fu;
+		return 1;
+	}
+	const struct lg_mp_marker *m = &lg_mp_markers[b - 0xc0];
+	if (m->kind == LG_MP_INVALID)
+		return -EPROTO;
+	size_t hdr = 1u + m->field_bytes + m->type_bytes;
+	if (len < hdr)
+		return 0;
+	uint64_t field = 0;
+	for (unsigned i = 0; i < m->field_bytes; i++)
+		field = field << 8 | p[1 + i];
+	h->kind = (enum lg_mp_kind)m->kind;
+	switch (h->kind) {
+	case LG_MP_BOOL:
+		h->val = b & 1u;
+		break;
+	case LG_MP_UINT:
+		h->val = field;
+		break;
+	case LG_MP_INT: {
+		unsigned shift = 64u - 8u * m->field_bytes;
+		h->val = (uint64_t)((int64_t)(field << shift) >> shift);
+		break;
+	}
+	case LG_MP_STR:
+	case LG_MP_BIN:
+		h->payload = field;
+		break;
+	case LG_MP_EXT:
+		h->payload = m->field_bytes ? field : m->fixed_payload;
+		h->ext_type = (int8_t)p[1 + m->field_bytes];
+		break;
+	case LG_MP_FLOAT:
+		h->payload = m->fixed_payload;
+		break;
+	case LG_MP_ARRAY:
+		h->val = h->children = field;
+		break;
+	case LG_MP_MAP:
+		h->val = field;
+		h->children = 2 * field;
+		break;
+	default:
+		break;
+	}
+	return (ssize_t)hdr;
+}
+
+/* True, with the value, when h is an integer >= 0 in any encoding. */
+static bool lg_mp_head_u64(const struct lg_mp_head *h, uint64_t *out)
+{
+	if (h->kind == LG_MP_UINT ||
+	    (h->kind == LG_MP_INT && (int64_t)h->val >= 0)) {
+		*out = h->val;
+		return true;
+	}
+	return false;
+}
+
+/*
+ * Skips one complete object at p[0..len), nested ones included. Returns its
+ * length; 0 when len does not cover it yet; -EPROTO when the bytes are not
+ * msgpack (the unused marker 0xc1); -EMSGSIZE as soon as the object is known
+ * to need more than limit bytes. Runs at most one iteration per byte.
+ */
+static ssize_t lg_mp_skip(const uint8_t *p, size_t len, size_t limit)
+{
+	uint64_t left = 1;  /* objects still to skip; each is >= 1 byte */
+	size_t pos = 0;
+
+	while (left > 0) {
+		/* left <= limit + 2 * UINT32_MAX after any step: no overflow. */
+		if (pos + left > limit)
+			return -EMSGSIZE;
+		struct lg_mp_head h;
+		ssize_t n = lg_mp_head(p + pos, len - pos, &h);
+		if (n < 0)
+			return n;
+		if (n == 0)  /* the object needs more than len bytes */
+			return len >= limit ? -EMSGSIZE : 0;
+		pos += (size_t)n;
+		if (h.payload > limit || pos + h.payload > limit)
+			return -EMSGSIZE;
+		if (h.payload > len - pos)
+			return 0;  /* pos + payload <= limit, so len < limit */
+		pos += (size_t)h.payload;
+		left = left - 1 + h.children;
+	}
+	return (ssize_t)pos;
+}
+
+/* Bounded text for messages; a full buffer silently truncates. */
+struct lg_text {
+	char *buf;
+	size_t cap;
+	size_t len;
+};
+
+static PC_PRINTF(2, 3) void lg_text_add(struct lg_text *t, const char *fmt, ...)
+{
+	if (t->len + 1 >= t->cap)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(t->buf + t->len, t->cap - t->len, fmt, ap);
+	va_end(ap);
+	if (n > 0)
+		t->len = PC_MIN(t->len + (size_t)n, t->cap - 1);
+}
+
+/* Rendering limits: an error object is shown, not archived. */
+#define LG_RENDER_DEPTH_MAX 4
+#define LG_RENDER_ITEMS_MAX 8
+#define LG_RENDER_STR_MAX 80
+
+/*
+ * Renders the object at p[0..len) into t, JSON-like, nested at most
+ * LG_RENDER_DEPTH_MAX deep (recursion bounded by that, not by the data).
+ * Error path only. Returns the object's length or a negative errno.
+ */
+static ssize_t lg_mp_render(const uint8_t *p, size_t len, unsigned depth,
+			    struct lg_text *t)
+{
+	struct lg_mp_head h;
+	ssize_t total = lg_mp_skip(p, len, len);
+	if (total <= 0)
+		return total < 0 ? total : -EPROTO;
+	ssize_t n = lg_mp_head(p, len, &h);
+	if (n <= 0)
+		return -EPROTO;
+	const uint8_t *d = p + n;  /* the payload, or the first child */
+
+	switch (h.kind) {
+	case LG_MP_NIL:
+		lg_text_add(t, "nil");
+		break;
+	case LG_MP_BOOL:
+		lg_text_add(t, h.val ? "true" : "false");
+		break;
+	case LG_MP_UINT:
+		lg_text_add(t, "%llu", (unsigned long long)h.val);
+		break;
+	case LG_MP_INT:
+		lg_text_add(t, "%lld", (long long)(int64_t)h.val);
+		break;
+	case LG_MP_FLOAT: {
+		uint64_t bits = 0;
+		for (uint64_t i = 0; i < h.payload; i++)
+			bits = bits << 8 | d[i];
+		double v;
+		if (h.payload == 4) {
+			uint32_t b32 = (uint32_t)bits;
+			float f;
+			memcpy(&f, &b32, sizeof(f));
+			v = f;
+		} else {
+			memcpy(&v, &bits, sizeof(v));
+		}
+		lg_text_add(t, "%g", v);
+		break;
+	}
+	case LG_MP_STR: {
+		size_t shown = (size_t)PC_MIN(h.payload, (uint64_t)LG_RENDER_STR_MAX);
+		lg_text_add(t, "\"");
+		for (size_t i = 0; i < shown; i++) {
+			if (d[i] >= 0x20 && d[i] < 0x7f && d[i] != '"' &&
+			    d[i] != '\\')
+				lg_text_add(t, "%c", d[i]);
+			else
+				lg_text_add(t, "\\x%02x", d[i]);
+		}
+		lg_text_add(t, "%s\"", shown < h.payload ? "..." : "");
+		break;
+	}
+	case LG_MP_BIN:
+		lg_text_add(t, "<bin %llu bytes>", (unsigned long long)h.payload);
+		break;
+	case LG_MP_EXT:
+		lg_text_add(t, "<ext type %d, %llu bytes>", h.ext_type,
+			    (unsigned long long)h.payload);
+		break;
+	case LG_MP_ARRAY:
+	case LG_MP_MAP: {
+		bool map = h.kind == LG_MP_MAP;
+		lg_text_add(t, map ? "{" : "[");
+		if (h.val > 0 && depth >= LG_RENDER_DEPTH_MAX) {
+			lg_text_add(t, "...");
+		} else {
+			size_t end = (size_t)total, off = (size_t)n;
+			for (uint64_t i = 0; i < h.children; i++) {
+				if (i / (map ? 2 : 1) == LG_RENDER_ITEMS_MAX) {
+					lg_text_add(t, ", ...");
+					break;
+				}
+				if (i > 0)
+					lg_text_add(t, map && (i & 1) ? ": " : ", ");
+				ssize_t c = lg_mp_render(p + off, end - off,
+							 depth + 1, t);
+				if (c < 0)
+					return c;
+				off += (size_t)c;
+			}
+		}
+		lg_text_add(t, map ? "}" : "]");
+		break;
+	}
+	default:
+		return -EPROTO;
+	}
+	return total;
+}
+
+/* ------------------------------------------------------------------------ */
 /* Protocols                                                                 */
 /* ------------------------------------------------------------------------ */
 
@@ -169,39 +502,71 @@ static uint64_t lg_hist_quantile_ns(const struct lg_hist *h, double q)
 struct lg_proto_cfg {
 	const uint8_t *request;	    /* raw: bytes of one request */
 	size_t request_bytes;	    /* raw: their length */
-	size_t reply_bytes;	    /* raw: fixed length of one reply */
-	size_t request_bytes_max;   /* set by setup(): sizes the tx buffer */
-	size_t reply_bytes_max;	    /* set by setup(): sizes the rx buffer */
+	bool request_given;	    /* --request was on the command line */
+	size_t reply_bytes;	    /* raw: fixed reply length; rpc: largest
+				       reply accepted; 0 = mode default */
+	const char *method;	    /* rpc: method name, NULL if not given */
+	const uint8_t *params;	    /* rpc: encoded params, NULL = [] */
+	size_t params_bytes;
+	/* Set by setup(): */
+	uint8_t *tmpl;		    /* rpc: one request with msgid 0 (owned) */
+	size_t tmpl_bytes;
+	size_t msgid_off;	    /* rpc: where the uint32 msgid sits in tmpl */
+	size_t request_bytes_max;   /* sizes the tx buffer */
+	size_t reply_bytes_max;	    /* sizes the rx buffer */
+};
+
+/* What one framed reply says, beyond its length. */
+struct lg_reply {
+	uint32_t msgid;		/* the request it answers */
+	uint32_t err_off;	/* the error object inside the reply, */
+	uint32_t err_len;	/* err_len 0 when the error is nil */
 };
 
 /*
  * A protocol mode. The loop never looks at bytes itself; it asks the mode to
- * build requests and to frame replies. msgids count up per connection from 0
- * and wrap; replies are matched to requests in order (the oldest in-flight
- * request is the one answered), and reply_frame is told which msgid that is so
- * a mode whose replies carry one can check it.
+ * build requests and to frame replies. The loop picks every msgid (unique
+ * among the connection's requests in flight, and carrying the slot that
+ * holds the request's send time); a mode whose requests carry no msgid just
+ * ignores it.
  */
 struct lg_proto {
 	const char *name;
-	/* Validates cfg and fills its *_max fields. 0 or a negative errno. */
-	int (*setup)(struct lg_proto_cfg *cfg);
+	/* Replies come back in request order and carry no msgid: the loop
+	 * passes the oldest in-flight msgid to reply_frame, which echoes it. */
+	bool ordered;
+	/* Validates cfg and fills the fields setup owns. 0, or a negative
+	 * errno with *why saying which option is wrong. */
+	int (*setup)(struct lg_proto_cfg *cfg, const char **why);
 	/* Writes one request carrying msgid into buf[0..cap). Returns the bytes
 	 * written, or -ENOSPC (cap is request_bytes_max, so only on a bug). */
 	ssize_t (*request_build)(const struct lg_proto_cfg *cfg, uint32_t msgid,
 				 uint8_t *buf, size_t cap);
 	/* Looks at received bytes buf[0..len) starting at a reply boundary.
-	 * Returns the length of the first reply when it is complete, 0 when
-	 * more bytes are needed, or -EPROTO when the bytes cannot be a reply
-	 * to expect_msgid. */
+	 * Returns the length of the first reply and fills *out when it is
+	 * complete; 0 when more bytes are needed (never once len reaches
+	 * reply_bytes_max); or a negative errno: -EPROTO not the protocol's
+	 * encoding, -EBADMSG well-formed but not a reply, -EMSGSIZE longer
+	 * than reply_bytes_max. expect_msgid is the oldest in-flight request,
+	 * meaningful for ordered modes only. */
 	ssize_t (*reply_frame)(const struct lg_proto_cfg *cfg,
 			       uint32_t expect_msgid, const uint8_t *buf,
-			       size_t len);
+			       size_t len, struct lg_reply *out);
 };
 
-static int lg_raw_setup(struct lg_proto_cfg *cfg)
+static int lg_raw_setup(struct lg_proto_cfg *cfg, const char **why)
 {
-	if (cfg->request_bytes == 0 || cfg->reply_bytes == 0)
+	if (cfg->method || cfg->params) {
+		*why = "--method and --params-hex need --mode msgpack-rpc";
 		return -EINVAL;
+	}
+	/* Default: an echo server answers with the request itself. */
+	if (cfg->reply_bytes == 0)
+		cfg->reply_bytes = cfg->request_bytes;
+	if (cfg->request_bytes == 0) {
+		*why = "an empty --request";
+		return -EINVAL;
+	}
 	cfg->request_bytes_max = cfg->request_bytes;
 	cfg->reply_bytes_max = cfg->reply_bytes;
 	return 0;
@@ -221,21 +586,162 @@ static ssize_t lg_raw_request_build(const struct lg_proto_cfg *cfg,
  * time that belongs to the measurement. */
 static ssize_t lg_raw_reply_frame(const struct lg_proto_cfg *cfg,
 				  uint32_t expect_msgid, const uint8_t *buf,
-				  size_t len)
+				  size_t len, struct lg_reply *out)
 {
-	return len >= cfg->reply_bytes ? (ssize_t)cfg->reply_bytes : 0;
+	if (len < cfg->reply_bytes)
+		return 0;
+	out->msgid = expect_msgid;
+	return (ssize_t)cfg->reply_bytes;
 }
 
 static const struct lg_proto lg_proto_raw = {
 	.name = "raw",
+	.ordered = true,
 	.setup = lg_raw_setup,
 	.request_build = lg_raw_request_build,
 	.reply_frame = lg_raw_reply_frame,
 };
 
+/* MessagePack-RPC, https://github.com/msgpack-rpc/msgpack-rpc/blob/master/spec.md */
+#define LG_RPC_REQUEST 0
+#define LG_RPC_RESPONSE 1
+/* Largest reply accepted unless --reply-bytes says otherwise: ample for a
+ * health map, small enough that 10k connections' rx buffers stay cheap. */
+#define LG_RPC_REPLY_BYTES_DEFAULT 16384
+#define LG_RPC_METHOD_BYTES_MAX 255
+
+/*
+ * Every request differs only in its msgid, so setup encodes one whole request
+ * once, msgid as a fixed-width uint32 (0xce: any msgpack decoder accepts the
+ * wider form), and request_build copies it and patches four bytes.
+ */
+static int lg_rpc_setup(struct lg_proto_cfg *cfg, const char **why)
+{
+	static const uint8_t params_empty[] = { 0x90 };	 /* [] */
+
+	if (cfg->request_given) {
+		*why = "--request is for --mode raw; msgpack-rpc builds requests from --method and --params-hex";
+		return -EINVAL;
+	}
+	if (!cfg->method || !*cfg->method) {
+		*why = "needs --method NAME (e.g. node.health)";
+		return -EINVAL;
+	}
+	size_t mlen = strlen(cfg->method);
+	if (mlen > LG_RPC_METHOD_BYTES_MAX) {
+		*why = "--method is longer than 255 bytes";
+		return -EINVAL;
+	}
+	const uint8_t *params = cfg->params ? cfg->params : params_empty;
+	size_t plen = cfg->params ? cfg->params_bytes : sizeof(params_empty);
+	struct lg_mp_head h;
+	if (lg_mp_skip(params, plen, plen) != (ssize_t)plen ||
+	    lg_mp_head(params, plen, &h) <= 0 || h.kind != LG_MP_ARRAY) {
+		*why = "--params-hex is not exactly one msgpack array";
+		return -EINVAL;
+	}
+
+	size_t cap = 1 + 1 + 5 + 2 + mlen + plen;
+	if (cap > LG_REQUEST_BYTES_MAX) {
+		*why = "the request would exceed 65536 bytes";
+		return -EINVAL;
+	}
+	uint8_t *b = pc_xcalloc(cap, 1);
+	size_t n = 0;
+	b[n++] = 0x94;			/* fixarray, 4 elements */
+	b[n++] = LG_RPC_REQUEST;	/* positive fixint */
+	b[n++] = 0xce;			/* uint32 msgid, patched per request */
+	cfg->msgid_off = n;
+	n += 4;
+	if (mlen <= 31) {
+		b[n++] = (uint8_t)(0xa0 | mlen);  /* fixstr */
+	} else {
+		b[n++] = 0xd9;			   /* str8 */
+		b[n++] = (uint8_t)mlen;
+	}
+	memcpy(b + n, cfg->method, mlen);
+	n += mlen;
+	memcpy(b + n, params, plen);
+	n += plen;
+
+	cfg->tmpl = b;
+	cfg->tmpl_bytes = n;
+	cfg->request_bytes_max = n;
+	cfg->reply_bytes_max = cfg->reply_bytes ? cfg->reply_bytes
+						: LG_RPC_REPLY_BYTES_DEFAULT;
+	return 0;
+}
+
+static ssize_t lg_rpc_request_build(const struct lg_proto_cfg *cfg,
+				    uint32_t msgid, uint8_t *buf, size_t cap)
+{
+	if (cap < cfg->tmpl_bytes)
+		return -ENOSPC;
+	memcpy(buf, cfg->tmpl, cfg->tmpl_bytes);
+	uint8_t *m = buf + cfg->msgid_off;
+	m[0] = (uint8_t)(msgid >> 24);
+	m[1] = (uint8_t)(msgid >> 16);
+	m[2] = (uint8_t)(msgid >> 8);
+	m[3] = (uint8_t)msgid;
+	return (ssize_t)cfg->tmpl_bytes;
+}
+
+/*
+ * One reply is one msgpack object; it must be [1, msgid, error, result] with
+ * a msgid that fits 32 bits. Integers are accepted in any width the spec
+ * allows, not only the shortest. Whether the msgid is in flight is the loop's
+ * question, not the framer's.
+ */
+static ssize_t lg_rpc_reply_frame(const struct lg_proto_cfg *cfg,
+				  uint32_t expect_msgid, const uint8_t *buf,
+				  size_t len, struct lg_reply *out)
+{
+	size_t limit = cfg->reply_bytes_max;
+	/* Frame first: "complete or not" must not depend on which of the
+	 * checks below a partial reply happens to reach. */
+	ssize_t total = lg_mp_skip(buf, len, limit);
+	if (total <= 0)
+		return total;
+
+	struct lg_mp_head h;
+	uint64_t v;
+	size_t pos = 0;
+	/* total bytes are one complete object, so no step below runs short. */
+	ssize_t n = lg_mp_head(buf, (size_t)total, &h);
+	if (n <= 0 || h.kind != LG_MP_ARRAY || h.val != 4)
+		return -EBADMSG;
+	pos += (size_t)n;
+	n = lg_mp_head(buf + pos, (size_t)total - pos, &h);
+	if (n <= 0 || !lg_mp_head_u64(&h, &v) || v != LG_RPC_RESPONSE)
+		return -EBADMSG;
+	pos += (size_t)n;
+	n = lg_mp_head(buf + pos, (size_t)total - pos, &h);
+	if (n <= 0 || !lg_mp_head_u64(&h, &v) || v > UINT32_MAX)
+		return -EBADMSG;
+	out->msgid = (uint32_t)v;
+	pos += (size_t)n;
+	n = lg_mp_skip(buf + pos, (size_t)total - pos, (size_t)total - pos);
+	if (n <= 0)
+		return -EBADMSG;
+	if (buf[pos] != 0xc0) {	 /* anything but nil is an error */
+		out->err_off = (uint32_t)pos;
+		out->err_len = (uint32_t)n;
+	}
+	return total;
+}
+
+static const struct lg_proto lg_proto_rpc = {
+	.name = "msgpack-rpc",
+	.ordered = false,
+	.setup = lg_rpc_setup,
+	.request_build = lg_rpc_request_build,
+	.reply_frame = lg_rpc_reply_frame,
+};
+
 /* Every mode --mode accepts; a new protocol is one more line here. */
 static const struct lg_proto *const lg_protos[] = {
 	&lg_proto_raw,
+	&lg_proto_rpc,
 };
 
 /* ------------------------------------------------------------------------ */
@@ -251,9 +757,14 @@ struct lg_opts {
 	double warmup_s;
 	double timeout_s;  /* connect deadline, and silence before a conn is dead */
 	unsigned pipeline;
-	uint8_t request[LG_REQUEST_BYTES_MAX];
+	uint8_t request[LG_REQUEST_BYTES_MAX];	/* raw: --request */
 	size_t request_bytes;
-	size_t reply_bytes;  /* 0 until given: defaults to request_bytes (echo) */
+	bool request_given;
+	size_t reply_bytes;  /* 0 until given: the mode picks a default */
+	const char *method;  /* msgpack-rpc: --method */
+	uint8_t params[LG_REQUEST_BYTES_MAX];	/* msgpack-rpc: --params-hex */
+	size_t params_bytes;
+	bool params_given;
 	const struct lg_proto *proto;
 	bool json;
 };
@@ -274,20 +785,31 @@ static void lg_usage(FILE *out)
 		"  --duration SEC    measured window (default 5)\n"
 		"  --warmup SEC      load before the window, not measured (default 1)\n"
 		"  --pipeline K      requests in flight per connection (default 1, max %d)\n"
+		"  --mode M          wire protocol: raw (default) or msgpack-rpc\n"
+		"  --reply-bytes B   raw: reply bytes per request (default: request\n"
+		"                    length, i.e. an echo server; redis PING needs 7);\n"
+		"                    msgpack-rpc: largest reply accepted (default %d)\n"
+		"\n"
+		"raw mode: a fixed request, replies framed by length only.\n"
 		"  --request STR     request bytes; escapes \\r \\n \\t \\0 \\\\ \\xNN\n"
 		"                    (default \"PING\\r\\n\")\n"
-		"  --reply-bytes B   reply bytes per request (default: request length,\n"
-		"                    i.e. an echo server; redis PING needs 7)\n"
-		"  --mode M          wire protocol (default raw: fixed request, replies\n"
-		"                    framed by length only)\n"
+		"\n"
+		"msgpack-rpc mode: requests [0, msgid, method, params]; replies\n"
+		"[1, msgid, error, result] matched by msgid in any order; a reply\n"
+		"whose error is not nil is counted in reply_errors, not in ops.\n"
+		"  --method NAME     method to call (required), e.g. node.health\n"
+		"  --params-hex HEX  params as one pre-encoded msgpack array in hex\n"
+		"                    (default 90, i.e. [])\n"
+		"\n"
 		"  --timeout SEC     connect deadline and longest silence from a busy\n"
 		"                    connection before it counts as dead (default 2)\n"
 		"  --json            print one JSON object instead of a text line\n"
 		"  --help            this text\n"
 		"\n"
-		"Exit status: 0 on a clean run, 1 when a connection failed or no\n"
-		"request completed, 2 on bad usage.\n",
-		LG_CONNS_MAX, LG_THREADS_MAX, LG_PIPELINE_MAX);
+		"Exit status: 0 on a clean run, 1 when a connection failed, a reply\n"
+		"carried an error or no request completed, 2 on bad usage.\n",
+		LG_CONNS_MAX, LG_THREADS_MAX, LG_PIPELINE_MAX,
+		LG_RPC_REPLY_BYTES_DEFAULT);
 }
 
 static int lg_parse_uint(const char *s, unsigned lo, unsigned hi,
@@ -359,6 +881,20 @@ static ssize_t lg_unescape(const char *s, uint8_t *out, size_t cap)
 	return (ssize_t)n;
 }
 
+/* Hex string into out[0..cap). Returns the byte count or -EINVAL. */
+static ssize_t lg_unhex(const char *s, uint8_t *out, size_t cap)
+{
+	size_t n = 0;
+	for (; s[0]; s += 2) {
+		int hi = lg_hex_digit(s[0]);
+		int lo = hi < 0 ? -1 : lg_hex_digit(s[1]);
+		if (lo < 0 || n == cap)
+			return -EINVAL;
+		out[n++] = (uint8_t)(hi << 4 | lo);
+	}
+	return (ssize_t)n;
+}
+
 /* Same order as lg_longopts: error messages index the table by c - HOST. */
 enum {
 	LG_OPT_HOST = 256,
@@ -373,6 +909,8 @@ enum {
 	LG_OPT_MODE,
 	LG_OPT_TIMEOUT,
 	LG_OPT_JSON,
+	LG_OPT_METHOD,
+	LG_OPT_PARAMS_HEX,
 	LG_OPT_HELP,
 };
 
@@ -389,6 +927,8 @@ static const struct option lg_longopts[] = {
 	{ "mode", required_argument, NULL, LG_OPT_MODE },
 	{ "timeout", required_argument, NULL, LG_OPT_TIMEOUT },
 	{ "json", no_argument, NULL, LG_OPT_JSON },
+	{ "method", required_argument, NULL, LG_OPT_METHOD },
+	{ "params-hex", required_argument, NULL, LG_OPT_PARAMS_HEX },
 	{ "help", no_argument, NULL, LG_OPT_HELP },
 	{ NULL, 0, NULL, 0 },
 };
@@ -453,6 +993,7 @@ static int lg_opts_parse(int argc, char **argv, struct lg_opts *o)
 				return -EINVAL;
 			}
 			o->request_bytes = (size_t)n;
+			o->request_given = true;
 			break;
 		case LG_OPT_REPLY_BYTES:
 			rc = lg_parse_uint(optarg, 1, LG_REPLY_BYTES_MAX, &reply);
@@ -471,6 +1012,20 @@ static int lg_opts_parse(int argc, char **argv, struct lg_opts *o)
 			break;
 		case LG_OPT_JSON:
 			o->json = true;
+			break;
+		case LG_OPT_METHOD:
+			o->method = optarg;
+			break;
+		case LG_OPT_PARAMS_HEX:
+			n = lg_unhex(optarg, o->params, sizeof(o->params));
+			if (n <= 0) {
+				fprintf(stderr,
+					"pc-loadgen: --params-hex: empty, odd length, not hex, or longer than %d bytes\n",
+					LG_REQUEST_BYTES_MAX);
+				return -EINVAL;
+			}
+			o->params_bytes = (size_t)n;
+			o->params_given = true;
 			break;
 		case LG_OPT_HELP:
 			lg_usage(stdout);
@@ -494,8 +1049,6 @@ static int lg_opts_parse(int argc, char **argv, struct lg_opts *o)
 		fprintf(stderr, "pc-loadgen: --port is required (see --help)\n");
 		return -EINVAL;
 	}
-	if (o->reply_bytes == 0)
-		o->reply_bytes = o->request_bytes;
 	/* More threads than connections would only spin idle loops. */
 	if (o->threads > o->conns)
 		o->threads = o->conns;
@@ -506,15 +1059,24 @@ static int lg_opts_parse(int argc, char **argv, struct lg_opts *o)
 /* Connections and workers                                                   */
 /* ------------------------------------------------------------------------ */
 
+/* One request in flight. */
+struct lg_slot {
+	uint64_t send_ns;	/* when it was queued: latency starts here */
+	uint32_t msgid;		/* what its reply must carry */
+	uint32_t busy;		/* 1 while in flight */
+};
+
 struct lg_conn {
 	int fd;
 	unsigned id;		 /* index over all connections, for messages */
 	bool dead;		 /* failed and closed; skipped from then on */
 	bool want_out;		 /* EPOLLOUT armed: a send was short */
-	uint32_t msgid_next;	 /* msgid of the next request built */
+	uint32_t seq;		 /* requests built; the msgid's high bits */
 	uint32_t inflight;	 /* requests sent or queued, not yet answered */
-	uint32_t ring_head;	 /* slot of the oldest in-flight request */
-	uint64_t *send_ns;	 /* [pipeline] send times, FIFO ring */
+	uint32_t ring_head;	 /* ordered modes: slot of the oldest request */
+	uint32_t nfree;		 /* unordered modes: slots on the free stack */
+	uint32_t *free_slots;	 /* unordered modes: [pipeline] free stack */
+	struct lg_slot *slots;	 /* [slot_count] requests, indexed by slot */
 	uint64_t last_rx_ns;	 /* last progress, for the stall check */
 	uint8_t *tx;		 /* requests not yet accepted by the kernel */
 	size_t tx_off, tx_len, tx_cap;
@@ -527,6 +1089,10 @@ struct lg_run {
 	const struct lg_opts *opts;
 	struct lg_proto_cfg cfg;
 	char target[300];	/* "host:port", for messages and output */
+	/* msgid = seq << slot_bits | slot; slot_count = 1 << slot_bits is
+	 * the smallest power of two >= pipeline. */
+	unsigned slot_bits;
+	uint32_t slot_mask;
 	uint64_t measure_start_ns;  /* end of warmup */
 	uint64_t measure_end_ns;
 	uint64_t timeout_ns;
@@ -540,7 +1106,9 @@ struct lg_worker {
 	unsigned nconns;
 	unsigned live;		/* connections not dead */
 	/* Results, read by main after join. */
-	uint64_t ops;		/* replies completed inside the window */
+	uint64_t ops;		/* good replies completed inside the window */
+	uint64_t reply_bytes;	/* their bytes, for the mean reply size */
+	uint64_t reply_errors;	/* replies carrying an error, whole run */
 	uint64_t errors;	/* connections that failed */
 	uint64_t stop_ns;	/* when the loop ended (early on failure) */
 	int fatal;		/* negative errno from epoll itself */
@@ -592,8 +1160,10 @@ static int lg_conn_set_out(struct lg_worker *w, struct lg_conn *c, bool on)
 static int lg_conn_queue_request(struct lg_worker *w, struct lg_conn *c,
 				 uint64_t now_ns)
 {
-	const struct lg_proto_cfg *cfg = &w->run->cfg;
-	PC_DASSERT(c->inflight < w->run->opts->pipeline);
+	const struct lg_run *run = w->run;
+	const struct lg_proto_cfg *cfg = &run->cfg;
+	bool ordered = run->opts->proto->ordered;
+	PC_DASSERT(c->inflight < run->opts->pipeline);
 
 	if (c->tx_off == c->tx_len) {
 		c->tx_off = c->tx_len = 0;
@@ -602,17 +1172,91 @@ static int lg_conn_queue_request(struct lg_worker *w, struct lg_conn *c,
 		c->tx_len -= c->tx_off;
 		c->tx_off = 0;
 	}
-	ssize_t n = w->run->opts->proto->request_build(
-		cfg, c->msgid_next, c->tx + c->tx_len, c->tx_cap - c->tx_len);
+	/* Peek at the slot; it is taken only once the request is built. */
+	uint32_t slot = ordered ? (c->ring_head + c->inflight) & run->slot_mask
+				: c->free_slots[c->nfree - 1];
+	uint32_t msgid = c->seq << run->slot_bits | slot;
+	ssize_t n = run->opts->proto->request_build(
+		cfg, msgid, c->tx + c->tx_len, c->tx_cap - c->tx_len);
 	if (n < 0)
 		return (int)n;
 	c->tx_len += (size_t)n;
-	c->msgid_next++;
-
-	uint32_t slot = (c->ring_head + c->inflight) % w->run->opts->pipeline;
-	c->send_ns[slot] = now_ns;
+	c->seq++;
+	if (!ordered)
+		c->nfree--;
+	PC_DASSERT(!c->slots[slot].busy);
+	c->slots[slot] = (struct lg_slot){
+		.send_ns = now_ns, .msgid = msgid, .busy = 1 };
 	c->inflight++;
 	return 0;
+}
+
+/* The slot of the in-flight request msgid names, or NULL: a reply to a
+ * request never sent, already answered, or from a previous slot user. */
+static struct lg_slot *lg_conn_slot_find(const struct lg_run *run,
+					 struct lg_conn *c, uint32_t msgid)
+{
+	struct lg_slot *s = &c->slots[msgid & run->slot_mask];
+	return s->busy && s->msgid == msgid ? s : NULL;
+}
+
+static void lg_conn_slot_release(const struct lg_run *run, struct lg_conn *c,
+				 struct lg_slot *s)
+{
+	uint32_t slot = (uint32_t)(s - c->slots);
+	s->busy = 0;
+	c->inflight--;
+	if (run->opts->proto->ordered) {
+		/* The framer answered with the oldest msgid, so this is it. */
+		PC_ASSERT(slot == c->ring_head);
+		c->ring_head = (c->ring_head + 1) & run->slot_mask;
+	} else {
+		c->free_slots[c->nfree++] = slot;
+	}
+}
+
+/* First few error replies of the whole process go to stderr; the rest are
+ * only counted, so a server failing every call cannot flood the terminal. */
+#define LG_ERRORS_SHOWN_MAX 5
+static atomic_uint lg_errors_shown;
+
+static void lg_reply_error_show(const struct lg_worker *w,
+				const struct lg_conn *c, uint32_t msgid,
+				const uint8_t *err, size_t err_len)
+{
+	unsigned k = atomic_fetch_add_explicit(&lg_errors_shown, 1,
+					       memory_order_relaxed);
+	if (k >= LG_ERRORS_SHOWN_MAX)
+		return;
+	char buf[320];
+	struct lg_text t = { .buf = buf, .cap = sizeof(buf) };
+	buf[0] = '\0';
+	if (lg_mp_render(err, err_len, 0, &t) < 0)
+		lg_text_add(&t, "<%zu bytes that do not render>", err_len);
+	fprintf(stderr, "pc-loadgen: conn %u to %s: msgid %u answered with error %s%s\n",
+		c->id, w->run->target, msgid, buf,
+		k + 1 == LG_ERRORS_SHOWN_MAX ? " (further errors only counted)" : "");
+}
+
+/* Why a mode rejected reply bytes, in words, into buf. */
+static const char *lg_frame_strerror(const struct lg_run *run, int err,
+				     char *buf, size_t cap)
+{
+	switch (err) {
+	case EPROTO:
+		return run->opts->proto->ordered
+			       ? "malformed reply"
+			       : "malformed reply: not msgpack (byte 0xc1)";
+	case EBADMSG:
+		return "reply is not a MessagePack-RPC response [1, msgid, error, result]";
+	case EMSGSIZE:
+		snprintf(buf, cap,
+			 "reply longer than %zu bytes (raise --reply-bytes)",
+			 run->cfg.reply_bytes_max);
+		return buf;
+	default:
+		return "malformed reply";
+	}
 }
 
 /* Hands queued bytes to the kernel; arms EPOLLOUT only while a send is short,
@@ -646,8 +1290,8 @@ static void lg_conn_on_readable(struct lg_worker *w, struct lg_conn *c)
 	const struct lg_proto *proto = run->opts->proto;
 	ssize_t n;
 
-	/* Framing consumes every complete reply, so what stays is shorter than
-	 * one reply and a reply never needs more than rx_cap: there is room. */
+	/* Framing consumes every complete reply and fails a reply that would
+	 * outgrow reply_bytes_max <= rx_cap, so what stays leaves room. */
 	PC_ASSERT(c->rx_len < c->rx_cap);
 	do {
 		n = read(c->fd, c->rx + c->rx_len, c->rx_cap - c->rx_len);
@@ -675,22 +1319,39 @@ static void lg_conn_on_readable(struct lg_worker *w, struct lg_conn *c)
 			lg_conn_fail(w, c, "server sent bytes with no request in flight (is --reply-bytes right?)", 0);
 			return;
 		}
-		uint32_t oldest = c->msgid_next - c->inflight;
-		ssize_t len = proto->reply_frame(&run->cfg, oldest, c->rx + off,
-						 c->rx_len - off);
+		struct lg_reply rep = { 0 };
+		ssize_t len = proto->reply_frame(&run->cfg,
+						 c->slots[c->ring_head].msgid,
+						 c->rx + off, c->rx_len - off,
+						 &rep);
 		if (len == 0)
 			break;
 		if (len < 0) {
-			lg_conn_fail(w, c, "malformed reply", (int)-len);
+			char why[96];
+			lg_conn_fail(w, c, lg_frame_strerror(run, (int)-len, why,
+							     sizeof(why)), 0);
 			return;
 		}
-		off += (size_t)len;
-		if (in_window) {
-			lg_hist_record(&w->hist, now_ns - c->send_ns[c->ring_head]);
-			w->ops++;
+		struct lg_slot *s = lg_conn_slot_find(run, c, rep.msgid);
+		if (!s) {
+			char what[128];
+			snprintf(what, sizeof(what),
+				 "reply for msgid %u, which no request in flight carries",
+				 rep.msgid);
+			lg_conn_fail(w, c, what, 0);
+			return;
 		}
-		c->ring_head = (c->ring_head + 1) % run->opts->pipeline;
-		c->inflight--;
+		if (rep.err_len) {
+			w->reply_errors++;
+			lg_reply_error_show(w, c, rep.msgid,
+					    c->rx + off + rep.err_off, rep.err_len);
+		} else if (in_window) {
+			lg_hist_record(&w->hist, now_ns - s->send_ns);
+			w->ops++;
+			w->reply_bytes += (uint64_t)len;
+		}
+		off += (size_t)len;
+		lg_conn_slot_release(run, c, s);
 		int rc = lg_conn_queue_request(w, c, now_ns);
 		if (rc == -ENOSPC) {
 			/* The tx buffer holds pipeline requests, so it is only
@@ -878,7 +1539,16 @@ static int lg_workers_setup(struct lg_run *run, struct lg_worker *workers,
 		struct lg_worker *w = &workers[id % o->threads];
 		struct lg_conn *c = &w->conns[id / o->threads];
 		c->id = id;
-		c->send_ns = pc_xcalloc(o->pipeline, sizeof(*c->send_ns));
+		c->slots = pc_xcalloc((size_t)run->slot_mask + 1,
+				      sizeof(*c->slots));
+		if (!o->proto->ordered) {
+			c->free_slots = pc_xcalloc(o->pipeline,
+						   sizeof(*c->free_slots));
+			/* Reversed, so slot 0 is taken first. */
+			for (uint32_t k = 0; k < o->pipeline; k++)
+				c->free_slots[k] = o->pipeline - 1 - k;
+			c->nfree = o->pipeline;
+		}
 		c->tx = pc_xcalloc(tx_cap, 1);
 		c->tx_cap = tx_cap;
 		c->rx = pc_xcalloc(rx_cap, 1);
@@ -910,7 +1580,8 @@ static void lg_workers_free(struct lg_worker *workers, unsigned n)
 			struct lg_conn *c = &w->conns[i];
 			if (c->fd >= 0)
 				close(c->fd);
-			free(c->send_ns);
+			free(c->slots);
+			free(c->free_slots);
 			free(c->tx);
 			free(c->rx);
 		}
@@ -930,7 +1601,9 @@ struct lg_result {
 	uint64_t ops;
 	double ops_per_s;
 	double p50_us, p90_us, p99_us, p999_us, max_us, mean_us;
-	uint64_t errors;
+	double reply_bytes_mean;  /* over the good replies in the window */
+	uint64_t errors;	  /* connections that failed */
+	uint64_t reply_errors;	  /* replies whose error was not nil */
 };
 
 /* JSON string body: the target comes from the command line, so escape it. */
@@ -955,25 +1628,41 @@ static void lg_report(const struct lg_run *run, const struct lg_result *r)
 	if (o->json) {
 		printf("{\"target\":");
 		lg_json_str(stdout, run->target);
-		printf(",\"mode\":\"%s\",\"conns\":%u,\"threads\":%u,\"pipeline\":%u,"
+		printf(",\"mode\":\"%s\",", o->proto->name);
+		if (o->method) {
+			printf("\"method\":");
+			lg_json_str(stdout, o->method);
+			printf(",");
+		}
+		/* reply_bytes: the fixed length (raw) or the largest accepted
+		 * (msgpack-rpc); reply_bytes_mean: what actually came back. */
+		printf("\"conns\":%u,\"threads\":%u,\"pipeline\":%u,"
 		       "\"request_bytes\":%zu,\"reply_bytes\":%zu,"
 		       "\"warmup_s\":%.3f,\"duration_s\":%.3f,\"ops\":%llu,"
 		       "\"ops_per_s\":%.1f,\"p50_us\":%.2f,\"p90_us\":%.2f,"
 		       "\"p99_us\":%.2f,\"p999_us\":%.2f,\"max_us\":%.2f,"
-		       "\"mean_us\":%.2f,\"errors\":%llu}\n",
-		       o->proto->name, o->conns, o->threads, o->pipeline,
-		       o->request_bytes, o->reply_bytes, o->warmup_s,
-		       r->duration_s, (unsigned long long)r->ops, r->ops_per_s,
-		       r->p50_us, r->p90_us, r->p99_us, r->p999_us, r->max_us,
-		       r->mean_us, (unsigned long long)r->errors);
+		       "\"mean_us\":%.2f,\"errors\":%llu,"
+		       "\"reply_errors\":%llu,\"reply_bytes_mean\":%.1f}\n",
+		       o->conns, o->threads, o->pipeline,
+		       run->cfg.request_bytes_max, run->cfg.reply_bytes_max,
+		       o->warmup_s, r->duration_s, (unsigned long long)r->ops,
+		       r->ops_per_s, r->p50_us, r->p90_us, r->p99_us,
+		       r->p999_us, r->max_us, r->mean_us,
+		       (unsigned long long)r->errors,
+		       (unsigned long long)r->reply_errors,
+		       r->reply_bytes_mean);
 	} else {
-		printf("%s conns=%u threads=%u pipeline=%u: %llu ops in %.2f s = "
-		       "%.0f ops/s; latency us p50=%.1f p90=%.1f p99=%.1f "
-		       "p99.9=%.1f max=%.1f mean=%.1f; errors=%llu\n",
-		       run->target, o->conns, o->threads, o->pipeline,
-		       (unsigned long long)r->ops, r->duration_s, r->ops_per_s,
-		       r->p50_us, r->p90_us, r->p99_us, r->p999_us, r->max_us,
-		       r->mean_us, (unsigned long long)r->errors);
+		printf("%s %s%s%s conns=%u threads=%u pipeline=%u: %llu ops in "
+		       "%.2f s = %.0f ops/s; latency us p50=%.1f p90=%.1f "
+		       "p99=%.1f p99.9=%.1f max=%.1f mean=%.1f; errors=%llu "
+		       "reply_errors=%llu\n",
+		       run->target, o->proto->name, o->method ? " " : "",
+		       o->method ? o->method : "", o->conns, o->threads,
+		       o->pipeline, (unsigned long long)r->ops, r->duration_s,
+		       r->ops_per_s, r->p50_us, r->p90_us, r->p99_us,
+		       r->p999_us, r->max_us, r->mean_us,
+		       (unsigned long long)r->errors,
+		       (unsigned long long)r->reply_errors);
 	}
 	fflush(stdout);
 }
@@ -990,14 +1679,24 @@ int main(int argc, char **argv)
 	struct lg_run run = { .opts = o };
 	run.cfg.request = o->request;
 	run.cfg.request_bytes = o->request_bytes;
+	run.cfg.request_given = o->request_given;
 	run.cfg.reply_bytes = o->reply_bytes;
-	rc = o->proto->setup(&run.cfg);
+	run.cfg.method = o->method;
+	run.cfg.params = o->params_given ? o->params : NULL;
+	run.cfg.params_bytes = o->params_bytes;
+	const char *why = "invalid options";
+	rc = o->proto->setup(&run.cfg, &why);
 	if (rc < 0) {
-		fprintf(stderr, "pc-loadgen: mode %s rejects these options: %s\n",
-			o->proto->name, strerror(-rc));
+		fprintf(stderr, "pc-loadgen: --mode %s: %s\n", o->proto->name,
+			why);
 		free(o);
 		return 2;
 	}
+	/* Limits checked at parse time keep both inside their types. */
+	PC_ASSERT(run.cfg.reply_bytes_max <= LG_REPLY_BYTES_MAX);
+	uint64_t slot_count = pc_roundup_pow2(o->pipeline);
+	run.slot_bits = (unsigned)__builtin_ctzll(slot_count);
+	run.slot_mask = (uint32_t)(slot_count - 1);
 	run.timeout_ns = (uint64_t)(o->timeout_s * 1e9);
 	if (strchr(o->host, ':'))
 		snprintf(run.target, sizeof(run.target), "[%s]:%s", o->host,
@@ -1013,6 +1712,7 @@ int main(int argc, char **argv)
 	if (gai != 0) {
 		fprintf(stderr, "pc-loadgen: cannot resolve %s: %s\n",
 			run.target, gai_strerror(gai));
+		free(run.cfg.tmpl);
 		free(o);
 		return 1;
 	}
@@ -1030,6 +1730,7 @@ int main(int argc, char **argv)
 	freeaddrinfo(ai);
 	if (rc < 0) {
 		lg_workers_free(workers, o->threads);
+		free(run.cfg.tmpl);
 		free(o);
 		return 1;
 	}
@@ -1055,12 +1756,15 @@ int main(int argc, char **argv)
 	struct lg_hist *hist = pc_xcalloc(1, sizeof(*hist));
 	struct lg_result r = { 0 };
 	uint64_t stop_ns = run.measure_start_ns;
+	uint64_t reply_bytes = 0;
 	int fatal = 0;
 	for (unsigned t = 0; t < started; t++) {
 		pthread_join(workers[t].tid, NULL);
 		lg_hist_merge(hist, &workers[t].hist);
 		r.ops += workers[t].ops;
 		r.errors += workers[t].errors;
+		r.reply_errors += workers[t].reply_errors;
+		reply_bytes += workers[t].reply_bytes;
 		stop_ns = PC_MAX(stop_ns, workers[t].stop_ns);
 		if (workers[t].fatal)
 			fatal = workers[t].fatal;
@@ -1080,12 +1784,18 @@ int main(int argc, char **argv)
 	r.max_us = (double)hist->max_ns / 1e3;
 	r.mean_us = hist->total ? (double)hist->sum_ns / (double)hist->total / 1e3
 				: 0.0;
+	r.reply_bytes_mean = r.ops ? (double)reply_bytes / (double)r.ops : 0.0;
 	lg_report(&run, &r);
 
 	int status = 0;
 	if (r.errors || fatal || started < o->threads) {
 		fprintf(stderr, "pc-loadgen: %llu of %u connection(s) failed; figures are not trustworthy\n",
 			(unsigned long long)r.errors, o->conns);
+		status = 1;
+	} else if (r.reply_errors) {
+		fprintf(stderr, "pc-loadgen: %llu repl%s carried an error (not counted in ops); figures are not trustworthy\n",
+			(unsigned long long)r.reply_errors,
+			r.reply_errors == 1 ? "y" : "ies");
 		status = 1;
 	} else if (atomic_load(&lg_stop)) {
 		fprintf(stderr, "pc-loadgen: interrupted; figures cover %.2f s\n",
@@ -1097,6 +1807,7 @@ int main(int argc, char **argv)
 	}
 	free(hist);
 	lg_workers_free(workers, o->threads);
+	free(run.cfg.tmpl);
 	free(o);
 	return status;
 }

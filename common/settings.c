@@ -115,6 +115,25 @@ static const struct pc_cfg_key keys[] = {
 	{"stats_log_interval", PC_CFG_DURATION, "60s", 0, 24 * 60 * MIN, NULL,
 	 OFF(stats_log_interval_ms), 0,
 	 "log a one-line activity summary this often; 0 = never"},
+	{"rpc_max_message_bytes", PC_CFG_SIZE, "64mb", 4 * KB, 1 * GB, NULL,
+	 OFF(rpc_max_message_bytes), 0,
+	 "largest MessagePack-RPC message accepted"},
+	{"rpc_max_elements", PC_CFG_INT, "1048576", 16, 1ll << 28, NULL,
+	 OFF(rpc_max_elements), 0,
+	 "largest array (entries) or map (pairs) in a message"},
+	{"rpc_max_depth", PC_CFG_INT, "32", 2, 64, NULL, OFF(rpc_max_depth), 0,
+	 "deepest nesting of arrays and maps in a message"},
+	{"rpc_max_connections", PC_CFG_INT, "4096", 1, 1 << 20, NULL,
+	 OFF(rpc_max_connections), 0,
+	 "RPC connections (TCP and Unix) served at once"},
+	{"rpc_max_inflight", PC_CFG_INT, "1024", 1, 65536, NULL,
+	 OFF(rpc_max_inflight), 0,
+	 "calls awaiting a reply per connection before reading pauses"},
+	{"rpc_timeout", PC_CFG_DURATION, "5s", 10, 10 * MIN, NULL,
+	 OFF(rpc_timeout_ms), 0, "timeout of calls this node makes"},
+	{"socket_group", PC_CFG_STRING, "", 0, 64, NULL, OFF(socket_group), 0,
+	 "group (name or gid) whose members may use the Unix socket, besides "
+	 "the node's user and root"},
 	{"reactor_sq_entries", PC_CFG_INT, "1024", 64, 32768, NULL,
 	 OFF(reactor_sq_entries), 0,
 	 "io_uring submission queue size per thread (power of two)"},
@@ -164,9 +183,6 @@ static const struct {
 	{"disk_enabled", "the disk tier"},
 	{"disk_path", "the disk tier"},
 	{"disk_size", "the disk tier"},
-	{"rpc_port", "the RPC server"},
-	{"socket", "the RPC server"},
-	{"cluster_secret", "cluster authentication"},
 };
 
 int pc_settings_defaults(struct pc_settings *s, char *err, size_t errlen)
@@ -271,14 +287,14 @@ int pc_settings_validate(const struct pc_settings *s, char *err, size_t errlen)
 			 "this version (allowed: auto, tcp)");
 		return -EINVAL;
 	}
-	if (!pc_host_is_loopback(s->bind)) {
+	if (!pc_host_is_loopback(s->bind) && !*s->cluster_secret) {
 		snprintf(err, errlen, "bind: '%s' is not a loopback address; "
-			 "listening beyond loopback needs cluster "
-			 "authentication, which is not supported yet by this "
-			 "version (allowed: 127.0.0.0/8, ::1, localhost)",
-			 s->bind);
+			 "a node listening beyond loopback needs "
+			 "cluster_secret (allowed without it: 127.0.0.0/8, ::1, "
+			 "localhost)", s->bind);
 		return -EINVAL;
 	}
+
 	return 0;
 }
 

@@ -57,6 +57,14 @@ struct pc_settings {
 	/* logging */
 	int log_level;            /* enum pc_log_level */
 	uint64_t stats_log_interval_ms;
+	/* rpc */
+	uint64_t rpc_max_message_bytes;
+	int64_t rpc_max_elements;
+	int64_t rpc_max_depth;
+	int64_t rpc_max_connections;
+	int64_t rpc_max_inflight;
+	uint64_t rpc_timeout_ms;
+	char *socket_group;
 	/* reactor */
 	int64_t reactor_sq_entries;
 	int64_t reactor_ops_max;

@@ -10,5 +10,7 @@
 #include "reactor/module.h"
 
 extern const struct pc_module pc_mod_stats_log;
+extern const struct pc_module pc_mod_rpc_server;
+extern const struct pc_module pc_mod_node;
 
 #endif /* PC_MODULES_MODULES_H */

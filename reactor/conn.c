@@ -438,7 +438,10 @@ static void conn_arm_recv(struct rx_conn *c)
 		rx_conn_close(c, RX_CLOSE_NOW, -EBUSY);
 		return;
 	}
-	if (r->recv_multishot)
+	if (c->fds_max) /* recvmsg carries the control data (fds) */
+		io_uring_prep_recvmsg_multishot(sqe, c->fd, &c->rmsg,
+						MSG_CMSG_CLOEXEC);
+	else if (r->recv_multishot)
 		io_uring_prep_recv_multishot(sqe, c->fd, NULL, 0, 0);
 	else
 		io_uring_prep_recv(sqe, c->fd, NULL, r->p.buf_bytes, 0);
@@ -549,6 +552,68 @@ static void conn_deliver(struct rx_conn *c, const uint8_t *data, size_t len)
 		conn_feed_in(c);
 }
 
+int rx_conn_enable_fds(struct rx_conn *c, unsigned max_fds)
+{
+	if (max_fds == 0 || max_fds > 64)
+		return -EINVAL;
+	if (c->flags & RXC_READING)
+		return -EBUSY;
+	c->fds_max = max_fds;
+	memset(&c->rmsg, 0, sizeof(c->rmsg));
+	c->rmsg.msg_controllen = CMSG_SPACE(max_fds * sizeof(int));
+	if (c->rmsg.msg_controllen + sizeof(struct io_uring_recvmsg_out) >=
+	    c->r->p.buf_bytes)
+		return -EINVAL;
+	return 0;
+}
+
+static void close_fds(const int *fds, unsigned n)
+{
+	for (unsigned i = 0; i < n; i++)
+		close(fds[i]);
+}
+
+/*
+ * Unpack one recvmsg buffer: hand over the descriptors it carries, then
+ * return its payload. -EPROTO when the control data was cut (the kernel
+ * dropped descriptors) or is malformed; every descriptor seen is closed then.
+ */
+static int conn_unpack_msg(struct rx_conn *c, uint8_t *buf, int res,
+			   const uint8_t **payload, size_t *plen)
+{
+	struct io_uring_recvmsg_out *o =
+		io_uring_recvmsg_validate(buf, res, &c->rmsg);
+	if (!o)
+		return -EPROTO;
+	int err = (o->flags & MSG_CTRUNC) ? -EPROTO : 0;
+	uint8_t *ctl = (uint8_t *)io_uring_recvmsg_name(o) + c->rmsg.msg_namelen;
+	size_t ctl_len = PC_MIN((size_t)o->controllen,
+				(size_t)c->rmsg.msg_controllen);
+	size_t off = 0;
+	while (off + sizeof(struct cmsghdr) <= ctl_len) {
+		struct cmsghdr cm;
+		memcpy(&cm, ctl + off, sizeof(cm));
+		if (cm.cmsg_len < CMSG_LEN(0) || cm.cmsg_len > ctl_len - off)
+			break;
+		if (cm.cmsg_level == SOL_SOCKET && cm.cmsg_type == SCM_RIGHTS) {
+			unsigned n = (unsigned)((cm.cmsg_len - CMSG_LEN(0)) /
+						sizeof(int));
+			int fds[64];
+			n = PC_MIN(n, 64u);
+			memcpy(fds, ctl + off + CMSG_LEN(0), n * sizeof(int));
+			if (err || !c->ops->on_fds ||
+			    (c->flags & (RXC_CLOSING | RXC_CLOSE_FLUSH)))
+				close_fds(fds, n);
+			else
+				c->ops->on_fds(c, fds, n);
+		}
+		off += CMSG_ALIGN(cm.cmsg_len);
+	}
+	*payload = io_uring_recvmsg_payload(o, &c->rmsg);
+	*plen = io_uring_recvmsg_payload_length(o, res, &c->rmsg);
+	return err;
+}
+
 void rx_conn_on_recv(struct rx_reactor *r, struct rx_op *op,
 		     const struct io_uring_cqe *cqe, uint32_t idx)
 {
@@ -559,7 +624,28 @@ void rx_conn_on_recv(struct rx_reactor *r, struct rx_op *op,
 		conn_op_done(c, idx, RXC_READING | RXC_CANCEL_SENT);
 		c->recv_op = RX_NO_OP;
 	}
-	if (res > 0) {
+	if (res > 0 && c->fds_max) {
+		PC_ASSERT(cqe->flags & IORING_CQE_F_BUFFER);
+		unsigned bid = cqe->flags >> IORING_CQE_BUFFER_SHIFT;
+		const uint8_t *data;
+		size_t len;
+		int err = conn_unpack_msg(c, r->bufs + (size_t)bid *
+						       r->p.buf_bytes,
+					  res, &data, &len);
+		if (err < 0) {
+			PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "conn %llu: bad control "
+				  "data (too many descriptors?); closing",
+				  (unsigned long long)c->id);
+			rx_conn_close(c, RX_CLOSE_NOW, err);
+		} else if (len == 0) {
+			c->flags |= RXC_EOF;
+			rx_conn_close(c, RX_CLOSE_FLUSH, 0);
+		} else {
+			RX_STAT_ADD(r->st.bytes_in, (uint64_t)len);
+			conn_deliver(c, data, len);
+		}
+		bufring_return(r, bid);
+	} else if (res > 0) {
 		PC_ASSERT(cqe->flags & IORING_CQE_F_BUFFER);
 		unsigned bid = cqe->flags >> IORING_CQE_BUFFER_SHIFT;
 		RX_STAT_ADD(r->st.bytes_in, (uint64_t)res);

@@ -175,6 +175,10 @@ struct rx_conn_ops {
 	void (*on_connect)(struct rx_conn *c);
 	/* Output drained below the low watermark after a pause — optional. */
 	void (*on_drain)(struct rx_conn *c);
+	/* File descriptors received (SCM_RIGHTS) with the bytes that follow
+	 * in the next on_data; the callee owns them (must close or keep them).
+	 * Only on connections where rx_conn_enable_fds() was called. */
+	void (*on_fds)(struct rx_conn *c, const int *fds, unsigned n);
 	/* Called exactly once when the connection is gone; err is 0 for an
 	 * orderly close (EOF or rx_conn_close) or a negative errno. The fd is
 	 * closed and the struct freed right after this returns. */
@@ -229,6 +233,14 @@ int rx_conn_write_ref(struct rx_conn *c, const void *data, size_t len,
  * rx_conn_commit(c, n) with n <= len. NULL if closing or out of memory. */
 uint8_t *rx_conn_reserve(struct rx_conn *c, size_t len);
 void rx_conn_commit(struct rx_conn *c, size_t len);
+
+/*
+ * Accept file descriptors passed with SCM_RIGHTS on this (Unix) connection,
+ * up to max_fds per message; more is a protocol error (the connection closes
+ * and every descriptor received is closed). Call right after attach, before
+ * the first receive; -EBUSY afterwards, -EINVAL for max_fds outside 1..64.
+ */
+int rx_conn_enable_fds(struct rx_conn *c, unsigned max_fds);
 
 /* Stop / restart reading (e.g. while an async handler holds a request). */
 void rx_conn_pause(struct rx_conn *c);

@@ -117,6 +117,9 @@ struct rx_conn {
 	unsigned iov_n;               /* iovecs in the in-flight sendmsg */
 	struct iovec iov[RX_IOV_MAX];
 	struct msghdr msg;
+	/* fd passing: recvmsg with room for fds_max descriptors */
+	unsigned fds_max;
+	struct msghdr rmsg;
 	/* connect */
 	struct sockaddr_storage peer;
 	socklen_t peer_len;

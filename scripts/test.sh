@@ -4,18 +4,42 @@
 # warnings as errors, and run every test in both (Criterion unit tests and
 # process-level pytest). Exits non-zero on any failure or sanitizer report.
 #
-# Options (environment): PEERCACHE_TEST_ONLY=normal|asan runs one tree;
+# Then a fuzz smoke: the libFuzzer targets (clang, build-fuzz/) run for
+# PEERCACHE_FUZZ_SECONDS each (default 60) from the corpus in the repo.
+#
+# Options (environment): PEERCACHE_TEST_ONLY=normal|asan|fuzz runs one part;
 # CTEST_ARGS adds ctest arguments (e.g. "-R echo").
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/scripts/deps.sh" test || exit 1
 
-trees=(normal asan)
+trees=(normal asan fuzz)
 [ -n "${PEERCACHE_TEST_ONLY:-}" ] && trees=("$PEERCACHE_TEST_ONLY")
 
 status=0
 summary=()
 for t in "${trees[@]}"; do
+  if [ "$t" = fuzz ]; then
+    dir=$root/build-fuzz
+    echo "==> building fuzz targets in $dir"
+    if ! "$root/scripts/build.sh" "$dir" -DCMAKE_C_COMPILER=clang -DPEERCACHE_FUZZ=ON \
+         -DPEERCACHE_BUILD_TESTS=OFF -DPEERCACHE_BUILD_BENCH=OFF; then
+      status=1; summary+=("fuzz: build failed"); continue
+    fi
+    secs=${PEERCACHE_FUZZ_SECONDS:-60}
+    work=$dir/fuzz-work; rm -rf "$work"; mkdir -p "$work"
+    echo "==> fuzzing the RPC decoder for $secs s"
+    if "$dir/tests/fuzz/fuzz_rpc" -max_total_time="$secs" -print_final_stats=1 \
+         -artifact_prefix="$work/" "$work" "$root/tests/fuzz/corpus/rpc" \
+         "$root/tests/corpus/rpc-malformed" > "$dir/fuzz.log" 2>&1; then
+      runs=$(grep -o 'number_of_executed_units: *[0-9]*' "$dir/fuzz.log" | grep -o '[0-9]*$')
+      summary+=("fuzz: fuzz_rpc ran ${runs:-?} inputs in ${secs} s, no crash")
+    else
+      tail -40 "$dir/fuzz.log"
+      summary+=("fuzz: fuzz_rpc FAILED (crash input in $work)"); status=1
+    fi
+    continue
+  fi
   case $t in
     normal) dir=$root/build; opts=(-DCMAKE_BUILD_TYPE=RelWithDebInfo) ;;
     asan)   dir=$root/build-asan; opts=(-DCMAKE_BUILD_TYPE=Debug -DPEERCACHE_SANITIZE=ON) ;;

@@ -9,6 +9,8 @@
 
 const struct pc_module *const pc_node_modules[] = {
 	&pc_mod_stats_log,
+	&pc_mod_rpc_server,
+	&pc_mod_node,
 };
 
 const size_t pc_node_modules_count =

@@ -4,22 +4,30 @@ Every node a test starts is stopped by PID when the test ends (also on
 failure). Nodes listen on loopback only, on ports the kernel picks (0).
 """
 import os
+import re
 import signal
+import socket
 import subprocess
 import tempfile
 import time
 
+import msgpack
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.environ.get("PEERCACHE_BUILD_DIR", os.path.join(ROOT, "build"))
 PEERCACHED = os.path.join(BUILD, "server", "peercached")
+# The sanitizer build: memory figures mean nothing there (freed memory sits
+# in ASan's quarantine), but every node's exit checks for leaks instead.
+SANITIZED = os.environ.get("PEERCACHE_SANITIZED") == "1"
 
 
 def clean_env(extra=None):
     """The environment for a node: ours, minus any PEERCACHE_* setting a
     developer may have exported, plus the test's own."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PEERCACHE_")}
+    # A leak report fails the node's exit status (checked by stop()).
+    env.setdefault("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0")
     env.update(extra or {})
     return env
 
@@ -49,6 +57,22 @@ class Node:
             time.sleep(0.05)
         raise AssertionError("'%s' not seen in node log:\n%s" % (needle, self.text()))
 
+    def endpoint(self, name, timeout=10.0):
+        """The address the node logged for an endpoint ("rpc", "socket")."""
+        self.wait_for("listening: %s on " % name, timeout)
+        m = re.search(r"listening: %s on (\S+)" % name, self.text())
+        return m.group(1)
+
+    def rpc_port(self):
+        return int(self.endpoint("rpc").rsplit(":", 1)[1])
+
+    def rss_kb(self):
+        with open("/proc/%d/status" % self.proc.pid) as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+        return 0
+
     def stop(self, sig=signal.SIGINT, timeout=15.0):
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
@@ -67,7 +91,15 @@ def node_factory(tmp_path):
     nodes = []
 
     def start(*args, env=None):
-        n = Node(args, env=env, tmpdir=str(tmp_path))
+        args = list(args)
+        # Keep every test node off the fixed default ports and paths.
+        defaults = {"--rpc-port": "0", "--data-port": "0", "--meta-port": "0",
+                    "--metrics-port": "0", "--threads": "2",
+                    "--socket": str(tmp_path / ("node%d.sock" % len(nodes)))}
+        for k, v in defaults.items():
+            if k not in args:
+                args += [k, v]
+        n = Node(args, env=env, tmpdir=tempfile.mkdtemp(dir=str(tmp_path)))
         nodes.append(n)
         return n
 
@@ -82,3 +114,43 @@ def run(*args, env=None, timeout=30):
     """Run peercached to completion (for --help, --version, bad configs)."""
     return subprocess.run([PEERCACHED] + list(args), capture_output=True,
                           text=True, env=clean_env(env), timeout=timeout)
+
+
+class RpcClient:
+    """A third-party MessagePack-RPC client: a raw socket and msgpack."""
+
+    def __init__(self, addr, timeout=5.0):
+        if addr.startswith("/") or addr.startswith("unix:"):
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.sock.settimeout(timeout)
+            self.sock.connect(addr.replace("unix:", "", 1))
+        else:
+            host, port = addr.rsplit(":", 1)
+            self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        self.unpacker = msgpack.Unpacker(raw=False)
+        self.msgid = 0
+
+    def send(self, method, params):
+        self.msgid += 1
+        self.sock.sendall(msgpack.packb([0, self.msgid, method, params]))
+        return self.msgid
+
+    def recv(self):
+        for msg in self.unpacker:
+            return msg
+        while True:
+            data = self.sock.recv(1 << 16)
+            if not data:
+                raise ConnectionError("closed by the node")
+            self.unpacker.feed(data)
+            for msg in self.unpacker:
+                return msg
+
+    def call(self, method, params=()):
+        msgid = self.send(method, list(params))
+        msg = self.recv()
+        assert msg[0] == 1 and msg[1] == msgid, msg
+        return msg[2], msg[3]
+
+    def close(self):
+        self.sock.close()

@@ -5,9 +5,7 @@ import signal
 
 from conftest import run
 
-# Flags that keep a test node off the fixed default ports and paths.
-TEST_FLAGS = ["--rpc-port", "0", "--data-port", "0", "--meta-port", "0",
-              "--metrics-port", "0", "--threads", "2"]
+TEST_FLAGS = []  # node_factory adds free ports and a private socket path
 
 
 def test_help_lists_every_setting():

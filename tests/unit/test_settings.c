@@ -125,9 +125,20 @@ Test(settings, unsupported_choices_are_refused_loudly)
 {
 	expect_refused("--mode", "slotmap", "not supported yet");
 	expect_refused("--protocol", "rdma", "not supported yet");
-	expect_refused("--bind", "0.0.0.0", "not a loopback address");
+	expect_refused("--bind", "0.0.0.0", "needs cluster_secret");
 	expect_refused("--reactor-sq-entries", "1000", "not a power of two");
 	expect_refused("--reactor-buf-count", "100", "not a power of two");
+}
+
+Test(settings, non_loopback_bind_with_a_secret_is_allowed)
+{
+	char *argv[] = {"peercached", "--bind", "0.0.0.0", "--cluster-secret",
+			"x", NULL};
+	char *envp[] = {NULL};
+	struct pc_settings s;
+	cr_assert_eq(pc_settings_load(&s, 5, argv, envp, err, sizeof(err)), 0);
+	cr_assert_eq(pc_settings_validate(&s, err, sizeof(err)), 0, "%s", err);
+	pc_settings_free(&s);
 }
 
 Test(settings, loopback_detection)

@@ -1,0 +1,187 @@
+/*
+ * modules/rpc_server.c — the node's MessagePack-RPC listeners.
+ *
+ * Owns: the rpc_server (methods gathered from every module's rpc_methods
+ * table), one TCP listener per reactor on bind:rpc_port (SO_REUSEPORT, so
+ * connections spread over the threads), and the Unix socket listener on
+ * reactor 0. Threads: init/fini on main; start/stop on each reactor.
+ * Loopback-only by default; a non-loopback bind is refused at start unless
+ * cluster_secret is set (common/settings.c), and with a secret every TCP
+ * client must pass the challenge-response first (rpc/auth.h).
+ */
+#include <errno.h>
+#include <grp.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/settings.h"
+#include "modules/modules.h"
+#include "rpc/rpc.h"
+
+#define LOG_MOD "rpc"
+
+static struct {
+	struct pc_ctx *ctx;
+	struct rpc_server *srv;
+	struct rx_listener **tcp;  /* per reactor */
+	struct rx_listener *unix_l;
+	uint16_t port;             /* bound by reactor 0 */
+} g;
+
+static long parse_group(const char *name)
+{
+	if (!*name)
+		return -1;
+	char *end;
+	long gid = strtol(name, &end, 10);
+	if (*end == '\0' && gid >= 0)
+		return gid;
+	struct group *gr = getgrnam(name);
+	return gr ? (long)gr->gr_gid : -2;
+}
+
+/* Create the socket's directory (like /run/peercache) if it is missing. */
+static int make_socket_dir(const char *path)
+{
+	char tmp[4096];
+	snprintf(tmp, sizeof(tmp), "%s", path);
+	char *dir = dirname(tmp);
+	struct stat st;
+	if (stat(dir, &st) == 0)
+		return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
+	for (char *p = dir + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		mkdir(dir, 0755);
+		*p = '/';
+	}
+	if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+		return -errno;
+	return 0;
+}
+
+static int rpc_init(struct pc_ctx *ctx)
+{
+	const struct pc_settings *s = ctx->cfg;
+	memset(&g, 0, sizeof(g));
+	g.ctx = ctx;
+	long gid = parse_group(s->socket_group);
+	if (gid == -2) {
+		PC_LOGE(LOG_MOD, "socket_group: no group named '%s'",
+			s->socket_group);
+		return -EINVAL;
+	}
+	if (*s->socket) {
+		int ret = make_socket_dir(s->socket);
+		if (ret < 0) {
+			PC_LOGE(LOG_MOD, "cannot create the directory of socket "
+				"%s: %s (set --socket to a writable path, or "
+				"--socket \"\" for none)", s->socket,
+				strerror(-ret));
+			return ret;
+		}
+	}
+	const struct rpc_method *tables[ctx->n_modules + 1];
+	for (size_t i = 0; i < ctx->n_modules; i++)
+		tables[i] = ctx->modules[i]->rpc_methods;
+	struct rpc_limits lim = {
+		.max_message_bytes = s->rpc_max_message_bytes,
+		.max_elements = (uint32_t)s->rpc_max_elements,
+		.max_depth = (uint32_t)s->rpc_max_depth,
+		.max_inflight = (uint32_t)s->rpc_max_inflight,
+		.max_connections = (uint32_t)s->rpc_max_connections,
+		.max_fds = 8,
+	};
+	g.tcp = calloc(ctx->threads, sizeof(*g.tcp));
+	if (!g.tcp)
+		return -ENOMEM;
+	int ret = rpc_server_new(&g.srv, &lim, tables,
+				 (unsigned)ctx->n_modules, s->cluster_secret,
+				 gid, ctx->threads);
+	if (ret < 0) {
+		free(g.tcp);
+		return ret;
+	}
+	if (*s->cluster_secret)
+		PC_LOGI(LOG_MOD, "cluster authentication on: TCP clients must "
+			"prove the cluster secret");
+	return 0;
+}
+
+static void on_tcp(struct rx_listener *l, int fd, void *arg)
+{
+	(void)arg;
+	rpc_server_accept(g.srv, rx_listener_reactor(l), fd, false);
+}
+
+static void on_unix(struct rx_listener *l, int fd, void *arg)
+{
+	(void)arg;
+	rpc_server_accept(g.srv, rx_listener_reactor(l), fd, true);
+}
+
+static int rpc_start(struct rx_reactor *r, struct pc_ctx *ctx)
+{
+	const struct pc_settings *s = ctx->cfg;
+	unsigned id = rx_reactor_id(r);
+	uint16_t port = id == 0 ? (uint16_t)s->rpc_port : g.port;
+	int err;
+	g.tcp[id] = rx_listen_tcp(r, s->bind, port, true, 1024, on_tcp, NULL,
+				  &err);
+	if (!g.tcp[id])
+		return err;
+	if (id != 0)
+		return 0;
+	g.port = rx_listener_port(g.tcp[0]);
+	char addr[300];
+	snprintf(addr, sizeof(addr), "%s%s%s:%u", strchr(s->bind, ':') ? "[" : "",
+		 s->bind, strchr(s->bind, ':') ? "]" : "", g.port);
+	pc_ctx_publish(ctx, "rpc", addr);
+	if (*s->socket) {
+		/* Access is checked per client with SO_PEERCRED, so the file
+		 * itself may be opened by anyone: a refused client gets a
+		 * clear error instead of a bare EACCES. */
+		g.unix_l = rx_listen_unix(r, s->socket, 0666, 1024, on_unix,
+					  NULL, &err);
+		if (!g.unix_l)
+			return err;
+		pc_ctx_publish(ctx, "socket", s->socket);
+	}
+	return 0;
+}
+
+static void rpc_stop(struct rx_reactor *r, struct pc_ctx *ctx)
+{
+	(void)ctx;
+	unsigned id = rx_reactor_id(r);
+	if (g.tcp && g.tcp[id]) {
+		rx_listener_close(g.tcp[id]);
+		g.tcp[id] = NULL;
+	}
+	if (id == 0 && g.unix_l) {
+		rx_listener_close(g.unix_l);
+		g.unix_l = NULL;
+	}
+}
+
+static void rpc_fini(struct pc_ctx *ctx)
+{
+	(void)ctx;
+	rpc_server_free(g.srv);
+	free(g.tcp);
+	memset(&g, 0, sizeof(g));
+}
+
+const struct pc_module pc_mod_rpc_server = {
+	.name = "rpc",
+	.init = rpc_init,
+	.start = rpc_start,
+	.stop = rpc_stop,
+	.fini = rpc_fini,
+};

@@ -1,0 +1,42 @@
+/*
+ * rpc/auth.h — cluster challenge-response, shared by server and clients.
+ *
+ * Owns: the proof format. Any thread. The secret never crosses the wire:
+ * each side proves it knows the secret with an HMAC over both sides' fresh
+ * random nonces, so a recorded exchange cannot be replayed and each side
+ * authenticates the other.
+ *
+ *   client -> auth.challenge []              -> {"nonce": bin32, ...}
+ *   client -> auth.response [proof, cnonce]  -> {"proof": server_proof}
+ *   proof        = HMAC-SHA256(secret, "peercache-auth-v1 client" || snonce || cnonce)
+ *   server_proof = HMAC-SHA256(secret, "peercache-auth-v1 server" || snonce || cnonce)
+ */
+#ifndef PC_RPC_AUTH_H
+#define PC_RPC_AUTH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/sha256.h"
+#include "rpc/mp.h"
+
+#define RPC_NONCE_BYTES 32
+
+void rpc_auth_proof(const char *secret, const uint8_t snonce[RPC_NONCE_BYTES],
+		    const uint8_t cnonce[RPC_NONCE_BYTES], bool server_side,
+		    uint8_t out[PC_SHA256_BYTES]);
+
+/* Client side, shared by both clients. */
+/* Take the node's nonce out of an auth.challenge result; 0 or -EPROTO. */
+int rpc_auth_read_challenge(struct mp_rd result,
+			    uint8_t snonce[RPC_NONCE_BYTES]);
+/* Pack auth.response's two params (proof, client nonce). */
+void rpc_auth_pack_response(msgpack_packer *pk, const char *secret,
+			    const uint8_t snonce[RPC_NONCE_BYTES],
+			    const uint8_t cnonce[RPC_NONCE_BYTES]);
+/* True when an auth.response result carries the node's correct proof. */
+bool rpc_auth_check_server(struct mp_rd result, const char *secret,
+			   const uint8_t snonce[RPC_NONCE_BYTES],
+			   const uint8_t cnonce[RPC_NONCE_BYTES]);
+
+#endif /* PC_RPC_AUTH_H */

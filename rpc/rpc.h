@@ -1,0 +1,155 @@
+/*
+ * rpc/rpc.h — the MessagePack-RPC server side: methods, calls, replies.
+ *
+ * Owns: the wire protocol (the public MessagePack-RPC spec: request
+ * [0, msgid, method, params], response [1, msgid, error, result],
+ * notification [2, method, params]) as served on reactor connections, the
+ * method table, per-connection limits and authentication state.
+ * Threading: a connection and its calls live on one reactor; a handler runs
+ * there and must reply there (rpc_call_reactor()) — work finished on another
+ * thread posts back with rx_post() first.
+ *
+ * A handler replies exactly once: at once (inside the handler) or later, for
+ * asynchronous work. If the client is gone by then the reply is dropped
+ * quietly; the call object is freed by the reply either way.
+ *
+ * Error objects on the wire are maps {"code": str, "message": str}; the codes
+ * are the RPC_E_* strings below (docs/protocol.md lists them).
+ */
+#ifndef PC_RPC_RPC_H
+#define PC_RPC_RPC_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/util.h"
+#include "reactor/reactor.h"
+#include "rpc/mp.h"
+
+/* Error codes (the "code" of an error object). */
+#define RPC_E_BAD_REQUEST "bad_request"       /* not a valid RPC message */
+#define RPC_E_UNKNOWN_METHOD "unknown_method" /* no such method */
+#define RPC_E_BAD_PARAMS "bad_params"         /* wrong count or types */
+#define RPC_E_UNAUTHORIZED "unauthorized"     /* authenticate first */
+#define RPC_E_FORBIDDEN "forbidden"           /* not on this transport */
+#define RPC_E_TOO_LARGE "too_large"           /* over a documented limit */
+#define RPC_E_BUSY "busy"                     /* out of a resource; retry */
+#define RPC_E_UNAVAILABLE "unavailable"       /* a peer or tier is down */
+#define RPC_E_NOT_FOUND "not_found"
+#define RPC_E_UNSUPPORTED "unsupported"       /* not in this version */
+#define RPC_E_INTERNAL "internal"
+
+struct rpc_call;
+struct rpc_server;
+
+/* Method flags. */
+#define RPC_PUBLIC 0x1u     /* served before authentication (auth.*) */
+#define RPC_LOCAL_ONLY 0x2u /* only on the Unix socket */
+
+struct rpc_method {
+	const char *name; /* "node.info"; NULL ends a table */
+	void (*fn)(struct rpc_call *call, struct mp_rd *params);
+	unsigned flags;
+	const char *summary; /* one line for docs and "rpc.methods" */
+};
+
+/* Limits, each with a documented default (common/settings.c). */
+struct rpc_limits {
+	size_t max_message_bytes;
+	uint32_t max_elements;
+	uint32_t max_depth;
+	uint32_t max_inflight;    /* calls per connection awaiting a reply */
+	uint32_t max_connections; /* per server (all reactors) */
+	uint32_t max_fds;         /* descriptors per message (Unix socket) */
+};
+
+/* ------------------------------------------------------------ the server */
+
+/*
+ * Build a server from NULL-terminated method tables (tables[i] may be NULL);
+ * the built-in auth.challenge / auth.response (rpc/auth.h) are added.
+ * secret (may be NULL/empty) turns on challenge-response for TCP clients.
+ * allowed_gid (or -1) admits Unix-socket clients of that group besides the
+ * node's own uid and root. Duplicate method names are an error (-EEXIST).
+ */
+int rpc_server_new(struct rpc_server **out, const struct rpc_limits *lim,
+		   const struct rpc_method *const *tables, unsigned ntables,
+		   const char *secret, long allowed_gid, unsigned nreactors);
+void rpc_server_free(struct rpc_server *s);
+
+/* Serve an accepted socket on reactor r; is_unix selects peer-credential
+ * checks and descriptor passing. Closes fd on failure. */
+void rpc_server_accept(struct rpc_server *s, struct rx_reactor *r, int fd,
+		       bool is_unix);
+
+const struct rpc_method *rpc_server_find(const struct rpc_server *s,
+					 const char *name, size_t len);
+/* All methods, for listings. */
+unsigned rpc_server_methods(const struct rpc_server *s,
+			    const struct rpc_method **out, unsigned max);
+
+/* Why an input was refused (rpc_stats.rejected_by[]). */
+enum rpc_reject {
+	RPC_REJ_NOT_RPC,     /* MessagePack, but not an RPC message */
+	RPC_REJ_NOT_MSGPACK, /* bytes that are not MessagePack */
+	RPC_REJ_TOO_LARGE,   /* over rpc_max_message_bytes */
+	RPC_REJ_TOO_MANY,    /* over rpc_max_elements (or objects) */
+	RPC_REJ_TOO_DEEP,    /* over rpc_max_depth */
+	RPC_REJ_HTTP,        /* an HTTP request */
+	RPC_REJ_TLS,         /* a TLS handshake */
+	RPC_REJ_UNAUTH,      /* calls without authentication */
+	RPC_REJ_BAD_SHAPE,   /* wrong envelope, msgid known: error reply */
+	RPC_REJ__COUNT,
+};
+extern const char *const rpc_reject_names[RPC_REJ__COUNT];
+
+/* Counters, summed over reactors (any thread). */
+struct rpc_stats {
+	uint64_t requests;        /* requests and notifications dispatched */
+	uint64_t errors;          /* error replies sent */
+	uint64_t rejected;        /* inputs refused: malformed, oversized, ... */
+	uint64_t rejected_by[RPC_REJ__COUNT];
+	uint64_t conns_accepted;
+	uint64_t conns_refused;   /* over max_connections or bad credentials */
+	uint64_t conns_live;
+	uint64_t auth_failures;
+	uint64_t late_replies;    /* replies for a client already gone */
+};
+void rpc_server_stats(struct rpc_server *s, struct rpc_stats *out);
+
+/* ---------------------------------------------------------------- calls */
+
+struct rx_reactor *rpc_call_reactor(const struct rpc_call *call);
+struct rpc_server *rpc_call_server(const struct rpc_call *call);
+/* True when the call came over the Unix socket. */
+bool rpc_call_is_local(const struct rpc_call *call);
+/* Peer description for logs ("127.0.0.1:5123", "unix uid=1000"). */
+const char *rpc_call_peer(const struct rpc_call *call);
+/* Take the oldest descriptor received on this connection and not yet taken
+ * (-1 if none). The caller owns it. Unclaimed descriptors are closed when
+ * the connection closes. */
+int rpc_call_take_fd(struct rpc_call *call);
+/* Per-connection state for modules (freed by the module's cleanup fn when
+ * the connection closes). One slot per connection. */
+void *rpc_call_conn_data(const struct rpc_call *call);
+void rpc_call_set_conn_data(struct rpc_call *call, void *data,
+			    void (*cleanup)(void *data));
+
+/* ---------------------------------------------------------------- replies */
+
+/* Start the reply: returns a packer for exactly one result object. */
+msgpack_packer *rpc_reply_begin(struct rpc_call *call);
+/* Finish the reply and free the call. */
+void rpc_reply_end(struct rpc_call *call);
+/* Reply with an error object {"code", "message"} and free the call. */
+void rpc_reply_error(struct rpc_call *call, const char *code,
+		     const char *fmt, ...) PC_PRINTF(3, 4);
+/* Reply with an error and close the connection once it is sent. */
+void rpc_reply_error_close(struct rpc_call *call, const char *code,
+			   const char *fmt, ...) PC_PRINTF(3, 4);
+/* Shorthands. */
+void rpc_reply_nil(struct rpc_call *call);
+void rpc_reply_bool(struct rpc_call *call, bool v);
+void rpc_reply_uint(struct rpc_call *call, uint64_t v);
+
+#endif /* PC_RPC_RPC_H */

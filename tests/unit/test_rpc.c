@@ -1,0 +1,647 @@
+/*
+ * tests/unit/test_rpc.c — MessagePack-RPC server and clients in-process:
+ * framing at every split point, pipelining with out-of-order replies,
+ * timeouts, connection pools on error, reconnect backoff, authentication,
+ * descriptor passing, and the per-connection limits.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "common/util.h"
+#include "reactor/group.h"
+#include "rpc/client.h"
+#include "rpc/msg.h"
+#include "rpc/rpc.h"
+#include "testutil.h"
+
+/* ------------------------------------------------------- test methods */
+
+static void m_echo(struct rpc_call *call, struct mp_rd *p)
+{
+	/* Reply with the first param, byte for byte. */
+	struct mp_rd start = *p;
+	if (mp_skip(p) < 0) {
+		rpc_reply_error(call, RPC_E_BAD_PARAMS, "one param expected");
+		return;
+	}
+	msgpack_packer *pk = rpc_reply_begin(call);
+	pk->callback(pk->data, (const char *)start.p,
+		     (size_t)(p->p - start.p));
+	rpc_reply_end(call);
+}
+
+struct sleeper {
+	struct rx_timer t;
+	struct rpc_call *call;
+	uint64_t tag;
+};
+
+static void sleeper_fire(struct rx_reactor *r, struct rx_timer *t)
+{
+	struct sleeper *s = t->arg;
+	(void)r;
+	rpc_reply_uint(s->call, s->tag);
+	free(s);
+}
+
+static void m_sleep(struct rpc_call *call, struct mp_rd *p)
+{
+	uint64_t ms, tag;
+	if (mp_rd_uint(p, &ms) < 0 || mp_rd_uint(p, &tag) < 0) {
+		rpc_reply_error(call, RPC_E_BAD_PARAMS, "[ms, tag] expected");
+		return;
+	}
+	struct sleeper *s = calloc(1, sizeof(*s));
+	s->call = call;
+	s->tag = tag;
+	rx_timer_init(&s->t, sleeper_fire, s);
+	rx_timer_start(rpc_call_reactor(call), &s->t, RX_MS(ms), 0);
+}
+
+static void m_close(struct rpc_call *call, struct mp_rd *p)
+{
+	(void)p;
+	rpc_reply_error_close(call, RPC_E_BUSY, "closing as asked");
+}
+
+static void m_fd(struct rpc_call *call, struct mp_rd *p)
+{
+	(void)p;
+	int fd = rpc_call_take_fd(call);
+	if (fd < 0) {
+		rpc_reply_error(call, RPC_E_BAD_PARAMS, "no descriptor");
+		return;
+	}
+	char buf[64];
+	ssize_t n = pread(fd, buf, sizeof(buf), 0);
+	close(fd);
+	msgpack_packer *pk = rpc_reply_begin(call);
+	msgpack_pack_bin(pk, n > 0 ? (size_t)n : 0);
+	msgpack_pack_bin_body(pk, buf, n > 0 ? (size_t)n : 0);
+	rpc_reply_end(call);
+}
+
+static const struct rpc_method test_methods[] = {
+	{"test.echo", m_echo, 0, "echo the first param"},
+	{"test.sleep", m_sleep, 0, "reply tag after ms"},
+	{"test.close", m_close, 0, "error reply, then close"},
+	{"test.fd", m_fd, RPC_LOCAL_ONLY, "read a passed descriptor"},
+	{NULL, NULL, 0, NULL},
+};
+
+/* ------------------------------------------------------------ the server */
+
+static struct {
+	struct rpc_server *srv;
+	struct rx_group *g;
+	uint16_t port;
+	char path[108];
+	struct rx_listener *unix_l;
+} S;
+
+static void s_tcp(struct rx_listener *l, int fd, void *arg)
+{
+	(void)arg;
+	rpc_server_accept(S.srv, rx_listener_reactor(l), fd, false);
+}
+
+static void s_unix(struct rx_listener *l, int fd, void *arg)
+{
+	(void)arg;
+	rpc_server_accept(S.srv, rx_listener_reactor(l), fd, true);
+}
+
+static int s_start(struct rx_reactor *r, void *arg)
+{
+	(void)arg;
+	int err;
+	struct rx_listener *l = rx_listen_tcp(r, "127.0.0.1", S.port, true, 128,
+					      s_tcp, NULL, &err);
+	if (!l)
+		return err;
+	S.port = rx_listener_port(l);
+	if (rx_reactor_id(r) == 0 &&
+	    !rx_listen_unix(r, S.path, 0666, 128, s_unix, NULL, &err))
+		return err;
+	return 0;
+}
+
+static void server_up(unsigned threads, const char *secret,
+		      const struct rpc_limits *lim_in)
+{
+	struct rpc_limits lim = {
+		.max_message_bytes = 1 << 20,
+		.max_elements = 4096,
+		.max_depth = 16,
+		.max_inflight = 64,
+		.max_connections = 64,
+		.max_fds = 4,
+	};
+	if (lim_in)
+		lim = *lim_in;
+	const struct rpc_method *tables[] = {test_methods};
+	cr_assert_eq(rpc_server_new(&S.srv, &lim, tables, 1, secret, -1,
+				    threads), 0);
+	snprintf(S.path, sizeof(S.path), "/tmp/pc-rpc-test-%d.sock",
+		 (int)getpid());
+	S.port = 0;
+	struct rx_params p;
+	rx_params_default(&p);
+	struct rx_group_hooks h = {.thread_start = s_start};
+	cr_assert_eq(rx_group_start(&S.g, threads, &p, &h), 0);
+}
+
+/* Stop the server. Calls still sleeping (test.sleep) must have ended:
+ * their timers would not run on a stopped reactor. */
+static struct rpc_stats server_down_after(unsigned settle_ms)
+{
+	usleep(settle_ms * 1000);
+	struct rpc_stats st;
+	rpc_server_stats(S.srv, &st);
+	rx_group_stop(S.g);
+	rx_group_join(S.g);
+	rpc_server_free(S.srv);
+	return st;
+}
+
+static struct rpc_stats server_down(void)
+{
+	return server_down_after(0);
+}
+
+/* ------------------------------------------------- raw client helpers */
+
+static size_t pack_req(uint8_t *out, size_t cap, uint32_t msgid,
+		       const char *method, uint64_t a, uint64_t b, int nparams)
+{
+	struct pc_wbuf w;
+	msgpack_packer pk;
+	pc_wbuf_init(&w, 0);
+	pc_wbuf_packer(&w, &pk);
+	rpc_pack_request(&pk, msgid, method, (uint32_t)nparams);
+	if (nparams > 0)
+		msgpack_pack_uint64(&pk, a);
+	if (nparams > 1)
+		msgpack_pack_uint64(&pk, b);
+	cr_assert_leq(w.len, cap);
+	memcpy(out, w.data, w.len);
+	size_t len = w.len;
+	pc_wbuf_free(&w);
+	return len;
+}
+
+/* Read one response; returns its msgid and the result as uint (or -1 for
+ * an error, code copied to code). */
+static uint32_t read_resp(int fd, int64_t *val, char *code)
+{
+	static uint8_t buf[1 << 16];
+	static size_t have;
+	static const struct mp_limits lim = {1 << 20, 4096, 16, 1 << 20};
+	for (;;) {
+		size_t size;
+		if (have && mp_scan(buf, have, &lim, &size) == MP_COMPLETE) {
+			struct rpc_msg m;
+			const char *why;
+			cr_assert_eq(rpc_msg_parse(buf, size, &m, &why), 0);
+			struct rpc_result res;
+			rpc_result_from_response(&m, &res);
+			uint64_t u = 0;
+			if (res.err == 0) {
+				struct mp_rd r = res.result;
+				mp_rd_uint(&r, &u);
+				*val = (int64_t)u;
+			} else {
+				*val = -1;
+				if (code)
+					strcpy(code, res.code);
+			}
+			uint32_t id = m.msgid;
+			memmove(buf, buf + size, have - size);
+			have -= size;
+			return id;
+		}
+		ssize_t n = recv(fd, buf + have, sizeof(buf) - have, 0);
+		cr_assert_gt(n, 0, "recv: %zd (%s)", n, strerror(errno));
+		have += (size_t)n;
+	}
+}
+
+/* ------------------------------------------------------------------ tests */
+
+Test(rpc, framing_at_every_split_point)
+{
+	server_up(1, NULL, NULL);
+	int fd = tu_connect(S.port);
+	uint8_t req[128];
+	size_t len = pack_req(req, sizeof(req), 77, "test.echo", 123456789, 0, 1);
+	for (size_t cut = 1; cut < len; cut++) {
+		cr_assert_eq(send(fd, req, cut, 0), (ssize_t)cut);
+		usleep(2000); /* the first part arrives on its own */
+		cr_assert_eq(send(fd, req + cut, len - cut, 0),
+			     (ssize_t)(len - cut));
+		int64_t v;
+		cr_assert_eq(read_resp(fd, &v, NULL), 77);
+		cr_assert_eq(v, 123456789, "cut %zu", cut);
+	}
+	/* Many messages in one write. */
+	uint8_t many[128 * 50];
+	size_t off = 0;
+	for (uint32_t i = 0; i < 50; i++)
+		off += pack_req(many + off, sizeof(many) - off, i, "test.echo",
+				i * 3, 0, 1);
+	cr_assert_eq(send(fd, many, off, 0), (ssize_t)off);
+	for (uint32_t i = 0; i < 50; i++) {
+		int64_t v;
+		cr_assert_eq(read_resp(fd, &v, NULL), i);
+		cr_assert_eq(v, i * 3);
+	}
+	close(fd);
+	struct rpc_stats st = server_down();
+	cr_assert_eq(st.rejected, 0);
+}
+
+Test(rpc, pipelined_requests_get_out_of_order_replies)
+{
+	server_up(1, NULL, NULL);
+	int fd = tu_connect(S.port);
+	/* Ten calls at once; call i sleeps (10 - i) * 20 ms. */
+	uint8_t buf[128];
+	for (uint32_t i = 0; i < 10; i++) {
+		size_t len = pack_req(buf, sizeof(buf), 100 + i, "test.sleep",
+				      (10 - i) * 20, 1000 + i, 2);
+		send(fd, buf, len, 0);
+	}
+	for (uint32_t k = 0; k < 10; k++) {
+		int64_t v;
+		uint32_t id = read_resp(fd, &v, NULL);
+		cr_assert_eq(id, 109 - k, "reply %u was msgid %u", k, id);
+		cr_assert_eq(v, 1000 + (109 - k) - 100);
+	}
+	close(fd);
+	server_down();
+}
+
+Test(rpc, errors_keep_the_connection_and_bad_input_closes_it)
+{
+	server_up(1, NULL, NULL);
+	int fd = tu_connect(S.port);
+	uint8_t buf[128];
+	char code[32] = "";
+	int64_t v;
+	size_t len = pack_req(buf, sizeof(buf), 1, "no.such", 0, 0, 0);
+	send(fd, buf, len, 0);
+	cr_assert_eq(read_resp(fd, &v, code), 1);
+	cr_assert_str_eq(code, RPC_E_UNKNOWN_METHOD);
+	len = pack_req(buf, sizeof(buf), 2, "test.sleep", 1, 0, 1);
+	send(fd, buf, len, 0);
+	cr_assert_eq(read_resp(fd, &v, code), 2);
+	cr_assert_str_eq(code, RPC_E_BAD_PARAMS);
+	len = pack_req(buf, sizeof(buf), 3, "test.fd", 0, 0, 0);
+	send(fd, buf, len, 0);
+	cr_assert_eq(read_resp(fd, &v, code), 3);
+	cr_assert_str_eq(code, RPC_E_FORBIDDEN, "test.fd is local only");
+	/* Still serving. */
+	len = pack_req(buf, sizeof(buf), 4, "test.echo", 9, 0, 1);
+	send(fd, buf, len, 0);
+	cr_assert_eq(read_resp(fd, &v, NULL), 4);
+	cr_assert_eq(v, 9);
+	/* Bytes that are not MessagePack: the connection closes. */
+	send(fd, "\xc1\xc1\xc1", 3, 0);
+	char b;
+	cr_assert_leq(recv(fd, &b, 1, 0), 0);
+	close(fd);
+	struct rpc_stats st = server_down();
+	cr_assert_eq(st.rejected, 1);
+	cr_assert_geq(st.errors, 3);
+}
+
+Test(rpc, inflight_cap_pauses_reading_without_losing_calls)
+{
+	struct rpc_limits lim = {1 << 20, 4096, 16, 4, 64, 4};
+	server_up(1, NULL, &lim);
+	int fd = tu_connect(S.port);
+	uint8_t buf[128];
+	for (uint32_t i = 0; i < 40; i++) {
+		size_t len = pack_req(buf, sizeof(buf), i, "test.sleep", 5, i, 2);
+		send(fd, buf, len, 0);
+	}
+	bool seen[40] = {false};
+	for (int k = 0; k < 40; k++) {
+		int64_t v;
+		uint32_t id = read_resp(fd, &v, NULL);
+		cr_assert_lt(id, 40);
+		cr_assert(!seen[id]);
+		seen[id] = true;
+		cr_assert_eq(v, id);
+	}
+	close(fd);
+	server_down();
+}
+
+/* ------------------------------------------------------- blocking client */
+
+static void packed(struct pc_wbuf *w, uint64_t a, uint64_t b, int n)
+{
+	msgpack_packer pk;
+	pc_wbuf_init(w, 0);
+	pc_wbuf_packer(w, &pk);
+	msgpack_pack_array(&pk, (size_t)n);
+	if (n > 0)
+		msgpack_pack_uint64(&pk, a);
+	if (n > 1)
+		msgpack_pack_uint64(&pk, b);
+}
+
+static int64_t sync_uint(struct rpc_sync *c, const char *m, uint64_t a,
+			 uint64_t b, int n, unsigned timeout_ms, int *err)
+{
+	struct pc_wbuf w;
+	struct rpc_sync_reply rep;
+	packed(&w, a, b, n);
+	*err = rpc_sync_call(c, m, w.data, w.len, NULL, 0, timeout_ms, &rep);
+	pc_wbuf_free(&w);
+	uint64_t u = 0;
+	if (*err == 0 && rep.res.err == 0)
+		mp_rd_uint(&rep.res.result, &u);
+	else if (*err == 0)
+		*err = rep.res.err;
+	rpc_sync_reply_free(&rep);
+	return (int64_t)u;
+}
+
+Test(rpc, blocking_pool_reuses_good_connections_and_drops_bad_ones)
+{
+	server_up(2, NULL, NULL);
+	char ep[160];
+	snprintf(ep, sizeof(ep), "127.0.0.1:%u", S.port);
+	struct rpc_sync_opts o;
+	rpc_sync_opts_default(&o);
+	int err;
+	struct rpc_sync *c = rpc_sync_new(ep, &o, &err);
+	cr_assert(c);
+	for (int i = 0; i < 20; i++) {
+		cr_assert_eq(sync_uint(c, "test.echo", (uint64_t)i, 0, 1, 0, &err),
+			     i);
+		cr_assert_eq(err, 0);
+	}
+	struct rpc_stats st;
+	rpc_server_stats(S.srv, &st);
+	cr_assert_eq(st.conns_accepted, 1, "one pooled connection");
+	/* The server closes this one: the next call must not reuse it. */
+	sync_uint(c, "test.close", 0, 0, 0, 0, &err);
+	cr_assert_eq(err, -EREMOTEIO);
+	usleep(50000);
+	cr_assert_eq(sync_uint(c, "test.echo", 5, 0, 1, 0, &err), 5);
+	cr_assert_eq(err, 0);
+	/* A timeout closes the connection rather than pooling it. */
+	sync_uint(c, "test.sleep", 300, 1, 2, 50, &err);
+	cr_assert_eq(err, -ETIMEDOUT);
+	cr_assert_eq(sync_uint(c, "test.echo", 6, 0, 1, 0, &err), 6);
+	cr_assert_eq(err, 0);
+	rpc_server_stats(S.srv, &st);
+	cr_assert_eq(st.conns_accepted, 3);
+	rpc_sync_free(c);
+	server_down_after(400);
+}
+
+Test(rpc, descriptors_pass_over_the_unix_socket)
+{
+	server_up(1, NULL, NULL);
+	char ep[140];
+	snprintf(ep, sizeof(ep), "unix:%s", S.path);
+	struct rpc_sync_opts o;
+	rpc_sync_opts_default(&o);
+	int err;
+	struct rpc_sync *c = rpc_sync_new(ep, &o, &err);
+	cr_assert(c);
+	int mfd = memfd_create("pc-test", MFD_CLOEXEC);
+	cr_assert_eq(write(mfd, "shared bytes", 12), 12);
+	struct rpc_sync_reply rep;
+	static const uint8_t none[] = {0x90};
+	cr_assert_eq(rpc_sync_call(c, "test.fd", none, 1, &mfd, 1, 0, &rep), 0);
+	cr_assert_eq(rep.res.err, 0, "%s", rep.res.message);
+	const uint8_t *b;
+	uint32_t bl;
+	cr_assert_eq(mp_rd_bin(&rep.res.result, &b, &bl), 0);
+	cr_assert_eq(bl, 12);
+	cr_assert_eq(memcmp(b, "shared bytes", 12), 0);
+	rpc_sync_reply_free(&rep);
+	close(mfd);
+	rpc_sync_free(c);
+	server_down();
+}
+
+Test(rpc, authentication_with_a_cluster_secret)
+{
+	server_up(1, "s3cret", NULL);
+	char ep[160];
+	snprintf(ep, sizeof(ep), "127.0.0.1:%u", S.port);
+	struct rpc_sync_opts o;
+	rpc_sync_opts_default(&o);
+	int err;
+	/* Right secret. */
+	o.secret = "s3cret";
+	struct rpc_sync *good = rpc_sync_new(ep, &o, &err);
+	cr_assert_eq(sync_uint(good, "test.echo", 42, 0, 1, 0, &err), 42);
+	cr_assert_eq(err, 0);
+	rpc_sync_free(good);
+	/* Wrong secret. */
+	o.secret = "guess";
+	struct rpc_sync *bad = rpc_sync_new(ep, &o, &err);
+	sync_uint(bad, "test.echo", 1, 0, 1, 0, &err);
+	cr_assert_eq(err, -EACCES);
+	rpc_sync_free(bad);
+	/* No secret: refused with a clear error. */
+	o.secret = NULL;
+	struct rpc_sync *none = rpc_sync_new(ep, &o, &err);
+	struct pc_wbuf w;
+	struct rpc_sync_reply rep;
+	packed(&w, 1, 0, 1);
+	cr_assert_eq(rpc_sync_call(none, "test.echo", w.data, w.len, NULL, 0,
+				   0, &rep), 0);
+	cr_assert_eq(rep.res.err, -EREMOTEIO);
+	cr_assert_str_eq(rep.res.code, RPC_E_UNAUTHORIZED);
+	rpc_sync_reply_free(&rep);
+	pc_wbuf_free(&w);
+	rpc_sync_free(none);
+	/* The Unix socket needs no secret (peer credentials instead). */
+	snprintf(ep, sizeof(ep), "unix:%s", S.path);
+	struct rpc_sync *local = rpc_sync_new(ep, &o, &err);
+	cr_assert_eq(sync_uint(local, "test.echo", 7, 0, 1, 0, &err), 7);
+	cr_assert_eq(err, 0);
+	rpc_sync_free(local);
+	struct rpc_stats st = server_down();
+	cr_assert_geq(st.auth_failures, 2);
+}
+
+/* ---------------------------------------------------- asynchronous client */
+
+static struct {
+	int done;
+	int want;
+	int errs[64];
+	uint64_t vals[64];
+	struct rx_reactor *r;
+} A;
+
+static void a_done(void *arg, const struct rpc_result *res)
+{
+	uintptr_t i = (uintptr_t)arg;
+	A.errs[i] = res->err;
+	if (res->err == 0) {
+		struct mp_rd r = res->result;
+		mp_rd_uint(&r, &A.vals[i]);
+	}
+	if (++A.done == A.want)
+		rx_reactor_stop(A.r);
+}
+
+static void a_call(struct rpc_client *cl, const char *ep, uintptr_t i,
+		   const char *m, uint64_t a, uint64_t b, unsigned timeout)
+{
+	struct rpc_req *q = rpc_req_new(cl, ep, m, 2, timeout, a_done,
+					(void *)i);
+	cr_assert(q);
+	msgpack_pack_uint64(rpc_req_packer(q), a);
+	msgpack_pack_uint64(rpc_req_packer(q), b);
+	rpc_req_send(q);
+}
+
+static void a_reset(int want)
+{
+	memset(&A, 0, sizeof(A));
+	A.want = want;
+}
+
+Test(rpc, async_client_many_calls_in_flight_and_timeouts)
+{
+	server_up(1, NULL, NULL);
+	struct rx_reactor *r = tu_reactor(NULL);
+	struct rpc_client_opts o;
+	rpc_client_opts_default(&o);
+	o.conns_per_endpoint = 1;
+	struct rpc_client *cl = rpc_client_new(r, &o);
+	char ep[160];
+	snprintf(ep, sizeof(ep), "127.0.0.1:%u", S.port);
+	a_reset(21);
+	A.r = r;
+	for (uintptr_t i = 0; i < 20; i++)
+		a_call(cl, ep, i, "test.sleep", 50 - i * 2, 500 + i, 2000);
+	a_call(cl, ep, 20, "test.sleep", 1000, 0, 100); /* times out */
+	tu_run(r, 10000);
+	for (int i = 0; i < 20; i++) {
+		cr_assert_eq(A.errs[i], 0, "call %d: %d", i, A.errs[i]);
+		cr_assert_eq(A.vals[i], 500u + (unsigned)i);
+	}
+	cr_assert_eq(A.errs[20], -ETIMEDOUT);
+	struct rpc_client_stats cs;
+	rpc_client_stats(cl, &cs);
+	cr_assert_eq(cs.timeouts, 1);
+	struct rpc_stats st;
+	rpc_server_stats(S.srv, &st);
+	cr_assert_eq(st.conns_accepted, 1, "all calls on one connection");
+	rpc_client_free(cl);
+	rx_reactor_destroy(r);
+	server_down_after(1100);
+}
+
+static struct {
+	struct rpc_client *cl;
+	char ep[64];
+	uint64_t failures_after_second;
+	struct rx_timer later;
+} B;
+
+static void b_third(struct rx_reactor *r, struct rx_timer *t)
+{
+	(void)r;
+	(void)t;
+	a_call(B.cl, B.ep, 2, "test.echo", 1, 0, 1000);
+}
+
+static void b_first_done(void *arg, const struct rpc_result *res)
+{
+	a_done(arg, res);
+	/* Within the backoff: must fail without a new connect. */
+	a_call(B.cl, B.ep, 1, "test.echo", 1, 0, 1000);
+	/* After the backoff: a new attempt. */
+	rx_timer_start(A.r, &B.later, RX_MS(400), 0);
+}
+
+Test(rpc, async_client_backs_off_after_a_refused_connect)
+{
+	struct rx_reactor *r = tu_reactor(NULL);
+	struct rpc_client_opts o;
+	rpc_client_opts_default(&o);
+	o.backoff_min_ms = 200;
+	B.cl = rpc_client_new(r, &o);
+	/* A port nobody listens on. */
+	int s = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in sin = {.sin_family = AF_INET,
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	bind(s, (struct sockaddr *)&sin, sizeof(sin));
+	socklen_t sl = sizeof(sin);
+	getsockname(s, (struct sockaddr *)&sin, &sl);
+	close(s);
+	snprintf(B.ep, sizeof(B.ep), "127.0.0.1:%u", ntohs(sin.sin_port));
+	rx_timer_init(&B.later, b_third, NULL);
+	a_reset(3);
+	A.r = r;
+	struct rpc_req *q = rpc_req_new(B.cl, B.ep, "test.echo", 2, 1000,
+					b_first_done, (void *)0);
+	msgpack_pack_uint64(rpc_req_packer(q), 1);
+	msgpack_pack_uint64(rpc_req_packer(q), 0);
+	rpc_req_send(q);
+	tu_run(r, 5000);
+	for (int i = 0; i < 3; i++)
+		cr_assert_eq(A.errs[i], -ECONNREFUSED, "call %d: %d", i,
+			     A.errs[i]);
+	struct rpc_client_stats cs;
+	rpc_client_stats(B.cl, &cs);
+	cr_assert_eq(cs.conn_failures, 2, "the second call did not connect");
+	rpc_client_free(B.cl);
+	rx_reactor_destroy(r);
+}
+
+Test(rpc, async_client_authenticates)
+{
+	server_up(1, "topsecret", NULL);
+	struct rx_reactor *r = tu_reactor(NULL);
+	struct rpc_client_opts o;
+	rpc_client_opts_default(&o);
+	o.secret = "topsecret";
+	struct rpc_client *cl = rpc_client_new(r, &o);
+	char ep[160];
+	snprintf(ep, sizeof(ep), "127.0.0.1:%u", S.port);
+	a_reset(3);
+	A.r = r;
+	for (uintptr_t i = 0; i < 3; i++)
+		a_call(cl, ep, i, "test.sleep", 1, 40 + i, 2000);
+	tu_run(r, 5000);
+	for (int i = 0; i < 3; i++) {
+		cr_assert_eq(A.errs[i], 0);
+		cr_assert_eq(A.vals[i], 40u + (unsigned)i);
+	}
+	rpc_client_free(cl);
+	rx_reactor_destroy(r);
+	/* With a wrong secret the calls fail with EACCES. */
+	r = tu_reactor(NULL);
+	o.secret = "wrong";
+	cl = rpc_client_new(r, &o);
+	a_reset(1);
+	A.r = r;
+	a_call(cl, ep, 0, "test.sleep", 1, 1, 2000);
+	tu_run(r, 5000);
+	cr_assert_eq(A.errs[0], -EACCES);
+	rpc_client_free(cl);
+	rx_reactor_destroy(r);
+	server_down();
+}
