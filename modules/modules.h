@@ -10,7 +10,9 @@
 #include "reactor/module.h"
 
 extern const struct pc_module pc_mod_stats_log;
+extern const struct pc_module pc_mod_metrics;
 extern const struct pc_module pc_mod_rpc_server;
 extern const struct pc_module pc_mod_node;
+extern const struct pc_module pc_mod_transport;
 
 #endif /* PC_MODULES_MODULES_H */

@@ -423,7 +423,7 @@ void rx_conns_stop(struct rx_reactor *r, bool now)
 
 static bool conn_should_read(const struct rx_conn *c)
 {
-	return !(c->flags & (RXC_PAUSE_USER | RXC_PAUSE_OUT | RXC_CLOSE_FLUSH |
+	return !(c->flags & (RXC_MANUAL | RXC_PAUSE_USER | RXC_PAUSE_OUT | RXC_CLOSE_FLUSH |
 			     RXC_CLOSING | RXC_CONNECTING | RXC_EOF));
 }
 
@@ -669,6 +669,77 @@ void rx_conn_on_recv(struct rx_reactor *r, struct rx_op *op,
 	}
 	if (!more)
 		conn_touch(c); /* re-arm or finalise at the end of the pass */
+}
+
+/* ---------------------------------------------------------- manual reads */
+
+void rx_conn_set_manual(struct rx_conn *c)
+{
+	c->flags |= RXC_MANUAL;
+}
+
+static int read_submit(struct rx_conn *c, uint32_t idx)
+{
+	struct rx_op *op = rx_op_get(c->r, idx);
+	struct io_uring_sqe *sqe = rx_sqe(c->r);
+	if (!sqe)
+		return -EBUSY;
+	size_t left = op->u.rd.len - op->u.rd.done;
+	io_uring_prep_recv(sqe, c->fd, op->u.rd.buf + op->u.rd.done,
+			   PC_MIN(left, (size_t)1 << 30), MSG_WAITALL);
+	rx_op_tag(c->r, sqe, idx);
+	return 0;
+}
+
+int rx_conn_read(struct rx_conn *c, void *buf, size_t len, rx_read_fn cb,
+		 void *arg)
+{
+	if (!(c->flags & RXC_MANUAL))
+		return -EINVAL;
+	if (c->flags & (RXC_CLOSING | RXC_CLOSE_FLUSH | RXC_READING))
+		return c->flags & RXC_READING ? -EBUSY : -EPIPE;
+	uint32_t idx = rx_op_alloc(c->r, RX_OP_READ, c);
+	if (idx == RX_NO_OP)
+		return -EBUSY;
+	struct rx_op *op = rx_op_get(c->r, idx);
+	op->u.rd.cb = cb;
+	op->u.rd.arg = arg;
+	op->u.rd.buf = buf;
+	op->u.rd.len = len;
+	op->u.rd.done = 0;
+	int ret = read_submit(c, idx);
+	if (ret < 0) {
+		rx_op_free(c->r, idx);
+		return ret;
+	}
+	c->flags |= RXC_READING;
+	c->inflight++;
+	return 0;
+}
+
+void rx_conn_on_read(struct rx_reactor *r, struct rx_op *op,
+		     const struct io_uring_cqe *cqe, uint32_t idx)
+{
+	struct rx_conn *c = op->obj;
+	int res = cqe->res;
+	if (res > 0) {
+		RX_STAT_ADD(r->st.bytes_in, (uint64_t)res);
+		op->u.rd.done += (size_t)res;
+		if (op->u.rd.done < op->u.rd.len &&
+		    !(c->flags & RXC_CLOSING) && read_submit(c, idx) == 0)
+			return; /* short receive: continue into the same buffer */
+	}
+	ssize_t result = op->u.rd.done == op->u.rd.len ? (ssize_t)op->u.rd.len
+			 : res < 0 && res != -ECANCELED ? res
+			 : (c->flags & RXC_CLOSING) ? -ECANCELED
+			 : res == 0 ? -ECONNRESET : -EBUSY;
+	rx_read_fn cb = op->u.rd.cb;
+	void *arg = op->u.rd.arg;
+	conn_op_done(c, idx, RXC_READING);
+	if (result < 0 && !(c->flags & RXC_CLOSING))
+		rx_conn_close(c, RX_CLOSE_NOW, (int)result);
+	cb(c, result, arg);
+	conn_touch(c);
 }
 
 void rx_conn_pause(struct rx_conn *c)

@@ -269,6 +269,7 @@ typedef void (*rx_cqe_fn)(struct rx_reactor *r, struct rx_op *op,
 
 static const rx_cqe_fn rx_dispatch[RX_OP__COUNT] = {
 	[RX_OP_RECV] = rx_conn_on_recv,
+	[RX_OP_READ] = rx_conn_on_read,
 	[RX_OP_SEND] = rx_conn_on_send,
 	[RX_OP_CONNECT] = rx_conn_on_connect,
 	[RX_OP_ACCEPT] = rx_listener_on_accept,

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "common/metrics.h"
 #include "group.h"
 #include "module.h"
 
@@ -88,6 +89,7 @@ int pc_modules_init(struct pc_ctx *ctx)
 int pc_modules_start(struct rx_reactor *r, struct pc_ctx *ctx)
 {
 	unsigned id = rx_reactor_id(r);
+	met_bind_thread(id + 1); /* this thread's metric shard */
 	for (size_t i = 0; i < ctx->n_modules; i++) {
 		const struct pc_module *m = ctx->modules[i];
 		/* Counted before start so a failing module still gets stop/exit

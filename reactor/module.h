@@ -35,6 +35,33 @@ struct rpc_method;   /* rpc/: MessagePack-RPC methods a module serves */
 struct http_route;   /* metrics module: HTTP routes a module serves */
 struct rx_group;
 struct pc_ctx;
+struct ring;        /* storage/ring.h */
+struct pool;        /* storage/pool.h */
+struct tp_ops;      /* modules/transport.h */
+struct tp_client;
+struct tp_region;
+struct dir_api;     /* modules/directory.h */
+
+/*
+ * Services modules offer each other through the context, so that no module
+ * includes another: the provider fills its fields in init (main thread);
+ * users read them from start on. The ring pointer is swapped atomically on
+ * a membership change (read it with __atomic_load_n, ACQUIRE).
+ */
+struct pc_services {
+	/* transport module */
+	const struct tp_ops *tp;
+	struct tp_client **tp_clients;   /* one per reactor */
+	int (*tp_register)(const struct tp_region *region);
+	/* cluster module */
+	struct ring *ring;
+	char self_id[160];               /* ring id: "host:rpc_port" */
+	char self_data[160];             /* data endpoint: "host:data_port" */
+	/* directory module */
+	const struct dir_api *dir;
+	/* kv module */
+	struct pool *pool;
+};
 
 struct pc_module {
 	const char *name;
@@ -65,6 +92,7 @@ struct pc_ctx {
 	const struct pc_module *const *modules;
 	size_t n_modules;
 	unsigned *started;               /* per reactor: modules started */
+	struct pc_services svc;
 	size_t inited;                   /* modules whose init succeeded */
 	pthread_mutex_t ep_lock;
 	struct pc_endpoint endpoints[PC_ENDPOINTS_MAX];

@@ -242,6 +242,19 @@ void rx_conn_commit(struct rx_conn *c, size_t len);
  */
 int rx_conn_enable_fds(struct rx_conn *c, unsigned max_fds);
 
+/*
+ * Manual receive: the connection never reads on its own (on_data is not
+ * used); the owner asks for exactly len bytes into its own buffer and
+ * rx_conn_read calls back once they are all there (short receives resume),
+ * or with a negative errno (-ECONNRESET at EOF). Bytes land straight in buf:
+ * no copy through the receive-buffer ring. One read at a time per
+ * connection. rx_conn_set_manual must be called right after attach/connect.
+ */
+typedef void (*rx_read_fn)(struct rx_conn *c, ssize_t res, void *arg);
+void rx_conn_set_manual(struct rx_conn *c);
+int rx_conn_read(struct rx_conn *c, void *buf, size_t len, rx_read_fn cb,
+		 void *arg);
+
 /* Stop / restart reading (e.g. while an async handler holds a request). */
 void rx_conn_pause(struct rx_conn *c);
 void rx_conn_resume(struct rx_conn *c);

@@ -20,6 +20,7 @@
 enum rx_op_type {
 	RX_OP_NONE = 0, /* user_data 0: completions we never look at */
 	RX_OP_RECV,
+	RX_OP_READ,  /* manual receive into a caller buffer */
 	RX_OP_SEND,
 	RX_OP_CONNECT,
 	RX_OP_ACCEPT,
@@ -61,6 +62,13 @@ struct rx_op {
 			uint8_t kind;    /* enum rx_file_kind */
 			uint8_t datasync;
 		} file;
+		struct {                 /* RX_OP_READ */
+			rx_read_fn cb;
+			void *arg;
+			uint8_t *buf;
+			size_t len;
+			size_t done;
+		} rd;
 		struct {                 /* RX_OP_TEST */
 			void (*fn)(void *arg);
 			void *arg;
@@ -96,6 +104,7 @@ struct rx_chunk {
 #define RXC_CANCEL_SENT 0x100u /* cancel of the recv already submitted */
 #define RXC_EOF 0x200u         /* peer closed its side */
 #define RXC_FINAL 0x400u       /* on_close ran */
+#define RXC_MANUAL 0x1000u     /* the owner reads with rx_conn_read */
 
 struct rx_conn {
 	struct rx_reactor *r;
@@ -249,6 +258,8 @@ void rx_conn_on_send(struct rx_reactor *r, struct rx_op *op,
 		     const struct io_uring_cqe *cqe, uint32_t idx);
 void rx_conn_on_connect(struct rx_reactor *r, struct rx_op *op,
 			const struct io_uring_cqe *cqe, uint32_t idx);
+void rx_conn_on_read(struct rx_reactor *r, struct rx_op *op,
+		     const struct io_uring_cqe *cqe, uint32_t idx);
 void rx_conns_run_pending(struct rx_reactor *r);
 void rx_conns_stop(struct rx_reactor *r, bool now);
 void rx_conns_destroy(struct rx_reactor *r);

@@ -358,50 +358,7 @@ bool mp_str_eq(const char *s, uint32_t len, const char *lit)
 	return n == len && memcmp(s, lit, n) == 0;
 }
 
-/* ------------------------------------------------------------- write buffer */
-
-void pc_wbuf_init(struct pc_wbuf *b, size_t max)
-{
-	memset(b, 0, sizeof(*b));
-	b->max = max ? max : SIZE_MAX;
-}
-
-void pc_wbuf_free(struct pc_wbuf *b)
-{
-	free(b->data);
-	memset(b, 0, sizeof(*b));
-}
-
-void pc_wbuf_reset(struct pc_wbuf *b)
-{
-	b->len = 0;
-	b->failed = false;
-}
-
-int pc_wbuf_append(struct pc_wbuf *b, const void *p, size_t len)
-{
-	if (b->failed)
-		return -ENOMEM;
-	if (len > b->max - b->len) {
-		b->failed = true;
-		return -EMSGSIZE;
-	}
-	if (b->len + len > b->cap) {
-		size_t cap = b->cap ? b->cap : 256;
-		while (cap < b->len + len)
-			cap *= 2;
-		uint8_t *d = realloc(b->data, cap);
-		if (!d) {
-			b->failed = true;
-			return -ENOMEM;
-		}
-		b->data = d;
-		b->cap = cap;
-	}
-	memcpy(b->data + b->len, p, len);
-	b->len += len;
-	return 0;
-}
+/* ------------------------------------------------------------ msgpack glue */
 
 int pc_wbuf_write(void *data, const char *buf, size_t len)
 {

@@ -18,6 +18,8 @@
 #define PC_RPC_MP_H
 
 #include <msgpack.h>
+
+#include "common/buf.h"
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -96,20 +98,8 @@ bool mp_str_eq(const char *s, uint32_t len, const char *lit);
 
 /* ------------------------------------------------------------- encoding */
 
-/* A growable byte buffer that a msgpack_packer can write into. */
-struct pc_wbuf {
-	uint8_t *data;
-	size_t len;
-	size_t cap;
-	size_t max;  /* writes past this fail (the packer then errors) */
-	bool failed; /* a write failed: out of memory or over max */
-};
-
-void pc_wbuf_init(struct pc_wbuf *b, size_t max);
-void pc_wbuf_free(struct pc_wbuf *b);
-void pc_wbuf_reset(struct pc_wbuf *b);
-int pc_wbuf_append(struct pc_wbuf *b, const void *p, size_t len);
-/* msgpack_packer_write callback; data is a struct pc_wbuf *. */
+/* msgpack_packer_write callback into a pc_wbuf (common/buf.h); a failed
+ * write (over the buffer's max) fails the packer. */
 int pc_wbuf_write(void *data, const char *buf, size_t len);
 static inline void pc_wbuf_packer(struct pc_wbuf *b, msgpack_packer *pk)
 {

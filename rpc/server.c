@@ -33,6 +33,7 @@
 #include <xxhash.h>
 
 #include "common/log.h"
+#include "common/metrics.h"
 #include "common/sha256.h"
 #include "rpc/auth.h"
 #include "rpc/msg.h"
@@ -42,12 +43,21 @@
 #define FD_QUEUE_MAX 16     /* descriptors held per connection */
 #define UNAUTH_STRIKES 3    /* calls before auth tolerated, then close */
 
+/* A method with its metric series. */
+struct rpc_entry {
+	const struct rpc_method *m;
+	met_id calls;   /* peercache_rpc_requests_total{method} */
+	met_id errors;  /* peercache_rpc_errors_total{method} */
+	met_id latency; /* peercache_rpc_latency_seconds{method} */
+	char labels[96];
+};
+
 struct rpc_server {
 	struct rpc_limits lim;
 	struct mp_limits mpl;
-	const struct rpc_method **table; /* open addressing, pow2 size */
+	struct rpc_entry **table;        /* open addressing, pow2 size */
 	unsigned table_mask;
-	const struct rpc_method **list;  /* insertion order */
+	struct rpc_entry *entries;       /* insertion order */
 	unsigned nmethods;
 	char *secret;                    /* NULL: no authentication */
 	long allowed_gid;
@@ -84,7 +94,9 @@ struct rpc_call {
 	struct rpc_sconn *sc;
 	uint32_t msgid;
 	bool notify;
-	const struct rpc_method *m;
+	bool failed;            /* an error reply was sent */
+	struct rpc_entry *e;
+	uint64_t t0;            /* dispatch time (0 when metrics are off) */
 	msgpack_packer pk;
 };
 
@@ -95,36 +107,55 @@ static uint64_t name_hash(const char *s, size_t len)
 	return XXH3_64bits(s, len);
 }
 
+static struct rpc_entry *find_entry(const struct rpc_server *s,
+				    const char *name, size_t len)
+{
+	for (uint64_t i = name_hash(name, len);; i++) {
+		struct rpc_entry *e = s->table[i & s->table_mask];
+		if (!e)
+			return NULL;
+		if (strlen(e->m->name) == len &&
+		    memcmp(e->m->name, name, len) == 0)
+			return e;
+	}
+}
+
 const struct rpc_method *rpc_server_find(const struct rpc_server *s,
 					 const char *name, size_t len)
 {
-	for (uint64_t i = name_hash(name, len);; i++) {
-		const struct rpc_method *m = s->table[i & s->table_mask];
-		if (!m)
-			return NULL;
-		if (strlen(m->name) == len && memcmp(m->name, name, len) == 0)
-			return m;
-	}
+	struct rpc_entry *e = find_entry(s, name, len);
+	return e ? e->m : NULL;
 }
 
 static int table_add(struct rpc_server *s, const struct rpc_method *m)
 {
 	size_t len = strlen(m->name);
-	if (rpc_server_find(s, m->name, len)) {
+	if (find_entry(s, m->name, len)) {
 		PC_LOGE(LOG_MOD, "method %s is registered twice", m->name);
 		return -EEXIST;
 	}
+	struct rpc_entry *e = &s->entries[s->nmethods++];
+	e->m = m;
+	snprintf(e->labels, sizeof(e->labels), "method=\"%s\"", m->name);
+	e->calls = met_register(MET_COUNTER, "peercache_rpc_requests_total",
+				"RPC requests and notifications by method",
+				e->labels);
+	e->errors = met_register(MET_COUNTER, "peercache_rpc_errors_total",
+				 "RPC error replies by method", e->labels);
+	e->latency = met_register(MET_HISTOGRAM, "peercache_rpc_latency_seconds",
+				  "RPC latency from dispatch to reply, by "
+				  "method", e->labels);
 	for (uint64_t i = name_hash(m->name, len);; i++) {
 		if (!s->table[i & s->table_mask]) {
-			s->table[i & s->table_mask] = m;
+			s->table[i & s->table_mask] = e;
 			break;
 		}
 	}
-	s->list[s->nmethods++] = m;
 	return 0;
 }
 
 static const struct rpc_method builtin_methods[];
+static void rpc_collector(struct met_writer *w, void *arg);
 
 int rpc_server_new(struct rpc_server **out, const struct rpc_limits *lim,
 		   const struct rpc_method *const *user_tables,
@@ -152,7 +183,7 @@ int rpc_server_new(struct rpc_server **out, const struct rpc_limits *lim,
 					      (size_t)UINT32_MAX);
 	s->table_mask = (unsigned)pc_roundup_pow2(2u * n + 2) - 1;
 	s->table = calloc(s->table_mask + 1, sizeof(*s->table));
-	s->list = calloc(n + 1, sizeof(*s->list));
+	s->entries = calloc(n + 1, sizeof(*s->entries));
 	s->st = calloc(nreactors ? nreactors : 1, sizeof(*s->st));
 	s->nreactors = nreactors;
 	s->allowed_gid = allowed_gid;
@@ -160,7 +191,8 @@ int rpc_server_new(struct rpc_server **out, const struct rpc_limits *lim,
 	if (secret && *secret)
 		s->secret = strdup(secret);
 	int ret = 0;
-	if (!s->table || !s->list || !s->st || (secret && *secret && !s->secret))
+	if (!s->table || !s->entries || !s->st ||
+	    (secret && *secret && !s->secret))
 		ret = -ENOMEM;
 	for (unsigned t = 0; t < ntables && !ret; t++)
 		for (const struct rpc_method *m = tables[t];
@@ -170,6 +202,7 @@ int rpc_server_new(struct rpc_server **out, const struct rpc_limits *lim,
 		rpc_server_free(s);
 		return ret;
 	}
+	met_register_collector(rpc_collector, s);
 	*out = s;
 	return 0;
 }
@@ -178,12 +211,13 @@ void rpc_server_free(struct rpc_server *s)
 {
 	if (!s)
 		return;
+	met_unregister_collector(rpc_collector, s);
 	if (s->secret) {
 		explicit_bzero(s->secret, strlen(s->secret));
 		free(s->secret);
 	}
 	free(s->table);
-	free(s->list);
+	free(s->entries);
 	free(s->st);
 	free(s);
 }
@@ -192,7 +226,8 @@ unsigned rpc_server_methods(const struct rpc_server *s,
 			    const struct rpc_method **out, unsigned max)
 {
 	unsigned n = PC_MIN(max, s->nmethods);
-	memcpy(out, s->list, n * sizeof(*out));
+	for (unsigned i = 0; i < n; i++)
+		out[i] = s->entries[i].m;
 	return n;
 }
 
@@ -205,6 +240,46 @@ void rpc_server_stats(struct rpc_server *s, struct rpc_stats *out)
 		const uint64_t *src = (const uint64_t *)&s->st[r];
 		for (size_t k = 0; k < sizeof(*out) / sizeof(uint64_t); k++)
 			dst[k] += __atomic_load_n(&src[k], __ATOMIC_RELAXED);
+	}
+}
+
+static void rpc_collector(struct met_writer *w, void *arg)
+{
+	struct rpc_stats st;
+	rpc_server_stats(arg, &st);
+	static const struct {
+		const char *name, *help;
+		size_t off;
+		enum met_type type;
+	} rows[] = {
+		{"peercache_rpc_connections", "RPC connections open",
+		 offsetof(struct rpc_stats, conns_live), MET_GAUGE},
+		{"peercache_rpc_connections_total", "RPC connections accepted",
+		 offsetof(struct rpc_stats, conns_accepted), MET_COUNTER},
+		{"peercache_rpc_connections_refused_total",
+		 "RPC connections refused (limit or credentials)",
+		 offsetof(struct rpc_stats, conns_refused), MET_COUNTER},
+		{"peercache_rpc_auth_failures_total",
+		 "calls or proofs refused for lack of authentication",
+		 offsetof(struct rpc_stats, auth_failures), MET_COUNTER},
+		{"peercache_rpc_late_replies_total",
+		 "replies dropped because the client had left",
+		 offsetof(struct rpc_stats, late_replies), MET_COUNTER},
+	};
+	for (size_t i = 0; i < PC_ARRAY_LEN(rows); i++) {
+		uint64_t v;
+		memcpy(&v, (const char *)&st + rows[i].off, sizeof(v));
+		met_w_family(w, rows[i].name, rows[i].help, rows[i].type);
+		met_w_sample(w, rows[i].name, NULL, (double)(int64_t)v);
+	}
+	met_w_family(w, "peercache_rpc_rejected_total",
+		     "inputs refused on the RPC port, by reason", MET_COUNTER);
+	for (unsigned k = 0; k < RPC_REJ__COUNT; k++) {
+		char labels[64];
+		snprintf(labels, sizeof(labels), "reason=\"%s\"",
+			 rpc_reject_names[k]);
+		met_w_sample(w, "peercache_rpc_rejected_total", labels,
+			     (double)st.rejected_by[k]);
 	}
 }
 
@@ -316,7 +391,7 @@ static bool sniff(struct rpc_sconn *sc, const uint8_t *p, size_t len)
 }
 
 static struct rpc_call *call_new(struct rpc_sconn *sc, uint32_t msgid,
-				 bool notify, const struct rpc_method *m)
+				 bool notify, struct rpc_entry *e)
 {
 	struct rpc_call *call = malloc(sizeof(*call));
 	if (!call)
@@ -324,7 +399,9 @@ static struct rpc_call *call_new(struct rpc_sconn *sc, uint32_t msgid,
 	call->sc = sc;
 	call->msgid = msgid;
 	call->notify = notify;
-	call->m = m;
+	call->failed = false;
+	call->e = e;
+	call->t0 = met_enabled ? pc_now_ns() : 0;
 	sc->refs++;
 	sc->inflight++;
 	return call;
@@ -333,6 +410,11 @@ static struct rpc_call *call_new(struct rpc_sconn *sc, uint32_t msgid,
 static void call_free(struct rpc_call *call)
 {
 	struct rpc_sconn *sc = call->sc;
+	met_inc(call->e->calls);
+	if (call->failed)
+		met_inc(call->e->errors);
+	if (call->t0)
+		met_observe_ns(call->e->latency, pc_now_ns() - call->t0);
 	sc->inflight--;
 	if (sc->paused && sc->c && sc->inflight < sc->srv->lim.max_inflight) {
 		sc->paused = false;
@@ -399,8 +481,8 @@ static bool handle_message(struct rpc_sconn *sc, const uint8_t *p, size_t len)
 		rx_conn_close(sc->c, RX_CLOSE_FLUSH, -EACCES);
 		return false;
 	}
-	const struct rpc_method *meth =
-		rpc_server_find(sc->srv, m.method, m.method_len);
+	struct rpc_entry *ent = find_entry(sc->srv, m.method, m.method_len);
+	const struct rpc_method *meth = ent ? ent->m : NULL;
 	if (!meth) {
 		if (!notify)
 			early_error(sc, m.msgid, RPC_E_UNKNOWN_METHOD,
@@ -429,7 +511,7 @@ static bool handle_message(struct rpc_sconn *sc, const uint8_t *p, size_t len)
 				    meth->name);
 		return true;
 	}
-	struct rpc_call *call = call_new(sc, m.msgid, notify, meth);
+	struct rpc_call *call = call_new(sc, m.msgid, notify, ent);
 	if (!call) {
 		if (!notify)
 			early_error(sc, m.msgid, RPC_E_BUSY, "out of memory");
@@ -671,6 +753,7 @@ static void reply_error_v(struct rpc_call *call, const char *code,
 	struct rpc_sconn *sc = call->sc;
 	char msg[256];
 	vsnprintf(msg, sizeof(msg), fmt, ap);
+	call->failed = true;
 	if (!call->notify && sc->c) {
 		msgpack_packer pk;
 		msgpack_packer_init(&pk, sc, sconn_write);

@@ -5,7 +5,7 @@
 # process-level pytest). Exits non-zero on any failure or sanitizer report.
 #
 # Then a fuzz smoke: the libFuzzer targets (clang, build-fuzz/) run for
-# PEERCACHE_FUZZ_SECONDS each (default 60) from the corpus in the repo.
+# PEERCACHE_FUZZ_SECONDS each (default 60) from the corpora in the repo.
 #
 # Options (environment): PEERCACHE_TEST_ONLY=normal|asan|fuzz runs one part;
 # CTEST_ARGS adds ctest arguments (e.g. "-R echo").
@@ -27,17 +27,20 @@ for t in "${trees[@]}"; do
       status=1; summary+=("fuzz: build failed"); continue
     fi
     secs=${PEERCACHE_FUZZ_SECONDS:-60}
-    work=$dir/fuzz-work; rm -rf "$work"; mkdir -p "$work"
-    echo "==> fuzzing the RPC decoder for $secs s"
-    if "$dir/tests/fuzz/fuzz_rpc" -max_total_time="$secs" -print_final_stats=1 \
-         -artifact_prefix="$work/" "$work" "$root/tests/fuzz/corpus/rpc" \
-         "$root/tests/corpus/rpc-malformed" > "$dir/fuzz.log" 2>&1; then
-      runs=$(grep -o 'number_of_executed_units: *[0-9]*' "$dir/fuzz.log" | grep -o '[0-9]*$')
-      summary+=("fuzz: fuzz_rpc ran ${runs:-?} inputs in ${secs} s, no crash")
-    else
-      tail -40 "$dir/fuzz.log"
-      summary+=("fuzz: fuzz_rpc FAILED (crash input in $work)"); status=1
-    fi
+    for target in rpc http; do
+      work=$dir/fuzz-work-$target; rm -rf "$work"; mkdir -p "$work"
+      seeds=("$root/tests/fuzz/corpus/$target")
+      [ "$target" = rpc ] && seeds+=("$root/tests/corpus/rpc-malformed")
+      echo "==> fuzzing the $target decoder for $secs s"
+      if "$dir/tests/fuzz/fuzz_$target" -max_total_time="$secs" -print_final_stats=1 \
+           -artifact_prefix="$work/" "$work" "${seeds[@]}" > "$dir/fuzz-$target.log" 2>&1; then
+        runs=$(grep -o 'number_of_executed_units: *[0-9]*' "$dir/fuzz-$target.log" | grep -o '[0-9]*$')
+        summary+=("fuzz: fuzz_$target ran ${runs:-?} inputs in ${secs} s, no crash")
+      else
+        tail -40 "$dir/fuzz-$target.log"
+        summary+=("fuzz: fuzz_$target FAILED (crash input in $work)"); status=1
+      fi
+    done
     continue
   fi
   case $t in

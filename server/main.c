@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/metrics.h"
 #include "common/settings.h"
 #include "reactor/group.h"
 #include "reactor/module.h"
@@ -193,6 +194,11 @@ int main(int argc, char **argv)
 	int status = 1;
 	if ((ret = pc_modules_init(&g_ctx)) < 0)
 		goto out_ctx;
+	/* Every module registered its metrics in init: freeze the table. */
+	if ((ret = met_start(threads)) < 0) {
+		PC_LOGE(LOG_MOD, "metrics: %s", strerror(-ret));
+		goto out_modules;
+	}
 	struct rx_params p;
 	pc_server_reactor_params(&s, &p);
 	struct rx_group_hooks hooks;
@@ -218,6 +224,7 @@ int main(int argc, char **argv)
 out_modules:
 	pc_modules_fini(&g_ctx);
 out_ctx:
+	met_reset();
 	pc_ctx_fini(&g_ctx);
 	pc_settings_free(&s);
 	if (status == 0)

@@ -8,6 +8,7 @@
 #include "server/server.h"
 
 const struct pc_module *const pc_node_modules[] = {
+	&pc_mod_metrics,
 	&pc_mod_stats_log,
 	&pc_mod_rpc_server,
 	&pc_mod_node,

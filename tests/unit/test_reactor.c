@@ -636,3 +636,93 @@ Test(reactor, shutdown_flushes_queued_output_to_a_reading_client)
 	rx_reactor_destroy(r);
 	close(fd);
 }
+
+/* ------------------------------------------------------------ manual reads */
+
+static struct {
+	uint8_t *big;
+	size_t got;
+	int reads;
+	ssize_t last;
+	struct rx_conn *client;
+} mr;
+
+static ssize_t mr_srv_data(struct rx_conn *c, const uint8_t *d, size_t n)
+{
+	(void)d;
+	/* Any byte asks for: a 16-byte header, then 1 MiB of pattern. */
+	static uint8_t head[16] = "HEADER-16-BYTES";
+	rx_conn_write(c, head, sizeof(head));
+	rx_conn_write(c, mr.big, 1u << 20);
+	return (ssize_t)n;
+}
+
+static const struct rx_conn_ops mr_srv_ops = {.on_data = mr_srv_data};
+
+static void mr_accept(struct rx_listener *l, int fd, void *arg)
+{
+	int err;
+	(void)arg;
+	rx_conn_attach(rx_listener_reactor(l), fd, &mr_srv_ops, NULL, &err);
+}
+
+static uint8_t mr_head[16];
+static uint8_t *mr_dst;
+
+static void mr_got_payload(struct rx_conn *c, ssize_t res, void *arg)
+{
+	(void)arg;
+	mr.reads++;
+	mr.last = res;
+	mr.got += res > 0 ? (size_t)res : 0;
+	rx_conn_close(c, RX_CLOSE_NOW, 0);
+	rx_reactor_stop(rx_conn_reactor(c));
+}
+
+static void mr_got_head(struct rx_conn *c, ssize_t res, void *arg)
+{
+	(void)arg;
+	mr.reads++;
+	cr_assert_eq(res, 16);
+	cr_assert_eq(memcmp(mr_head, "HEADER-16-BYTES", 16), 0);
+	cr_assert_eq(rx_conn_read(c, mr_dst, 1u << 20, mr_got_payload, NULL),
+		     0);
+}
+
+static void mr_connected(struct rx_conn *c)
+{
+	rx_conn_write(c, "x", 1);
+	cr_assert_eq(rx_conn_read(c, mr_head, sizeof(mr_head), mr_got_head,
+				  NULL), 0);
+	cr_assert_eq(rx_conn_read(c, mr_head, 1, mr_got_head, NULL), -EBUSY,
+		     "one read at a time");
+}
+
+static const struct rx_conn_ops mr_cli_ops = {.on_connect = mr_connected};
+
+Test(reactor, manual_reads_land_in_the_callers_buffer)
+{
+	struct rx_reactor *r = tu_reactor(NULL);
+	memset(&mr, 0, sizeof(mr));
+	mr.big = malloc(1u << 20);
+	mr_dst = malloc(1u << 20);
+	tu_fill_pattern(mr.big, 1u << 20, 11, 0);
+	int err;
+	struct rx_listener *l = rx_listen_tcp(r, "127.0.0.1", 0, false, 16,
+					      mr_accept, NULL, &err);
+	struct sockaddr_in sin = {.sin_family = AF_INET,
+				  .sin_port = htons(rx_listener_port(l)),
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	struct rx_conn *c = rx_conn_connect(r, (struct sockaddr *)&sin,
+					    sizeof(sin), 1000, &mr_cli_ops,
+					    NULL, &err);
+	cr_assert(c);
+	rx_conn_set_manual(c);
+	tu_run(r, 5000);
+	cr_assert_eq(mr.reads, 2);
+	cr_assert_eq(mr.last, 1 << 20);
+	cr_assert_eq(tu_check_pattern(mr_dst, 1u << 20, 11, 0), -1);
+	free(mr.big);
+	free(mr_dst);
+	rx_reactor_destroy(r);
+}

@@ -1,0 +1,416 @@
+/*
+ * modules/metrics.c — the metrics HTTP endpoint: /metrics (Prometheus text),
+ * /healthz, and the built-in dashboard at /.
+ *
+ * Owns: the HTTP listener on metrics_bind:metrics_port (reactor 0), its
+ * connections, and the node-level metrics (uptime, build, transport, the
+ * reactor's counters through a collector). Routes come from every module's
+ * http_routes table. Thread: init/fini on main; the listener and every HTTP
+ * connection live on reactor 0 — metrics traffic is light and must not
+ * compete with the data path of the other reactors.
+ *
+ * Limits: request head sizes (modules/http_parse.h), METRICS_CONNS_MAX
+ * connections, HEAD_TIMEOUT_MS for a request head to arrive (slow clients are
+ * answered 408 and closed), IDLE_TIMEOUT_MS between keep-alive requests.
+ * Bodies, methods other than GET/HEAD, and anything malformed get a 4xx (or
+ * 5xx for unsupported versions) and a close; the node keeps serving.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/metrics.h"
+#include "common/settings.h"
+#include "modules/http.h"
+#include "modules/modules.h"
+#include "reactor/group.h"
+
+#define LOG_MOD "metrics"
+#define METRICS_CONNS_MAX 64
+#define HEAD_TIMEOUT_MS 10000
+#define IDLE_TIMEOUT_MS 30000
+#define ROUTES_MAX 64
+
+extern const unsigned char pc_dashboard_html[];
+extern const unsigned long pc_dashboard_html_len;
+
+struct hconn {
+	struct rx_conn *c;
+	struct rx_timer timer; /* head timeout, then idle timeout */
+	bool timing_head;
+};
+
+static struct {
+	struct pc_ctx *ctx;
+	struct rx_listener *l;
+	unsigned conns;
+	const struct http_route *routes[ROUTES_MAX];
+	unsigned nroutes;
+	struct http_limits lim;
+	met_id http_requests, http_errors;
+} g;
+
+/* --------------------------------------------------------- node metrics */
+
+static double uptime_fn(void *arg)
+{
+	(void)arg;
+	return (double)(pc_now_ns() - g.ctx->start_ns) / 1e9;
+}
+
+static double one_fn(void *arg)
+{
+	(void)arg;
+	return 1;
+}
+
+/* The reactors' own counters, summed over threads at scrape time. */
+static void reactor_collector(struct met_writer *w, void *arg)
+{
+	(void)arg;
+	struct rx_group *grp = __atomic_load_n(&g.ctx->group, __ATOMIC_ACQUIRE);
+	if (!grp)
+		return;
+	struct rx_stats st;
+	rx_group_stats(grp, &st);
+	static const struct {
+		const char *name, *help;
+		size_t off;
+		enum met_type type;
+	} rows[] = {
+#define ROW(f, t, h) {"peercache_reactor_" #f, h, offsetof(struct rx_stats, f), t}
+		ROW(loop_iterations, MET_COUNTER, "passes through the event loops"),
+		ROW(waits, MET_COUNTER, "times a loop blocked in the kernel"),
+		ROW(cqes, MET_COUNTER, "io_uring completions handled"),
+		ROW(stale_cqes, MET_COUNTER, "completions dropped for a recycled op slot"),
+		ROW(sq_full, MET_COUNTER, "times the submission queue was full"),
+		ROW(ops_exhausted, MET_COUNTER, "op slot allocation failures"),
+		ROW(ops_in_use, MET_GAUGE, "op slots in use"),
+		ROW(bufring_exhausted, MET_COUNTER, "receives that found no provided buffer"),
+		ROW(timers_fired, MET_COUNTER, "timer callbacks run"),
+		ROW(msgs, MET_COUNTER, "cross-thread messages run"),
+		ROW(conns_live, MET_GAUGE, "connections open (all kinds)"),
+		ROW(bytes_in, MET_COUNTER, "bytes received on connections"),
+		ROW(bytes_out, MET_COUNTER, "bytes sent on connections"),
+		ROW(short_sends, MET_COUNTER, "sends that moved fewer bytes than queued"),
+		ROW(out_pauses, MET_COUNTER, "reading paused because output was high"),
+		ROW(out_cap_closes, MET_COUNTER, "connections closed: output cap exceeded"),
+		ROW(in_cap_closes, MET_COUNTER, "connections closed: input cap exceeded"),
+		ROW(accept_errors, MET_COUNTER, "accept completions with an error"),
+		ROW(file_ops, MET_COUNTER, "file operations completed"),
+#undef ROW
+	};
+	for (size_t i = 0; i < PC_ARRAY_LEN(rows); i++) {
+		char name[96];
+		snprintf(name, sizeof(name), "%s%s", rows[i].name,
+			 rows[i].type == MET_COUNTER ? "_total" : "");
+		met_w_family(w, name, rows[i].help, rows[i].type);
+		uint64_t v;
+		memcpy(&v, (const char *)&st + rows[i].off, sizeof(v));
+		met_w_sample(w, name, NULL, (double)(int64_t)v);
+	}
+}
+
+/* ----------------------------------------------------------------- routes */
+
+static void r_metrics(const struct http_request *req, struct http_response *r)
+{
+	(void)req;
+	size_t len;
+	char *text = met_render(g.ctx->node_id, &len);
+	if (!text) {
+		r->status = 500;
+		return;
+	}
+	r->content_type = "text/plain; version=0.0.4; charset=utf-8";
+	pc_wbuf_append(&r->body, text, len);
+	free(text);
+}
+
+static void r_healthz(const struct http_request *req, struct http_response *r)
+{
+	(void)req;
+	r->static_body = "ok\n";
+	r->static_len = 3;
+}
+
+static void r_dashboard(const struct http_request *req,
+			struct http_response *r)
+{
+	(void)req;
+	r->content_type = "text/html; charset=utf-8";
+	r->static_body = pc_dashboard_html;
+	r->static_len = pc_dashboard_html_len;
+	/* Defence in depth: the page fetches /metrics and nothing else. */
+	r->extra_headers =
+		"Content-Security-Policy: default-src 'none'; "
+		"script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+		"connect-src 'self'; img-src 'self' data:\r\n";
+}
+
+static const struct http_route metrics_routes[] = {
+	{"/metrics", r_metrics},
+	{"/healthz", r_healthz},
+	{NULL, NULL},
+};
+
+static const struct http_route dashboard_routes[] = {
+	{"/", r_dashboard},
+	{"/dashboard", r_dashboard},
+	{"/index.html", r_dashboard},
+	{NULL, NULL},
+};
+
+static const struct http_route *find_route(const char *path, size_t len)
+{
+	for (unsigned t = 0; t < g.nroutes; t++)
+		for (const struct http_route *r = g.routes[t]; r->path; r++)
+			if (strlen(r->path) == len &&
+			    memcmp(r->path, path, len) == 0)
+				return r;
+	return NULL;
+}
+
+/* ------------------------------------------------------------ connections */
+
+static void send_response(struct hconn *h, const struct http_request *req,
+			  struct http_response *resp, bool keep)
+{
+	const void *body = resp->static_body ? resp->static_body
+					     : (const void *)resp->body.data;
+	size_t blen = resp->static_body ? resp->static_len : resp->body.len;
+	if (resp->body.failed) {
+		resp->status = 500;
+		body = NULL;
+		blen = 0;
+	}
+	if (resp->status >= 400)
+		met_inc(g.http_errors);
+	char head[1024];
+	int n = snprintf(head, sizeof(head),
+			 "HTTP/1.1 %d %s\r\n"
+			 "Content-Type: %s\r\n"
+			 "Content-Length: %zu\r\n"
+			 "Cache-Control: no-store\r\n"
+			 "X-Content-Type-Options: nosniff\r\n"
+			 "%s%s"
+			 "Connection: %s\r\n\r\n",
+			 resp->status, http_status_text(resp->status),
+			 resp->content_type ? resp->content_type
+					    : "text/plain; charset=utf-8",
+			 blen, resp->status == 405 ? "Allow: GET, HEAD\r\n" : "",
+			 resp->extra_headers ? resp->extra_headers : "",
+			 keep ? "keep-alive" : "close");
+	rx_conn_write(h->c, head, (size_t)PC_MIN(n, (int)sizeof(head) - 1));
+	if (blen && !(req && req->method == HTTP_HEAD))
+		rx_conn_write(h->c, body, blen);
+	pc_wbuf_free(&resp->body);
+	if (!keep)
+		rx_conn_close(h->c, RX_CLOSE_FLUSH, 0);
+}
+
+static void send_status(struct hconn *h, int status)
+{
+	struct http_response resp;
+	memset(&resp, 0, sizeof(resp));
+	pc_wbuf_init(&resp.body, 0);
+	resp.status = status;
+	char text[96];
+	int n = snprintf(text, sizeof(text), "%d %s\n", status,
+			 http_status_text(status));
+	pc_wbuf_append(&resp.body, text, (size_t)n);
+	send_response(h, NULL, &resp, false);
+}
+
+static void arm_timer(struct hconn *h, bool head)
+{
+	h->timing_head = head;
+	rx_timer_start(rx_conn_reactor(h->c), &h->timer,
+		       RX_MS(head ? HEAD_TIMEOUT_MS : IDLE_TIMEOUT_MS), 0);
+}
+
+static void timer_fired(struct rx_reactor *r, struct rx_timer *t)
+{
+	struct hconn *h = t->arg;
+	(void)r;
+	if (h->timing_head) {
+		PC_LOG_RL(PC_LOG_INFO, LOG_MOD, "a client took over %d ms to "
+			  "send a request head; answered 408", HEAD_TIMEOUT_MS);
+		send_status(h, 408);
+	} else {
+		rx_conn_close(h->c, RX_CLOSE_NOW, 0);
+	}
+}
+
+static ssize_t h_data(struct rx_conn *c, const uint8_t *data, size_t len)
+{
+	struct hconn *h = rx_conn_udata(c);
+	size_t used = 0;
+	while (used < len && !rx_conn_closing(c)) {
+		struct http_request req;
+		int n = http_parse_request((const char *)data + used,
+					   len - used, &g.lim, &req);
+		if (n == 0) {
+			if (!h->timing_head)
+				arm_timer(h, true); /* a head has begun */
+			break;
+		}
+		if (n < 0) {
+			PC_LOG_RL(PC_LOG_INFO, LOG_MOD, "refused a request: %d "
+				  "%s", -n, http_status_text(-n));
+			send_status(h, -n);
+			return (ssize_t)len;
+		}
+		used += (size_t)n;
+		met_inc(g.http_requests);
+		if (req.has_body) {
+			send_status(h, 413); /* nothing here takes a body */
+			return (ssize_t)len;
+		}
+		struct http_response resp;
+		memset(&resp, 0, sizeof(resp));
+		pc_wbuf_init(&resp.body, 64u << 20);
+		resp.status = 200;
+		if (req.method == HTTP_OTHER) {
+			resp.status = 405;
+		} else {
+			const struct http_route *r = find_route(req.path,
+								req.path_len);
+			if (r)
+				r->fn(&req, &resp);
+			else
+				resp.status = 404;
+		}
+		if (resp.status != 200 && !resp.static_body && !resp.body.len) {
+			char text[96];
+			int m = snprintf(text, sizeof(text), "%d %s\n",
+					 resp.status,
+					 http_status_text(resp.status));
+			pc_wbuf_append(&resp.body, text, (size_t)m);
+		}
+		send_response(h, &req, &resp, req.keep_alive);
+		if (req.keep_alive)
+			arm_timer(h, false);
+	}
+	return (ssize_t)used;
+}
+
+static void h_close(struct rx_conn *c, int err)
+{
+	struct hconn *h = rx_conn_udata(c);
+	(void)err;
+	rx_timer_stop(rx_conn_reactor(c), &h->timer);
+	g.conns--;
+	free(h);
+}
+
+static const struct rx_conn_ops h_ops = {.on_data = h_data,
+					 .on_close = h_close};
+
+static void on_accept(struct rx_listener *l, int fd, void *arg)
+{
+	(void)arg;
+	if (g.conns >= METRICS_CONNS_MAX) {
+		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "refusing an HTTP connection: "
+			  "%d is the limit", METRICS_CONNS_MAX);
+		close(fd);
+		return;
+	}
+	struct hconn *h = calloc(1, sizeof(*h));
+	if (!h) {
+		close(fd);
+		return;
+	}
+	int err;
+	h->c = rx_conn_attach(rx_listener_reactor(l), fd, &h_ops, h, &err);
+	if (!h->c) {
+		free(h);
+		return;
+	}
+	g.conns++;
+	rx_conn_set_limits(h->c, HTTP_HEAD_BYTES_MAX(&g.lim) + 4096, 0, 0, 0);
+	rx_timer_init(&h->timer, timer_fired, h);
+	arm_timer(h, true);
+}
+
+/* -------------------------------------------------------------- lifecycle */
+
+static int m_init(struct pc_ctx *ctx)
+{
+	const struct pc_settings *s = ctx->cfg;
+	memset(&g, 0, sizeof(g));
+	g.ctx = ctx;
+	g.lim = (struct http_limits)HTTP_LIMITS_DEFAULT;
+	met_set_enabled(s->metrics_enabled);
+	met_register_fn("peercache_uptime_seconds", "seconds since start", NULL,
+			uptime_fn, NULL);
+	static char build_labels[160];
+	snprintf(build_labels, sizeof(build_labels),
+		 "version=\"%s\",revision=\"%s\"", PEERCACHE_VERSION,
+		 PEERCACHE_GIT_REV);
+	met_register_fn("peercache_build_info", "version of this node",
+			build_labels, one_fn, NULL);
+	met_register_fn("peercache_transport_info",
+			"the data transport in use", "transport=\"tcp\"", one_fn,
+			NULL);
+	met_register_collector(reactor_collector, NULL);
+	g.http_requests = met_register(MET_COUNTER,
+				       "peercache_http_requests_total",
+				       "requests on the metrics port", NULL);
+	g.http_errors = met_register(MET_COUNTER, "peercache_http_errors_total",
+				     "metrics-port answers with status >= 400",
+				     NULL);
+	if (!s->metrics_enabled)
+		return 0;
+	g.routes[g.nroutes++] = metrics_routes;
+	if (s->metrics_dashboard)
+		g.routes[g.nroutes++] = dashboard_routes;
+	for (size_t i = 0; i < ctx->n_modules && g.nroutes < ROUTES_MAX; i++)
+		if (ctx->modules[i]->http_routes)
+			g.routes[g.nroutes++] = ctx->modules[i]->http_routes;
+	return 0;
+}
+
+static int m_start(struct rx_reactor *r, struct pc_ctx *ctx)
+{
+	const struct pc_settings *s = ctx->cfg;
+	if (!s->metrics_enabled || rx_reactor_id(r) != 0)
+		return 0;
+	const char *host = *s->metrics_bind ? s->metrics_bind : s->bind;
+	int err;
+	g.l = rx_listen_tcp(r, host, (uint16_t)s->metrics_port, false, 128,
+			    on_accept, NULL, &err);
+	if (!g.l) {
+		if (err == -EADDRINUSE)
+			PC_LOGE(LOG_MOD, "metrics_port %lld is in use (another "
+				"node on this host?): set --metrics-port 0 to "
+				"pick a free port, another port, or "
+				"--metrics-enabled false",
+				(long long)s->metrics_port);
+		return err;
+	}
+	char addr[300];
+	snprintf(addr, sizeof(addr), "%s%s%s:%u", strchr(host, ':') ? "[" : "",
+		 host, strchr(host, ':') ? "]" : "", rx_listener_port(g.l));
+	pc_ctx_publish(ctx, "metrics", addr);
+	return 0;
+}
+
+static void m_stop(struct rx_reactor *r, struct pc_ctx *ctx)
+{
+	(void)ctx;
+	if (rx_reactor_id(r) == 0 && g.l) {
+		rx_listener_close(g.l);
+		g.l = NULL;
+	}
+}
+
+const struct pc_module pc_mod_metrics = {
+	.name = "metrics",
+	.init = m_init,
+	.start = m_start,
+	.stop = m_stop,
+};
