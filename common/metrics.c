@@ -40,6 +40,7 @@ struct met_series {
 };
 
 struct met_fn {
+	enum met_type type; /* MET_GAUGE or MET_COUNTER */
 	const char *name, *help, *labels;
 	double (*fn)(void *arg);
 	void *arg;
@@ -82,13 +83,27 @@ met_id met_register(enum met_type type, const char *name, const char *help,
 	return g_n++;
 }
 
-int met_register_fn(const char *name, const char *help, const char *labels,
-		    double (*fn)(void *arg), void *arg)
+static int register_fn(enum met_type type, const char *name,
+		       const char *help, const char *labels,
+		       double (*fn)(void *arg), void *arg)
 {
 	if (g_started || g_nfns >= MET_FN_MAX)
 		return -ENOSPC;
-	g_fns[g_nfns++] = (struct met_fn){name, help, labels, fn, arg};
+	g_fns[g_nfns++] = (struct met_fn){type, name, help, labels, fn, arg};
 	return 0;
+}
+
+int met_register_fn(const char *name, const char *help, const char *labels,
+		    double (*fn)(void *arg), void *arg)
+{
+	return register_fn(MET_GAUGE, name, help, labels, fn, arg);
+}
+
+int met_register_counter_fn(const char *name, const char *help,
+			    const char *labels, double (*fn)(void *arg),
+			    void *arg)
+{
+	return register_fn(MET_COUNTER, name, help, labels, fn, arg);
 }
 
 int met_register_collector(void (*fn)(struct met_writer *w, void *arg),
@@ -487,7 +502,7 @@ char *met_render(const char *node_id, size_t *len)
 				first = false;
 		if (!first)
 			continue;
-		met_w_family(&w, g_fns[i].name, g_fns[i].help, MET_GAUGE);
+		met_w_family(&w, g_fns[i].name, g_fns[i].help, g_fns[i].type);
 		for (unsigned j = i; j < g_nfns; j++)
 			if (strcmp(g_fns[j].name, g_fns[i].name) == 0)
 				met_w_sample(&w, g_fns[j].name, g_fns[j].labels,

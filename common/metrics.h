@@ -44,6 +44,10 @@ met_id met_register(enum met_type type, const char *name, const char *help,
 /* A gauge computed when scraped (pool bytes used, members, ...). */
 int met_register_fn(const char *name, const char *help, const char *labels,
 		    double (*fn)(void *arg), void *arg);
+/* The same for a counter another subsystem keeps (name ends in _total). */
+int met_register_counter_fn(const char *name, const char *help,
+			    const char *labels, double (*fn)(void *arg),
+			    void *arg);
 
 /* Output helpers for collectors (below). */
 struct met_writer;

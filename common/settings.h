@@ -26,6 +26,7 @@ struct pc_settings {
 	int mode;                 /* enum pc_mode */
 	int64_t threads;          /* 0 = one per online CPU */
 	char *bind;
+	char *advertise_host;
 	int64_t rpc_port;
 	int64_t data_port;
 	int64_t meta_port;
@@ -42,6 +43,7 @@ struct pc_settings {
 	uint64_t heartbeat_interval_ms;
 	uint64_t member_ttl_ms;
 	uint64_t pool_size;
+	bool page_checksums;
 	uint64_t slot_max_page_bytes;
 	int64_t slot_ways;
 	int64_t slot_num_buckets;

@@ -14,5 +14,8 @@ extern const struct pc_module pc_mod_metrics;
 extern const struct pc_module pc_mod_rpc_server;
 extern const struct pc_module pc_mod_node;
 extern const struct pc_module pc_mod_transport;
+extern const struct pc_module pc_mod_cluster;
+extern const struct pc_module pc_mod_directory;
+extern const struct pc_module pc_mod_kv;
 
 #endif /* PC_MODULES_MODULES_H */

@@ -747,6 +747,7 @@ void rpc_reply_end(struct rpc_call *call)
 	call_free(call);
 }
 
+PC_PRINTF(3, 0)
 static void reply_error_v(struct rpc_call *call, const char *code,
 			  const char *fmt, va_list ap)
 {

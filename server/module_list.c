@@ -12,6 +12,10 @@ const struct pc_module *const pc_node_modules[] = {
 	&pc_mod_stats_log,
 	&pc_mod_rpc_server,
 	&pc_mod_node,
+	&pc_mod_transport, /* data port; before cluster (needs its port) */
+	&pc_mod_cluster,   /* membership and the ring */
+	&pc_mod_directory, /* records; before kv, which publishes them */
+	&pc_mod_kv,        /* the pool and kv.* */
 };
 
 const size_t pc_node_modules_count =

@@ -154,3 +154,54 @@ class RpcClient:
 
     def close(self):
         self.sock.close()
+
+
+def free_ports(n):
+    """n distinct free loopback ports (bound, noted, released)."""
+    socks, ports = [], []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+        ports.append(s.getsockname()[1])
+    for s in socks:
+        s.close()
+    return ports
+
+
+@pytest.fixture
+def cluster(node_factory):
+    """start(n, *args): n nodes that name each other in --peers."""
+
+    def start(n=3, *args):
+        ports = free_ports(n)
+        peers = ",".join("127.0.0.1:%d" % p for p in ports)
+        nodes = [node_factory("--rpc-port", str(p), "--peers", peers, *args)
+                 for p in ports]
+        for nd in nodes:
+            nd.wait_for("ready")
+        return nodes
+
+    return start
+
+
+def metrics_of(node):
+    """The node's /metrics as {name{labels}: value} (labels without node)."""
+    host, port = node.endpoint("metrics").rsplit(":", 1)
+    s = socket.create_connection((host, int(port)), timeout=5)
+    s.sendall(b"GET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n")
+    data = b""
+    while True:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    s.close()
+    out = {}
+    for line in data.split(b"\r\n\r\n", 1)[1].decode().splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name, value = line.rsplit(" ", 1)
+        name = re.sub(r'node="[^"]*",?', "", name).replace("{}", "")
+        out[name] = float(value)
+    return out

@@ -1,0 +1,883 @@
+/*
+ * modules/directory.c — the p2p directory (module "directory"): this node's
+ * shard of records, the dir.* RPC methods that serve it, and the client
+ * side (lookup with replica fallback, publish, remove) offered to other
+ * modules as ctx->svc.dir.
+ *
+ * Owns: the shard — DIR_STRIPES hash tables of records, each behind its own
+ * mutex held only for a table operation (no I/O, no callback under it) — and
+ * the interned producer names; one RPC client per reactor for talking to
+ * other owners. Threads: any reactor serves dir.* and runs client batches;
+ * a batch lives on the reactor that started it.
+ *
+ * Replicas: a record goes to the first directory_replicas owners of its key.
+ * A lookup asks the first owner; a key it does not know, or an owner that
+ * does not answer, is asked of the next owner, round after round, until
+ * found or every owner was asked (the original only fell back on errors).
+ * Deletes are conditional on (producer, generation), so a late delete for an
+ * evicted page never removes a newer record of the same key.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "common/log.h"
+#include "common/metrics.h"
+#include "common/settings.h"
+#include "modules/directory.h"
+#include "modules/modules.h"
+#include "rpc/client.h"
+#include "rpc/rpc.h"
+#include "storage/ring.h"
+
+#define LOG_MOD "directory"
+#define DIR_STRIPES 64
+#define DIR_NODES_MAX 4096
+#define DIR_BATCH_MAX 65536   /* keys in one call */
+#define DIR_REPLICAS_MAX 8
+
+/* ------------------------------------------------------------------ shard */
+
+struct srec {
+	struct srec *next;
+	uint64_t h;
+	uint64_t addr;
+	uint64_t gen;
+	uint32_t len;
+	uint32_t rkey;
+	uint16_t node;      /* index into the interned names */
+	uint8_t resident;
+	uint16_t klen;
+	char key[];
+};
+
+struct stripe {
+	pthread_mutex_t lock;
+	struct srec **tab;
+	uint32_t mask;
+	uint32_t count;
+};
+
+static struct {
+	struct pc_ctx *ctx;
+	struct stripe stripes[DIR_STRIPES];
+	pthread_mutex_t names_lock;
+	char *names[DIR_NODES_MAX];   /* "node\0data" pairs, interned */
+	unsigned nnames;
+	unsigned replicas;
+	unsigned timeout_ms;
+	struct rpc_client **clients;  /* per reactor */
+	uint64_t records;             /* atomic */
+	uint64_t key_bytes;           /* atomic */
+	met_id lookups, lookup_hits, fallbacks, puts, removes;
+} g;
+
+static uint64_t key_hash(const char *k, size_t n)
+{
+	return XXH3_64bits(k, n);
+}
+
+/* Intern (node, data): the same pair always gets the same index. */
+static int intern(const char *node, const char *data)
+{
+	pthread_mutex_lock(&g.names_lock);
+	for (unsigned i = 0; i < g.nnames; i++) {
+		const char *n = g.names[i];
+		if (strcmp(n, node) == 0 && strcmp(n + strlen(n) + 1, data) == 0) {
+			pthread_mutex_unlock(&g.names_lock);
+			return (int)i;
+		}
+	}
+	int idx = -ENOSPC;
+	size_t a = strlen(node) + 1, b = strlen(data) + 1;
+	char *s = g.nnames < DIR_NODES_MAX ? malloc(a + b) : NULL;
+	if (s) {
+		memcpy(s, node, a);
+		memcpy(s + a, data, b);
+		idx = (int)g.nnames;
+		__atomic_store_n(&g.names[g.nnames], s, __ATOMIC_RELEASE);
+		__atomic_store_n(&g.nnames, g.nnames + 1, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&g.names_lock);
+	return idx;
+}
+
+static const char *name_node(unsigned i)
+{
+	return __atomic_load_n(&g.names[i], __ATOMIC_ACQUIRE);
+}
+
+static const char *name_data(unsigned i)
+{
+	const char *n = name_node(i);
+	return n + strlen(n) + 1;
+}
+
+static struct stripe *stripe_of(uint64_t h)
+{
+	return &g.stripes[h % DIR_STRIPES];
+}
+
+static struct srec **slot_of(struct stripe *s, uint64_t h, const char *key,
+			     size_t klen)
+{
+	struct srec **pp = &s->tab[(h / DIR_STRIPES) & s->mask];
+	while (*pp && !((*pp)->h == h && (*pp)->klen == klen &&
+			memcmp((*pp)->key, key, klen) == 0))
+		pp = &(*pp)->next;
+	return pp;
+}
+
+static void stripe_grow(struct stripe *s)
+{
+	uint32_t nmask = s->mask * 2 + 1;
+	struct srec **nt = calloc((size_t)nmask + 1, sizeof(*nt));
+	if (!nt)
+		return; /* keep the longer chains; still correct */
+	for (uint32_t i = 0; i <= s->mask; i++) {
+		while (s->tab[i]) {
+			struct srec *r = s->tab[i];
+			s->tab[i] = r->next;
+			struct srec **head = &nt[(r->h / DIR_STRIPES) & nmask];
+			r->next = *head;
+			*head = r;
+		}
+	}
+	free(s->tab);
+	s->tab = nt;
+	s->mask = nmask;
+}
+
+static int shard_put(const char *key, size_t klen, const struct dir_rec *rec)
+{
+	if (klen == 0 || klen > DIR_KEY_MAX)
+		return -EINVAL;
+	int node = intern(rec->node, rec->data);
+	if (node < 0)
+		return node;
+	struct srec *n = malloc(sizeof(*n) + klen);
+	if (!n)
+		return -ENOMEM;
+	uint64_t h = key_hash(key, klen);
+	n->h = h;
+	n->addr = rec->addr;
+	n->gen = rec->gen;
+	n->len = rec->len;
+	n->rkey = rec->rkey;
+	n->node = (uint16_t)node;
+	n->resident = rec->resident;
+	n->klen = (uint16_t)klen;
+	memcpy(n->key, key, klen);
+	struct stripe *s = stripe_of(h);
+	pthread_mutex_lock(&s->lock);
+	struct srec **pp = slot_of(s, h, key, klen);
+	struct srec *old = *pp;
+	n->next = old ? old->next : NULL;
+	*pp = n; /* the latest publish wins */
+	if (!old && ++s->count > (s->mask + 1) * 2)
+		stripe_grow(s);
+	pthread_mutex_unlock(&s->lock);
+	if (old) {
+		free(old);
+	} else {
+		__atomic_add_fetch(&g.records, 1, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&g.key_bytes, klen, __ATOMIC_RELAXED);
+	}
+	return 0;
+}
+
+static bool shard_get(const char *key, size_t klen, struct dir_rec *out)
+{
+	uint64_t h = key_hash(key, klen);
+	struct stripe *s = stripe_of(h);
+	pthread_mutex_lock(&s->lock);
+	struct srec *r = *slot_of(s, h, key, klen);
+	if (r) {
+		out->found = true;
+		out->addr = r->addr;
+		out->gen = r->gen;
+		out->len = r->len;
+		out->rkey = r->rkey;
+		out->resident = r->resident;
+		snprintf(out->node, sizeof(out->node), "%s", name_node(r->node));
+		snprintf(out->data, sizeof(out->data), "%s", name_data(r->node));
+	}
+	pthread_mutex_unlock(&s->lock);
+	return r != NULL;
+}
+
+/* Delete when (node, gen) match; node NULL deletes whatever is there. */
+static bool shard_del(const char *key, size_t klen, const char *node,
+		      uint64_t gen)
+{
+	uint64_t h = key_hash(key, klen);
+	struct stripe *s = stripe_of(h);
+	pthread_mutex_lock(&s->lock);
+	struct srec **pp = slot_of(s, h, key, klen);
+	struct srec *r = *pp;
+	bool match = r && (!node || (strcmp(name_node(r->node), node) == 0 &&
+				     (gen == 0 || r->gen == gen)));
+	if (match) {
+		*pp = r->next;
+		s->count--;
+	}
+	pthread_mutex_unlock(&s->lock);
+	if (match) {
+		__atomic_sub_fetch(&g.records, 1, __ATOMIC_RELAXED);
+		__atomic_sub_fetch(&g.key_bytes, r->klen, __ATOMIC_RELAXED);
+		free(r);
+	}
+	return match;
+}
+
+/* --------------------------------------------------------- dir.* methods */
+
+/* Read [key, ...] (the first param) into pointers into the request. */
+static int read_keys(struct mp_rd *p, const char ***keys, size_t **klens,
+		     uint32_t *n)
+{
+	if (mp_rd_array(p, n) < 0 || *n > DIR_BATCH_MAX)
+		return -EINVAL;
+	*keys = malloc((*n ? *n : 1) * sizeof(**keys));
+	*klens = malloc((*n ? *n : 1) * sizeof(**klens));
+	if (!*keys || !*klens) {
+		free(*keys);
+		free(*klens);
+		return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < *n; i++) {
+		uint32_t len;
+		if (mp_rd_str(p, &(*keys)[i], &len) < 0 || len == 0 ||
+		    len > DIR_KEY_MAX) {
+			free(*keys);
+			free(*klens);
+			return -EINVAL;
+		}
+		(*klens)[i] = len;
+	}
+	return 0;
+}
+
+static void pack_rec(msgpack_packer *pk, const struct dir_rec *r)
+{
+	msgpack_pack_array(pk, 7);
+	mp_pack_cstr(pk, r->node);
+	mp_pack_cstr(pk, r->data);
+	msgpack_pack_uint64(pk, r->addr);
+	msgpack_pack_uint32(pk, r->rkey);
+	msgpack_pack_uint32(pk, r->len);
+	msgpack_pack_uint64(pk, r->gen);
+	if (r->resident)
+		msgpack_pack_true(pk);
+	else
+		msgpack_pack_false(pk);
+}
+
+static int read_str(struct mp_rd *p, char *out, size_t cap)
+{
+	const char *s;
+	uint32_t n;
+	if (mp_rd_str(p, &s, &n) < 0 || n == 0 || n >= cap)
+		return -EINVAL;
+	memcpy(out, s, n);
+	out[n] = '\0';
+	return 0;
+}
+
+static int read_rec(struct mp_rd *p, struct dir_rec *r)
+{
+	uint32_t n;
+	uint64_t rkey, len;
+	if (mp_rd_array(p, &n) < 0 || n != 7 ||
+	    read_str(p, r->node, sizeof(r->node)) < 0 ||
+	    read_str(p, r->data, sizeof(r->data)) < 0 ||
+	    mp_rd_uint(p, &r->addr) < 0 || mp_rd_uint(p, &rkey) < 0 ||
+	    mp_rd_uint(p, &len) < 0 || mp_rd_uint(p, &r->gen) < 0 ||
+	    mp_rd_bool(p, &r->resident) < 0 || rkey > UINT32_MAX ||
+	    len > UINT32_MAX)
+		return -EINVAL;
+	r->rkey = (uint32_t)rkey;
+	r->len = (uint32_t)len;
+	r->found = true;
+	return 0;
+}
+
+/* dir.put [[key, rec], ...] -> stored count */
+static void m_put(struct rpc_call *call, struct mp_rd *p)
+{
+	uint32_t n, stored = 0;
+	if (mp_rd_array(p, &n) < 0 || n > DIR_BATCH_MAX) {
+		rpc_reply_error(call, RPC_E_BAD_PARAMS, "expected [[key, record]"
+				", ...] (at most %d)", DIR_BATCH_MAX);
+		return;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t two, klen;
+		const char *key;
+		struct dir_rec r;
+		if (mp_rd_array(p, &two) < 0 || two != 2 ||
+		    mp_rd_str(p, &key, &klen) < 0 || read_rec(p, &r) < 0) {
+			rpc_reply_error(call, RPC_E_BAD_PARAMS, "entry %u: "
+					"expected [key, [node, data, addr, rkey,"
+					" len, gen, resident]]", i);
+			return;
+		}
+		stored += shard_put(key, klen, &r) == 0;
+	}
+	rpc_reply_uint(call, stored);
+}
+
+/* dir.get [[key, ...]] -> [record | nil, ...] */
+static void m_get(struct rpc_call *call, struct mp_rd *p)
+{
+	const char **keys;
+	size_t *klens;
+	uint32_t n;
+	if (read_keys(p, &keys, &klens, &n) < 0) {
+		rpc_reply_error(call, RPC_E_BAD_PARAMS, "expected [[key, ...]] "
+				"(keys of 1..%d bytes)", DIR_KEY_MAX);
+		return;
+	}
+	msgpack_packer *pk = rpc_reply_begin(call);
+	msgpack_pack_array(pk, n);
+	for (uint32_t i = 0; i < n; i++) {
+		struct dir_rec r;
+		memset(&r, 0, sizeof(r));
+		if (shard_get(keys[i], klens[i], &r))
+			pack_rec(pk, &r);
+		else
+			msgpack_pack_nil(pk);
+	}
+	rpc_reply_end(call);
+	free(keys);
+	free(klens);
+}
+
+/* dir.del [[key, node | nil, gen], ...] -> [bool, ...] */
+static void m_del(struct rpc_call *call, struct mp_rd *p)
+{
+	uint32_t n;
+	if (mp_rd_array(p, &n) < 0 || n > DIR_BATCH_MAX) {
+		rpc_reply_error(call, RPC_E_BAD_PARAMS, "expected [[key, node|nil"
+				", gen], ...]");
+		return;
+	}
+	bool *res = calloc(n ? n : 1, sizeof(bool));
+	if (!res) {
+		rpc_reply_error(call, RPC_E_BUSY, "out of memory");
+		return;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t three, klen;
+		const char *key;
+		char node[DIR_NODE_MAX];
+		uint64_t gen;
+		bool any = false;
+		if (mp_rd_array(p, &three) < 0 || three != 3 ||
+		    mp_rd_str(p, &key, &klen) < 0 || klen == 0 ||
+		    klen > DIR_KEY_MAX ||
+		    (!(any = mp_rd_try_nil(p)) &&
+		     read_str(p, node, sizeof(node)) < 0) ||
+		    mp_rd_uint(p, &gen) < 0) {
+			free(res);
+			rpc_reply_error(call, RPC_E_BAD_PARAMS, "entry %u: "
+					"expected [key, node|nil, gen]", i);
+			return;
+		}
+		res[i] = shard_del(key, klen, any ? NULL : node, gen);
+	}
+	msgpack_packer *pk = rpc_reply_begin(call);
+	msgpack_pack_array(pk, n);
+	for (uint32_t i = 0; i < n; i++) {
+		if (res[i])
+			msgpack_pack_true(pk);
+		else
+			msgpack_pack_false(pk);
+	}
+	rpc_reply_end(call);
+	free(res);
+}
+
+static const struct rpc_method dir_methods[] = {
+	{"dir.put", m_put, 0,
+	 "store records: [[key, [node, data, addr, rkey, len, gen, resident]]"
+	 ", ...] -> stored count"},
+	{"dir.get", m_get, 0, "[[key, ...]] -> [record | nil, ...]"},
+	{"dir.del", m_del, 0,
+	 "[[key, node | nil, gen], ...] -> [deleted, ...] (conditional)"},
+	{NULL, NULL, 0, NULL},
+};
+
+/* ------------------------------------------------------------ the client */
+
+enum job_kind { JOB_LOOKUP, JOB_PUBLISH, JOB_REMOVE };
+
+struct job;
+
+/* One RPC to one owner for some keys of a job. */
+struct job_rpc {
+	struct job *job;
+	unsigned *idx;  /* key indexes carried */
+	unsigned n;
+};
+
+struct job {
+	enum job_kind kind;
+	struct rx_reactor *r;
+	struct ring *ring;
+	unsigned nkeys;
+	char **keys;
+	size_t *klens;
+	unsigned (*owners)[DIR_REPLICAS_MAX];
+	unsigned *nowners;
+	unsigned *attempt;   /* lookup: next owner to ask */
+	bool *done_key;      /* lookup: resolved */
+	struct dir_rec *recs;
+	bool *flags;         /* publish: ok; remove: existed */
+	char *node;          /* remove: producer (NULL = any) */
+	uint64_t *gens;
+	unsigned outstanding;
+	dir_done_fn done;
+	void *arg;
+	struct rx_timer timer; /* delivers an all-local job asynchronously */
+};
+
+static void job_free(struct job *j)
+{
+	rx_timer_stop(j->r, &j->timer);
+	for (unsigned i = 0; i < j->nkeys; i++)
+		free(j->keys[i]);
+	free(j->keys);
+	free(j->klens);
+	free(j->owners);
+	free(j->nowners);
+	free(j->attempt);
+	free(j->done_key);
+	free(j->node);
+	free(j->gens);
+	free(j);
+}
+
+static void job_round(struct job *j);
+
+static void job_finish(struct job *j)
+{
+	if (j->done)
+		j->done(j->arg);
+	job_free(j);
+}
+
+static void job_timer(struct rx_reactor *r, struct rx_timer *t)
+{
+	(void)r;
+	job_finish(t->arg);
+}
+
+/* One RPC of a round came back (or failed). */
+static void job_rpc_done(void *arg, const struct rpc_result *res)
+{
+	struct job_rpc *jr = arg;
+	struct job *j = jr->job;
+	struct mp_rd r = res->result;
+	uint32_t n;
+	bool ok = res->err == 0 && (j->kind == JOB_PUBLISH ||
+				    (mp_rd_array(&r, &n) == 0 && n == jr->n));
+	if (!ok && res->err) {
+		char why[200];
+		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "a directory owner did not "
+			  "answer: %s", rpc_result_str(res, why, sizeof(why)));
+	}
+	for (unsigned i = 0; i < jr->n; i++) {
+		unsigned k = jr->idx[i];
+		if (j->kind == JOB_PUBLISH) {
+			uint64_t stored = 0;
+			struct mp_rd rr = res->result;
+			/* The owner stores all or reports fewer: then do not
+			 * claim any of them. */
+			if (res->err == 0 && mp_rd_uint(&rr, &stored) == 0 &&
+			    stored == jr->n)
+				j->flags[k] = true;
+			continue;
+		}
+		if (j->kind == JOB_REMOVE) {
+			bool b = false;
+			if (ok && mp_rd_bool(&r, &b) == 0 && b && j->flags)
+				j->flags[k] = true;
+			continue;
+		}
+		/* lookup */
+		if (ok && mp_peek(&r) != MP_T_NIL && read_rec(&r, &j->recs[k]) == 0)
+			j->done_key[k] = true;
+		else if (ok)
+			mp_skip(&r);
+		if (!j->done_key[k])
+			met_inc(g.fallbacks);
+		j->attempt[k]++;
+	}
+	free(jr->idx);
+	free(jr);
+	if (--j->outstanding == 0) {
+		if (j->kind == JOB_LOOKUP)
+			job_round(j); /* next replicas for what is missing */
+		else
+			job_finish(j);
+	}
+}
+
+static void pack_call_params(struct job *j, msgpack_packer *pk,
+			     const unsigned *idx, unsigned n)
+{
+	msgpack_pack_array(pk, n);
+	for (unsigned i = 0; i < n; i++) {
+		unsigned k = idx[i];
+		if (j->kind == JOB_LOOKUP) {
+			msgpack_pack_str(pk, j->klens[k]);
+			msgpack_pack_str_body(pk, j->keys[k], j->klens[k]);
+		} else if (j->kind == JOB_PUBLISH) {
+			msgpack_pack_array(pk, 2);
+			msgpack_pack_str(pk, j->klens[k]);
+			msgpack_pack_str_body(pk, j->keys[k], j->klens[k]);
+			pack_rec(pk, &j->recs[k]);
+		} else {
+			msgpack_pack_array(pk, 3);
+			msgpack_pack_str(pk, j->klens[k]);
+			msgpack_pack_str_body(pk, j->keys[k], j->klens[k]);
+			if (j->node)
+				mp_pack_cstr(pk, j->node);
+			else
+				msgpack_pack_nil(pk);
+			msgpack_pack_uint64(pk, j->gens ? j->gens[k] : 0);
+		}
+	}
+}
+
+/* Work for key k on the local shard, done at once. */
+static void job_local(struct job *j, unsigned k)
+{
+	if (j->kind == JOB_LOOKUP) {
+		if (shard_get(j->keys[k], j->klens[k], &j->recs[k]))
+			j->done_key[k] = true;
+		else
+			met_inc(g.fallbacks);
+		j->attempt[k]++;
+	} else if (j->kind == JOB_PUBLISH) {
+		if (shard_put(j->keys[k], j->klens[k], &j->recs[k]) == 0)
+			j->flags[k] = true;
+	} else if (shard_del(j->keys[k], j->klens[k], j->node,
+			     j->gens ? j->gens[k] : 0) && j->flags) {
+		j->flags[k] = true;
+	}
+}
+
+/*
+ * Send one round: lookup asks each unresolved key's next owner; publish and
+ * remove ask every owner at once. Keys for this node are done locally; the
+ * others go as one RPC per owner.
+ */
+static void job_round(struct job *j)
+{
+	unsigned members = ring_size(j->ring);
+	unsigned self = (unsigned)ring_find(j->ring, g.ctx->svc.self_id);
+	unsigned *count = calloc(members ? members : 1, sizeof(unsigned));
+	/* lookup: the owner each key asks in this round (UINT32_MAX: none) */
+	unsigned *tgt = j->kind == JOB_LOOKUP
+				? malloc(j->nkeys * sizeof(unsigned))
+				: NULL;
+	if (!count || (j->kind == JOB_LOOKUP && !tgt)) {
+		free(count);
+		free(tgt);
+		rx_timer_start(j->r, &j->timer, 0, 0); /* report what we have */
+		return;
+	}
+	for (unsigned k = 0; k < j->nkeys; k++) {
+		if (j->kind == JOB_LOOKUP) {
+			tgt[k] = UINT32_MAX;
+			if (j->done_key[k] || j->attempt[k] >= j->nowners[k])
+				continue;
+			unsigned o = j->owners[k][j->attempt[k]];
+			if (o == self) {
+				job_local(j, k);
+			} else {
+				tgt[k] = o;
+				count[o]++;
+			}
+			continue;
+		}
+		for (unsigned a = 0; a < j->nowners[k]; a++) {
+			if (j->owners[k][a] == self)
+				job_local(j, k);
+			else
+				count[j->owners[k][a]]++;
+		}
+	}
+	bool remote = false;
+	for (unsigned o = 0; o < members; o++)
+		remote |= count[o] > 0;
+	if (!remote) {
+		free(count);
+		free(tgt);
+		/* Keys not found here go on to their next owner at once. */
+		bool more = false;
+		for (unsigned k = 0; j->kind == JOB_LOOKUP && k < j->nkeys; k++)
+			more |= !j->done_key[k] && j->attempt[k] < j->nowners[k];
+		if (more)
+			job_round(j);
+		else
+			rx_timer_start(j->r, &j->timer, 0, 0); /* never inside
+								  the call */
+		return;
+	}
+	struct rpc_client *cl = g.clients[rx_reactor_id(j->r)];
+	static const char *const methods[] = {"dir.get", "dir.put", "dir.del"};
+	for (unsigned o = 0; o < members; o++) {
+		if (!count[o])
+			continue;
+		struct job_rpc *jr = calloc(1, sizeof(*jr));
+		unsigned *idx = malloc(count[o] * sizeof(unsigned));
+		if (!jr || !idx) {
+			free(jr);
+			free(idx);
+			continue;
+		}
+		jr->job = j;
+		jr->idx = idx;
+		for (unsigned k = 0; k < j->nkeys; k++) {
+			if (j->kind == JOB_LOOKUP) {
+				if (tgt[k] == o)
+					idx[jr->n++] = k;
+				continue;
+			}
+			for (unsigned a = 0; a < j->nowners[k]; a++)
+				if (j->owners[k][a] == o)
+					idx[jr->n++] = k;
+		}
+		struct rpc_req *q = rpc_req_new(cl, ring_member(j->ring, o),
+						methods[j->kind], 1,
+						g.timeout_ms, job_rpc_done, jr);
+		if (!q) {
+			free(idx);
+			free(jr);
+			continue;
+		}
+		pack_call_params(j, rpc_req_packer(q), idx, jr->n);
+		j->outstanding++;
+		rpc_req_send(q);
+	}
+	free(count);
+	free(tgt);
+	if (j->outstanding == 0) /* every RPC failed to start */
+		rx_timer_start(j->r, &j->timer, 0, 0);
+}
+
+static struct job *job_new(enum job_kind kind, struct rx_reactor *r,
+			   const struct dir_keys *k, dir_done_fn done,
+			   void *arg)
+{
+	struct ring *ring = __atomic_load_n(&g.ctx->svc.ring, __ATOMIC_ACQUIRE);
+	if (!ring || k->n == 0 || k->n > DIR_BATCH_MAX)
+		return NULL;
+	struct job *j = calloc(1, sizeof(*j));
+	if (!j)
+		return NULL;
+	j->kind = kind;
+	j->r = r;
+	j->ring = ring;
+	j->nkeys = k->n;
+	j->done = done;
+	j->arg = arg;
+	rx_timer_init(&j->timer, job_timer, j);
+	j->keys = calloc(k->n, sizeof(*j->keys));
+	j->klens = calloc(k->n, sizeof(*j->klens));
+	j->owners = calloc(k->n, sizeof(*j->owners));
+	j->nowners = calloc(k->n, sizeof(*j->nowners));
+	j->attempt = calloc(k->n, sizeof(*j->attempt));
+	j->done_key = calloc(k->n, sizeof(*j->done_key));
+	bool bad = !j->keys || !j->klens || !j->owners || !j->nowners ||
+		   !j->attempt || !j->done_key;
+	for (unsigned i = 0; i < k->n && !bad; i++) {
+		if (k->klens[i] == 0 || k->klens[i] > DIR_KEY_MAX ||
+		    !(j->keys[i] = malloc(k->klens[i]))) {
+			bad = true;
+			break;
+		}
+		memcpy(j->keys[i], k->keys[i], k->klens[i]);
+		j->klens[i] = k->klens[i];
+		j->nowners[i] = ring_owners(ring, k->keys[i], k->klens[i],
+					    g.replicas, j->owners[i]);
+	}
+	if (bad) {
+		job_free(j);
+		return NULL;
+	}
+	return j;
+}
+
+static int api_lookup(struct rx_reactor *r, const struct dir_keys *k,
+		      struct dir_rec *recs, dir_done_fn done, void *arg)
+{
+	struct job *j = job_new(JOB_LOOKUP, r, k, done, arg);
+	if (!j)
+		return -EINVAL;
+	memset(recs, 0, k->n * sizeof(*recs));
+	j->recs = recs;
+	met_add(g.lookups, k->n);
+	job_round(j);
+	return 0;
+}
+
+static int api_publish(struct rx_reactor *r, const struct dir_keys *k,
+		       const struct dir_rec *recs, bool *ok, dir_done_fn done,
+		       void *arg)
+{
+	struct job *j = job_new(JOB_PUBLISH, r, k, done, arg);
+	if (!j)
+		return -EINVAL;
+	memset(ok, 0, k->n * sizeof(*ok));
+	j->recs = (struct dir_rec *)(uintptr_t)recs;
+	j->flags = ok;
+	met_add(g.puts, k->n);
+	job_round(j);
+	return 0;
+}
+
+static int api_remove(struct rx_reactor *r, const struct dir_keys *k,
+		      const char *node, const uint64_t *gens, bool *existed,
+		      dir_done_fn done, void *arg)
+{
+	struct job *j = job_new(JOB_REMOVE, r, k, done, arg);
+	if (!j)
+		return -EINVAL;
+	if (existed)
+		memset(existed, 0, k->n * sizeof(*existed));
+	j->flags = existed;
+	if ((node && !(j->node = strdup(node))) ||
+	    (gens && !(j->gens = malloc(k->n * sizeof(*gens))))) {
+		job_free(j);
+		return -ENOMEM;
+	}
+	if (gens)
+		memcpy(j->gens, gens, k->n * sizeof(*gens));
+	met_add(g.removes, k->n);
+	job_round(j);
+	return 0;
+}
+
+static const struct dir_api api = {
+	.lookup = api_lookup,
+	.publish = api_publish,
+	.remove = api_remove,
+};
+
+/* ------------------------------------------------------------- lifecycle */
+
+static double records_fn(void *arg)
+{
+	(void)arg;
+	return (double)__atomic_load_n(&g.records, __ATOMIC_RELAXED);
+}
+
+static double bytes_fn(void *arg)
+{
+	(void)arg;
+	uint64_t n = __atomic_load_n(&g.records, __ATOMIC_RELAXED);
+	uint64_t kb = __atomic_load_n(&g.key_bytes, __ATOMIC_RELAXED);
+	/* What a record costs: the struct, its key, and its chain slot. */
+	return (double)(n * (sizeof(struct srec) + sizeof(void *)) + kb);
+}
+
+static int d_init(struct pc_ctx *ctx)
+{
+	const struct pc_settings *s = ctx->cfg;
+	memset(&g, 0, sizeof(g));
+	g.ctx = ctx;
+	g.replicas = (unsigned)PC_MIN(s->directory_replicas,
+				      (int64_t)DIR_REPLICAS_MAX);
+	g.timeout_ms = (unsigned)s->rpc_timeout_ms;
+	pthread_mutex_init(&g.names_lock, NULL);
+	for (unsigned i = 0; i < DIR_STRIPES; i++) {
+		struct stripe *st = &g.stripes[i];
+		pthread_mutex_init(&st->lock, NULL);
+		st->mask = 255;
+		st->tab = calloc(st->mask + 1, sizeof(*st->tab));
+		if (!st->tab)
+			return -ENOMEM;
+	}
+	g.clients = calloc(ctx->threads, sizeof(*g.clients));
+	if (!g.clients)
+		return -ENOMEM;
+	ctx->svc.dir = &api;
+	met_register_fn("peercache_directory_records",
+			"records in this node's directory shard", NULL,
+			records_fn, NULL);
+	met_register_fn("peercache_directory_bytes",
+			"memory held by this node's directory shard", NULL,
+			bytes_fn, NULL);
+	g.lookups = met_register(MET_COUNTER,
+				 "peercache_directory_lookups_total",
+				 "keys looked up by this node", NULL);
+	g.fallbacks = met_register(MET_COUNTER,
+				   "peercache_directory_fallbacks_total",
+				   "lookups that went on to the next replica",
+				   NULL);
+	g.puts = met_register(MET_COUNTER, "peercache_directory_publishes_total",
+			      "records published by this node", NULL);
+	g.removes = met_register(MET_COUNTER,
+				 "peercache_directory_removes_total",
+				 "records removed by this node", NULL);
+	return 0;
+}
+
+static int d_start(struct rx_reactor *r, struct pc_ctx *ctx)
+{
+	const struct pc_settings *s = ctx->cfg;
+	struct rpc_client_opts o;
+	rpc_client_opts_default(&o);
+	o.secret = s->cluster_secret;
+	o.max_message_bytes = s->rpc_max_message_bytes;
+	o.conns_per_endpoint = 2;
+	g.clients[rx_reactor_id(r)] = rpc_client_new(r, &o);
+	return g.clients[rx_reactor_id(r)] ? 0 : -ENOMEM;
+}
+
+static void d_exit(struct rx_reactor *r, struct pc_ctx *ctx)
+{
+	(void)ctx;
+	unsigned id = rx_reactor_id(r);
+	if (g.clients && g.clients[id]) {
+		rpc_client_free(g.clients[id]);
+		g.clients[id] = NULL;
+	}
+}
+
+static void d_fini(struct pc_ctx *ctx)
+{
+	ctx->svc.dir = NULL;
+	for (unsigned i = 0; i < DIR_STRIPES; i++) {
+		struct stripe *st = &g.stripes[i];
+		for (uint32_t b = 0; st->tab && b <= st->mask; b++)
+			while (st->tab[b]) {
+				struct srec *r = st->tab[b];
+				st->tab[b] = r->next;
+				free(r);
+			}
+		free(st->tab);
+		pthread_mutex_destroy(&st->lock);
+	}
+	for (unsigned i = 0; i < g.nnames; i++)
+		free(g.names[i]);
+	pthread_mutex_destroy(&g.names_lock);
+	free(g.clients);
+	memset(&g, 0, sizeof(g));
+}
+
+const struct pc_module pc_mod_directory = {
+	.name = "directory",
+	.init = d_init,
+	.start = d_start,
+	.exit = d_exit,
+	.fini = d_fini,
+	.rpc_methods = dir_methods,
+};
