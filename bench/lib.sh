@@ -1,16 +1,17 @@
 # shellcheck shell=bash disable=SC2034,SC2153  # variables shared with the sourcing script
-# bench/lib.sh — what the bench scripts (echo_bench.sh, rpc_bench.sh) share.
+# bench/lib.sh — what the bench scripts (echo_bench.sh, rpc_bench.sh,
+# metrics_bench.sh) share.
 # Sourced, never run: set BENCH_NAME (the prefix of every message) and
 # `set -euo pipefail` first, then `. bench/lib.sh`.
 #
 # Owns, for the sourcing script: the defaults of the knobs every bench has
 # (PEERCACHE_BUILD_DIR, RUNS, DURATION, WARMUP, LOADGEN_THREADS, PIN,
 # RESULTS_DIR, PC_LOADGEN); the scratch directory $WORK (runs in $RUNDIR),
-# removed on exit; and the two servers a bench starts, the one under test
-# (SERVER_PID, started by server_start) and redis-server (REDIS_PID, started
-# by redis_start), both stopped by PID when the script exits, however it
-# exits. Single-threaded like any shell script; the servers run as its
-# background jobs, so `wait` can reap them.
+# removed on exit; and the servers a bench starts, those under test (each
+# started by server_start, the latest in SERVER_PID) and redis-server
+# (REDIS_PID, started by redis_start), all stopped by PID when the script
+# exits, however it exits. Single-threaded like any shell script; the
+# servers run as its background jobs, so `wait` can reap them.
 #
 # Invariants: only 127.0.0.1 ($HOST) is ever contacted; every wait on a
 # server is bounded (10 s for it to listen, 5 s for it to stop); a server's
@@ -87,6 +88,25 @@ bench_build() {
 	cmake --build "$BUILD" -j2 >&2 || die "build failed$hint"
 }
 
+# loadgen_has_rpc: pc-loadgen exists and has --mode msgpack-rpc (one built
+# before that mode cannot drive a node).
+loadgen_has_rpc() { [[ -x $LOADGEN_BIN ]] && "$LOADGEN_BIN" --help 2>/dev/null | grep -q msgpack-rpc; }
+
+# How to build pc-loadgen without the rest of the tree, for error messages.
+LOADGEN_STANDALONE_HINT="or build pc-loadgen alone: gcc -std=gnu11 -O2 -I$REPO $REPO/bench/loadgen.c $REPO/bench/lg_opts.c $REPO/bench/lg_proto.c $REPO/bench/lg_msgpack.c $REPO/bench/lg_hist.c -o /tmp/pc-loadgen -lpthread -lm, then PC_LOADGEN=/tmp/pc-loadgen"
+
+# bench_need_rpc_tools [NODE_BIN]: pc-loadgen with --mode msgpack-rpc and, if
+# given, the node binary NODE_BIN; builds the tree (bench_build) only if one
+# of them is missing, and stops here if it still is.
+bench_need_rpc_tools() {
+	local node=${1:-}
+	if ! loadgen_has_rpc || [[ -n $node && ! -x $node ]]; then
+		bench_build "pc-loadgen (with msgpack-rpc) or peercached missing" "$LOADGEN_STANDALONE_HINT"
+	fi
+	loadgen_has_rpc || die "$LOADGEN_BIN missing or without --mode msgpack-rpc ($LOADGEN_STANDALONE_HINT)"
+	[[ -z $node || -x $node ]] || die "$node not found after building"
+}
+
 # Sets SERVER_CPU and CLIENT_CPU, the prefixes that pin servers to CPU 1 and
 # clients to CPU 0 when PIN=1 (empty otherwise).
 bench_pin() {
@@ -101,9 +121,14 @@ bench_pin() {
 
 # ---------------------------------------------------------- servers ----
 
-SERVER_PID=     # the server under test, once server_start has run
-SERVER_NAME=server
-SERVER_GROUP=   # non-empty: SERVER_PID leads a process group; stop all of it
+SERVER_PID=     # the server under test server_start started last
+SERVER_NAME=server  # what messages call the next server started
+SERVER_GROUP=   # non-empty: the next server leads a process group; stop all of it
+# Every server server_start started, with SERVER_NAME and SERVER_GROUP as they
+# were then: the exit trap stops them all, in the order they started.
+SERVER_PIDS=()
+SERVER_NAMES=()
+SERVER_GROUPS=()
 REDIS_PID=
 
 # stop_pid pid name [group]: TERM, then KILL if it lingers past 5 s. With
@@ -128,8 +153,10 @@ stop_pid() {
 }
 
 bench_cleanup() {
-	local rc=$?
-	stop_pid "$SERVER_PID" "$SERVER_NAME" ${SERVER_GROUP:+group}
+	local rc=$? i
+	for i in "${!SERVER_PIDS[@]}"; do
+		stop_pid "${SERVER_PIDS[i]}" "${SERVER_NAMES[i]}" ${SERVER_GROUPS[i]:+group}
+	done
 	stop_pid "$REDIS_PID" redis-server
 	rm -rf "$WORK"
 	exit "$rc"
@@ -146,10 +173,10 @@ bench_workdir() {
 }
 
 # server_start OUT ERR CMD...: runs CMD in the background, stdout into OUT
-# and stderr into ERR, as the server under test (SERVER_PID). CMD must exec
-# the server, so that the PID is the server's. OUT and ERR are created
-# before CMD starts: a poll may read them before the child has got as far as
-# its redirections.
+# and stderr into ERR, as a server under test (SERVER_PID, and stopped on
+# exit as SERVER_NAME). CMD must exec the server, so that the PID is the
+# server's. OUT and ERR are created before CMD starts: a poll may read them
+# before the child has got as far as its redirections.
 server_start() {
 	local out=$1 err=$2
 	shift 2
@@ -157,7 +184,14 @@ server_start() {
 	: >"$err"
 	"$@" >"$out" 2>"$err" &
 	SERVER_PID=$!
+	SERVER_PIDS+=("$SERVER_PID")
+	SERVER_NAMES+=("$SERVER_NAME")
+	SERVER_GROUPS+=("$SERVER_GROUP")
 }
+
+# server_log_tail FILE...: the last lines of a server's logs on stderr, to
+# stand next to the error they explain.
+server_log_tail() { tail -n 15 "$@" >&2 2>/dev/null || true; }
 
 # poll_until PID TRIES PROBE...: runs PROBE every 0.1 s, at most TRIES times,
 # until it succeeds (0). Returns 1 if it never did, 2 as soon as PID is gone.
@@ -170,6 +204,51 @@ poll_until() {
 		sleep 0.1
 	done
 	return 1
+}
+
+# A peercached node (or a stand-in) started with --rpc-port 0 logs the port
+# it got at info level as "listening: rpc on <host>:<port>", on stderr (a
+# stand-in may use stdout). Other endpoints are logged the same way:
+# "listening: metrics on <host>:<port>".
+
+# node_listen_addr NAME OUT ERR: the address the node logging into OUT and ERR
+# announced for endpoint NAME (rpc, metrics, ...), or nothing if not (yet).
+node_listen_addr() {
+	sed -nE "s/.*listening: $1 on ([^ ]+:[0-9]+).*/\1/p" "$3" "$2" | head -n1 || true
+}
+
+# rpc_port_read LABEL OUT ERR [HINT]: succeeds once the node has logged its RPC
+# address, setting RPC_PORT. Stops here if that address is not $HOST (no
+# traffic goes elsewhere) or if the node logged "listening on nothing" (a
+# build without the RPC server; HINT, if given, says what to do).
+rpc_port_read() {
+	local addr
+	addr=$(node_listen_addr rpc "$2" "$3")
+	if [[ -n $addr ]]; then
+		[[ ${addr%:*} == "$HOST" ]] || die "$1 listens on $addr, not on $HOST; refusing to send traffic there"
+		RPC_PORT=${addr##*:}
+		return 0
+	fi
+	if grep -q 'listening on nothing' "$3" "$2"; then
+		server_log_tail "$3" "$2"
+		die "$1 logged 'listening on nothing': no RPC server in this build${4:+; $4}"
+	fi
+	return 1
+}
+
+# rpc_port_wait LABEL OUT ERR [HINT]: waits up to 10 s for the server started
+# last (SERVER_PID), logging into OUT and ERR, to log its RPC address on
+# $HOST, and sets RPC_PORT; stops here with the server's last log lines if
+# it exits first or logs no such line. LABEL names it in messages.
+RPC_PORT=
+rpc_port_wait() {
+	local rc=0
+	RPC_PORT=
+	poll_until "$SERVER_PID" 100 rpc_port_read "$@" || rc=$?
+	((rc == 0)) && return 0
+	server_log_tail "$3" "$2"
+	((rc == 2)) && die "$1 exited before listening"
+	die "$1 logged no 'listening: rpc on $HOST:<port>' line within 10 s"
 }
 
 # redis-server cannot take port 0, so ask the kernel for a free port and hand
@@ -330,6 +409,13 @@ def doc_head(bench):
                  "loadavg_end": env["BENCH_LOADAVG_END"]},
     }
 
+def params_head():
+    """The knobs every bench records under "params"; a script adds its own."""
+    return {"conns": conns_list, "runs": runs, "duration_s": duration,
+            "warmup_s": float(env["BENCH_WARMUP"]),
+            "loadgen_threads": int(env["BENCH_LOADGEN_THREADS"]),
+            "pinned": env["BENCH_PIN"] == "1"}
+
 def write_json(doc):
     with open(out_path, "w") as f:
         json.dump(doc, f, indent=2)
@@ -343,4 +429,87 @@ def loadavg_span():
     return (f"{env['BENCH_LOADAVG_START'].split()[0]} -> "
             f"{env['BENCH_LOADAVG_END'].split()[0]}")
 PYEOF
+}
+
+# ------------------------------------------- more servers (p2p_bench) ----
+
+# Installs memcached with apt-get if it is missing (as root only).
+bench_need_memcached() {
+	command -v memcached >/dev/null && return 0
+	log "installing memcached"
+	((EUID == 0)) || die "need root to install memcached (or install it yourself)"
+	DEBIAN_FRONTEND=noninteractive apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends memcached >&2
+}
+
+# server_stop PID: stops a server server_start started, before the script
+# exits (e.g. between rounds that need fresh servers), and forgets it, so
+# the exit trap never signals a PID that may have been reused since.
+server_stop() {
+	local i
+	for i in "${!SERVER_PIDS[@]}"; do
+		[[ ${SERVER_PIDS[i]} == "$1" ]] || continue
+		stop_pid "$1" "${SERVER_NAMES[i]}" ${SERVER_GROUPS[i]:+group}
+		SERVER_PIDS[i]=
+	done
+}
+
+# redis_stop: stops the redis-server redis_start started, and forgets it.
+redis_stop() {
+	stop_pid "$REDIS_PID" redis-server
+	REDIS_PID=
+}
+
+# listen_port_wait NAME LABEL OUT ERR: like rpc_port_wait, for any endpoint a
+# server logs as "listening: NAME on <host>:<port>": waits up to 10 s for
+# the server started last (SERVER_PID) and sets LISTEN_PORT; stops here if
+# it exits first, logs no such line, or names a host other than $HOST.
+LISTEN_PORT=
+listen_port_read() {
+	local addr
+	addr=$(node_listen_addr "$1" "$3" "$4")
+	[[ -n $addr ]] || return 1
+	[[ ${addr%:*} == "$HOST" ]] || die "$2 listens on $addr, not on $HOST; refusing to send traffic there"
+	LISTEN_PORT=${addr##*:}
+}
+listen_port_wait() {
+	local rc=0
+	LISTEN_PORT=
+	poll_until "$SERVER_PID" 100 listen_port_read "$@" || rc=$?
+	((rc == 0)) && return 0
+	server_log_tail "$4" "$3"
+	((rc == 2)) && die "$2 exited before listening"
+	die "$2 logged no 'listening: $1 on $HOST:<port>' line within 10 s"
+}
+
+# memcached_version_ok PORT: memcached on $HOST:PORT answers "version".
+memcached_version_ok() {
+	( exec 3<>"/dev/tcp/$HOST/$1" && printf 'version\r\n' >&3 &&
+		IFS= read -r -t 2 line <&3 && [[ $line == VERSION* ]] ) 2>/dev/null
+}
+
+# memcached_start ARG...: a private memcached on a free loopback port (TCP
+# only, no UDP) with ARG... (e.g. -m, -I, -t), started as a server under
+# test (stopped on exit, or by server_stop) with its output in
+# $WORK/memcached.{out,log}; waits until it answers. Sets MEMCACHED_PID and
+# MEMCACHED_PORT, or stops here.
+memcached_start() {
+	local attempt port user=()
+	MEMCACHED_PORT=
+	((EUID == 0)) && user=(-u root) # memcached refuses root without -u
+	for attempt in 1 2 3; do
+		port=$(free_port)
+		SERVER_NAME=memcached
+		server_start "$WORK/memcached.out" "$WORK/memcached.log" \
+			"${SERVER_CPU[@]}" memcached "${user[@]}" -l "$HOST" -p "$port" -U 0 "$@"
+		MEMCACHED_PID=$SERVER_PID
+		if poll_until "$MEMCACHED_PID" 50 memcached_version_ok "$port"; then
+			MEMCACHED_PORT=$port
+			return 0
+		fi
+		log "memcached did not come up on port $port (attempt $attempt):"
+		tail -n 5 "$WORK/memcached.log" "$WORK/memcached.out" >&2 || true
+		server_stop "$MEMCACHED_PID"
+	done
+	die "could not start memcached"
 }

@@ -1,0 +1,374 @@
+#!/usr/bin/env bash
+# bench/p2p_bench.sh — the p2p read path against memcached, redis and a plain
+# socket, with one load generator (pc-p2p-bench) for all of them.
+#
+# "Two nodes on loopback, one serving, one reading": a peercached node serves;
+# pc-p2p-bench is the reading node — it speaks the same wire a node does
+# (dir.get over MessagePack-RPC to the key's directory owner, then READs on
+# the data port, payloads received straight into its destination buffers).
+# For each value size, on fresh servers holding the same working set, and for
+# each reader thread count, RUNS rounds of (order rotating every round, so
+# machine noise hits every target alike):
+#   p2p           dir.get of the batch + one READ per page (batch of 32)
+#   p2p_nolookup  the READs alone, records cached (the transport alone)
+#   memcached     one multi-get of the 32 keys
+#   redis         32 pipelined GETs
+#   tcp           32 x value bytes from a plain socket sender (the ceiling)
+# then, on a node and a redis holding DIR_KEYS 16-byte values: batched
+# directory lookups (dir.get of 128 keys, DIR_PIPELINE calls in flight)
+# against redis pipelined GET of the same batches, in keys/s.
+# It prints markdown tables on stdout (GB/s, pages/s, batch latency, paired
+# ratios with min/median/max, the issue's goals) and writes every run plus the
+# summary to $BUILD/bench-results/p2p-<timestamp>.json. Progress on stderr.
+#
+# The machine is shared and noisy: trust the medians of paired ratios (run i
+# of p2p over run i of the other target), not single absolute figures.
+#
+# Environment (defaults in brackets):
+#   PEERCACHE_BUILD_DIR  build tree [<repo>/build]; built with cmake only if
+#                        peercached or pc-p2p-bench is missing
+#   SIZES                value sizes, suffix k or m ["64k 256k 1m 4m"]
+#   THREADS              reader threads (one connection each) ["1 2 4 8"]
+#   RUNS                 rounds per (size, threads) [3]
+#   DURATION             measured seconds per run [3]
+#   WARMUP               unmeasured seconds before each run [1]
+#   BATCH                keys per batch [32]
+#   WORKSET_MB           working set per size: keys = max(64, WORKSET_MB / size) [512]
+#   NODE_THREADS         peercached --threads [2]
+#   MEMCACHED_THREADS    memcached -t [2]
+#   DIR                  1: also the directory-lookup comparison, 0: skip [1]
+#   DIR_THREADS          threads for it ["1 2"]
+#   DIR_BATCH            keys per dir.get / per redis batch [128]
+#   DIR_PIPELINE         calls (batches) in flight per thread [4]
+#   DIR_KEYS             keys the directory and redis hold [65536]
+#   PIN                  1: servers on CPU 1, clients on CPU 0 (taskset) [0]
+#   RESULTS_DIR          where the JSON goes [$BUILD/bench-results]
+#   PEERCACHED, PC_P2P_BENCH  use these binaries instead of the build's
+#
+# Only 127.0.0.1 is ever contacted. Servers are stopped by PID after each
+# size and on exit. Checks, bootstrap, server handling and the summary's
+# helpers come from bench/lib.sh.
+set -euo pipefail
+
+BENCH_NAME=p2p_bench
+RUNS=${RUNS:-3}  # before lib.sh, whose defaults are for the other benches
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+SIZES=${SIZES:-"64k 256k 1m 4m"}
+THREADS=${THREADS:-"1 2 4 8"}
+BATCH=${BATCH:-32}
+WORKSET_MB=${WORKSET_MB:-512}
+NODE_THREADS=${NODE_THREADS:-2}
+MEMCACHED_THREADS=${MEMCACHED_THREADS:-2}
+DIR=${DIR:-1}
+DIR_THREADS=${DIR_THREADS:-"1 2"}
+DIR_BATCH=${DIR_BATCH:-128}
+DIR_PIPELINE=${DIR_PIPELINE:-4}
+DIR_KEYS=${DIR_KEYS:-65536}
+DIR_VALUE_BYTES=16
+NODE_BIN=${PEERCACHED:-$BUILD/server/peercached}
+P2P_BIN=${PC_P2P_BENCH:-$BUILD/bench/pc-p2p-bench}
+TARGETS=(p2p p2p_nolookup memcached redis tcp)
+DIR_TARGETS=(dir redis)
+CONNS=$THREADS  # what bench_python records as the connection counts
+
+# size_bytes 64k -> 65536 (suffix k or m, binary units)
+size_bytes() {
+	[[ $1 =~ ^([0-9]+)([kKmM]?)$ ]] || die "SIZES: '$1' is not a size like 64k or 1m"
+	local n=$((10#${BASH_REMATCH[1]}))
+	case ${BASH_REMATCH[2]} in
+	k | K) n=$((n << 10)) ;;
+	m | M) n=$((n << 20)) ;;
+	esac
+	((n >= 16 && n <= 64 << 20)) || die "SIZES: '$1' is not within 16 .. 64m"
+	echo "$n"
+}
+
+need_count RUNS "$RUNS"
+need_counts THREADS
+need_counts DIR_THREADS
+for v in BATCH WORKSET_MB NODE_THREADS MEMCACHED_THREADS DIR_BATCH DIR_PIPELINE DIR_KEYS; do
+	need_count "$v" "${!v}"
+done
+need_seconds DURATION WARMUP
+[[ $DIR == [01] ]] || die "DIR must be 0 or 1, got '$DIR'"
+[[ -n ${SIZES// /} ]] || die "SIZES is empty"
+SIZE_BYTES=()
+for s in $SIZES; do SIZE_BYTES+=("$(size_bytes "$s")"); done
+((DIR_KEYS >= DIR_BATCH)) || die "DIR_KEYS must be at least DIR_BATCH"
+need_python
+
+# ---------------------------------------------------------------- tools ----
+
+bench_need_redis
+bench_need_memcached
+if [[ ! -x $P2P_BIN || ! -x $NODE_BIN ]]; then
+	bench_build "pc-p2p-bench or peercached missing"
+fi
+[[ -x $P2P_BIN ]] || die "$P2P_BIN not found after building"
+[[ -x $NODE_BIN ]] || die "$NODE_BIN not found after building"
+bench_pin
+bench_workdir
+
+# ------------------------------------------------------------- servers ----
+
+node_log_tail() { server_log_tail "$WORK/node.err" "$WORK/node.out"; }
+
+# node_up POOL_MB: a fresh serving node with a pool of POOL_MB MiB; NODE_PID,
+# NODE_PORT (its RPC port; the data port comes with the records).
+node_up() {
+	SERVER_NAME=peercached
+	server_start "$WORK/node.out" "$WORK/node.err" \
+		"${SERVER_CPU[@]}" "$NODE_BIN" --bind "$HOST" --rpc-port 0 --data-port 0 \
+		--meta-port 0 --metrics-port 0 --socket "" --threads "$NODE_THREADS" \
+		--pool-size "${1}mb" --log-level info
+	NODE_PID=$SERVER_PID
+	rpc_port_wait peercached "$WORK/node.out" "$WORK/node.err"
+	NODE_PORT=$RPC_PORT
+	log "peercached pid $NODE_PID on $HOST:$NODE_PORT (--threads $NODE_THREADS, pool $1 MiB)"
+}
+
+# tcp_sink_up: pc-p2p-bench --serve-tcp, the plain socket sender; SINK_PORT.
+tcp_sink_up() {
+	SERVER_NAME="tcp sink"
+	server_start "$WORK/sink.out" "$WORK/sink.err" \
+		"${SERVER_CPU[@]}" "$P2P_BIN" --serve-tcp --host "$HOST" --port 0
+	SINK_PID=$SERVER_PID
+	listen_port_wait tcp "the tcp sink" "$WORK/sink.out" "$WORK/sink.err"
+	SINK_PORT=$LISTEN_PORT
+}
+
+# ---------------------------------------------------------------- runs ----
+
+# p2p_bench LABEL OUT ARG...: one pc-p2p-bench --json run with ARG..., its
+# JSON into OUT; on failure shows the client's stderr and the node's log.
+p2p_bench() {
+	local label=$1 out=$2
+	local err=${out%.json}.err
+	shift 2
+	if ! "${CLIENT_CPU[@]}" "$P2P_BIN" --host "$HOST" --json "$@" >"$out" 2>"$err"; then
+		cat "$err" >&2
+		node_log_tail
+		die "pc-p2p-bench $label failed"
+	fi
+}
+
+# target_args TARGET: the arguments that point pc-p2p-bench at TARGET.
+target_args() {
+	case $1 in
+	p2p) echo "--target p2p --port $NODE_PORT" ;;
+	p2p_nolookup) echo "--target p2p --port $NODE_PORT --no-lookup" ;;
+	memcached) echo "--target memcached --port $MEMCACHED_PORT" ;;
+	redis) echo "--target redis --port $REDIS_PORT" ;;
+	tcp) echo "--target tcp --port $SINK_PORT" ;;
+	dir) echo "--target dir --port $NODE_PORT" ;;
+	esac
+}
+
+# measure NAME TARGETS_VAR THREADS_LIST ARG...: RUNS rounds per thread count,
+# the targets of array TARGETS_VAR in an order rotating every round; run
+# files $RUNDIR/NAME-<target>-t<threads>-r<run>.json.
+measure() {
+	local name=$1 tv=$2 tlist=$3 t run k tgt out
+	shift 3
+	local -n tg=$tv
+	for t in $tlist; do
+		for ((run = 1; run <= RUNS; run++)); do
+			log "$name, $t thread(s), run $run of $RUNS"
+			for ((k = 0; k < ${#tg[@]}; k++)); do
+				tgt=${tg[(k + run - 1) % ${#tg[@]}]}
+				out=$RUNDIR/$name-$tgt-t$t-r$run.json
+				# shellcheck disable=SC2046  # target_args is words on purpose
+				p2p_bench "$name $tgt, $t threads, run $run" "$out" \
+					$(target_args "$tgt") --no-setup --threads "$t" \
+					--duration "$DURATION" --warmup "$WARMUP" "$@"
+				log "  $tgt: $(json_num "$out" gb_per_s) GB/s, $(json_num "$out" items_per_s) items/s, p50 $(json_num "$out" p50_us) us, p99 $(json_num "$out" p99_us) us"
+			done
+		done
+	done
+}
+
+# setup_target TARGET ARG...: stores the working set on TARGET, once.
+setup_target() {
+	local out=$RUNDIR/setup-$1.json
+	# shellcheck disable=SC2046
+	p2p_bench "setup $1" "$out" $(target_args "$1") --setup-only "${@:2}"
+	log "  stored on $1 in $(json_num "$out" setup_s) s"
+}
+
+n_threads=$(wc -w <<<"$THREADS")
+n_runs=$((${#SIZE_BYTES[@]} * n_threads * RUNS * ${#TARGETS[@]}))
+((DIR)) && n_runs=$((n_runs + $(wc -w <<<"$DIR_THREADS") * RUNS * ${#DIR_TARGETS[@]}))
+log "$n_runs runs of $DURATION s (+ $WARMUP s warm-up), plus setup: about $(awk -v n="$n_runs" -v d="$DURATION" -v w="$WARMUP" 'BEGIN { printf "%d", n * (d + w + 0.3) / 60 + 1 }') min"
+
+runs_start
+REDIS_VERSION=$(redis-server --version | sed -nE 's/.*v=([^ ]+).*/\1/p')
+MEMCACHED_VERSION=$(memcached -V | awk '{ print $2 }')
+KEYS_OF=()
+for i in "${!SIZE_BYTES[@]}"; do
+	n=${SIZE_BYTES[i]}
+	keys=$((WORKSET_MB * 1048576 / n))
+	((keys < 64)) && keys=64
+	((keys < BATCH)) && keys=$BATCH
+	KEYS_OF+=("$keys")
+	set_mb=$((keys * n / 1048576 + 1))
+	log "value size $n B: $keys keys ($set_mb MiB), fresh servers"
+	# Pool: entries are 4 KiB aligned with a 64-byte header, and each pool
+	# stripe holds 1/S of it while keys spread unevenly over stripes, so 3x
+	# the working set: nothing may be evicted (mapped lazily, so the slack
+	# costs no memory).
+	node_up $((keys * (n + 4096) * 3 / 1048576 + 256))
+	redis_start
+	memcached_start -I 8m -m $((set_mb * 2 + 64)) -t "$MEMCACHED_THREADS"
+	tcp_sink_up
+	common=(--value-bytes "$n" --keys "$keys" --batch "$BATCH")
+	for tgt in p2p memcached redis; do setup_target "$tgt" "${common[@]}"; done
+	measure "s$n" TARGETS "$THREADS" "${common[@]}"
+	kill -0 "$NODE_PID" 2>/dev/null || { node_log_tail; die "peercached died during the runs"; }
+	server_stop "$NODE_PID"
+	server_stop "$MEMCACHED_PID"
+	server_stop "$SINK_PID"
+	redis_stop
+done
+
+if ((DIR)); then
+	log "directory lookups: $DIR_KEYS keys, dir.get of $DIR_BATCH vs redis GET x $DIR_BATCH, $DIR_PIPELINE in flight"
+	node_up 512
+	redis_start
+	common=(--value-bytes "$DIR_VALUE_BYTES" --keys "$DIR_KEYS" --batch "$DIR_BATCH"
+		--pipeline "$DIR_PIPELINE" --prefix pcd)
+	setup_target p2p "${common[@]}"
+	setup_target redis "${common[@]}"
+	measure dir DIR_TARGETS "$DIR_THREADS" "${common[@]}"
+	kill -0 "$NODE_PID" 2>/dev/null || { node_log_tail; die "peercached died during the runs"; }
+	server_stop "$NODE_PID"
+	redis_stop
+fi
+runs_end
+
+# ------------------------------------------------------------- summary ----
+
+results_prepare p2p
+PB_SIZES="${SIZE_BYTES[*]}" PB_KEYS="${KEYS_OF[*]}" PB_THREADS=$THREADS PB_BATCH=$BATCH \
+PB_DIR=$DIR PB_DIR_THREADS=$DIR_THREADS PB_DIR_BATCH=$DIR_BATCH \
+PB_DIR_PIPELINE=$DIR_PIPELINE PB_DIR_KEYS=$DIR_KEYS PB_WORKSET_MB=$WORKSET_MB \
+PB_NODE_THREADS=$NODE_THREADS PB_MEMCACHED_THREADS=$MEMCACHED_THREADS \
+PB_REDIS_VERSION=$REDIS_VERSION PB_MEMCACHED_VERSION=$MEMCACHED_VERSION \
+PB_NODE_DESC="$NODE_BIN --threads $NODE_THREADS" \
+	bench_python <<'PYEOF'
+sizes = [int(x) for x in env["PB_SIZES"].split()]
+keys_of = dict(zip(sizes, (int(x) for x in env["PB_KEYS"].split())))
+threads = [int(x) for x in env["PB_THREADS"].split()]
+dir_on = env["PB_DIR"] == "1"
+dir_threads = [int(x) for x in env["PB_DIR_THREADS"].split()] if dir_on else []
+TARGETS = ("p2p", "p2p_nolookup", "memcached", "redis", "tcp")
+RATIOS = (("p2p", "memcached"), ("p2p", "redis"), ("p2p", "tcp"),
+          ("p2p_nolookup", "memcached"))
+FIELDS = ("gb_per_s", "items_per_s", "p50_us", "p99_us")
+
+def ratio(xs, ys):
+    """Run i of xs over run i of ys (items/s): neighbours in time."""
+    return spread([x["items_per_s"] / y["items_per_s"] for x, y in zip(xs, ys)])
+
+def size_name(n):
+    return f"{n >> 20}m" if n % (1 << 20) == 0 else f"{n >> 10}k" if n % 1024 == 0 else str(n)
+
+summary, raw = [], []
+for n in sizes:
+    for t in threads:
+        rs = {g: [run_json(f"s{n}-{g}-t{t}-r{r}.json") for r in range(1, runs + 1)]
+              for g in TARGETS}
+        raw.append({"value_bytes": n, "threads": t, **rs})
+        s = {"value_bytes": n, "threads": t, "keys": keys_of[n]}
+        for g in TARGETS:
+            s[g] = {k: med(rs[g], k) for k in FIELDS}
+        for a, b in RATIOS:
+            s[f"ratio_{a}_over_{b}"] = ratio(rs[a], rs[b])
+        summary.append(s)
+
+dir_summary = []
+for t in dir_threads:
+    rs = {g: [run_json(f"dir-{g}-t{t}-r{r}.json") for r in range(1, runs + 1)]
+          for g in ("dir", "redis")}
+    raw.append({"dir": True, "threads": t, **rs})
+    d = {"threads": t}
+    for g in ("dir", "redis"):
+        d[g] = {k: med(rs[g], k) for k in ("items_per_s", "p50_us", "p99_us")}
+    d["ratio_dir_over_redis"] = ratio(rs["dir"], rs["redis"])
+    dir_summary.append(d)
+
+# The issue's goals, judged on the median paired ratio.
+GOALS = [("p2p/memcached at 1 MiB", "ratio_p2p_over_memcached", 1.0),
+         ("p2p/redis at 1 MiB", "ratio_p2p_over_redis", 2.0)]
+goals = []
+for label, key, want in GOALS:
+    for s in summary:
+        if s["value_bytes"] == 1 << 20:
+            goals.append({"goal": label, "threads": s["threads"], "min_ratio": want,
+                          "ratio": s[key], "met": s[key]["median"] >= want})
+for d in dir_summary:
+    goals.append({"goal": "dir.get/redis GET keys/s", "threads": d["threads"],
+                  "min_ratio": 2.0, "ratio": d["ratio_dir_over_redis"],
+                  "met": d["ratio_dir_over_redis"]["median"] >= 2.0})
+
+write_json({
+    **doc_head("p2p"),
+    "params": {"sizes": sizes, "keys": {str(k): v for k, v in keys_of.items()},
+               "threads": threads, "batch": int(env["PB_BATCH"]), "runs": runs,
+               "duration_s": duration, "warmup_s": float(env["BENCH_WARMUP"]),
+               "workset_mb": int(env["PB_WORKSET_MB"]),
+               "pinned": env["BENCH_PIN"] == "1", "node": env["PB_NODE_DESC"],
+               "memcached_threads": int(env["PB_MEMCACHED_THREADS"]),
+               "redis_version": env["PB_REDIS_VERSION"],
+               "memcached_version": env["PB_MEMCACHED_VERSION"],
+               "dir": {"threads": dir_threads, "batch": int(env["PB_DIR_BATCH"]),
+                       "pipeline": int(env["PB_DIR_PIPELINE"]),
+                       "keys": int(env["PB_DIR_KEYS"])} if dir_on else None,
+               "units": "gb_per_s: 1e9 bytes of payload per second; items: pages "
+                        "(values) or, for dir, keys"},
+    "summary": summary, "dir_summary": dir_summary, "goals": goals, "runs": raw,
+})
+
+def f2(x): return "n/a" if x is None else f"{x:.2f}"
+def row(s, cells): print(f"| {size_name(s['value_bytes'])} | {s['threads']} | " + " | ".join(cells) + " |")
+head = "| size | threads | p2p | p2p no lookup | memcached | redis | tcp |"
+rule = "|---:|---:|---:|---:|---:|---:|---:|"
+print(f"### p2p read path vs memcached, redis and raw TCP: batches of "
+      f"{env['PB_BATCH']}, median of {runs} interleaved runs, {duration:g} s each\n")
+print("Throughput, GB/s of payload (1 GB = 1e9 bytes):\n")
+print(head); print(rule)
+for s in summary: row(s, [f2(s[g]["gb_per_s"]) for g in TARGETS])
+print("\nPages per second:\n")
+print(head); print(rule)
+for s in summary: row(s, [f0(s[g]["items_per_s"]) for g in TARGETS])
+print("\nLatency per batch, p50 / p99 (us):\n")
+print(head); print(rule)
+for s in summary: row(s, [f"{f0(s[g]['p50_us'])} / {f0(s[g]['p99_us'])}" for g in TARGETS])
+print("\nPaired ratios (run i over run i), median (min-max):\n")
+print("| size | threads | p2p/memcached | p2p/redis | p2p/tcp | p2p no lookup/memcached |")
+print("|---:|---:|---:|---:|---:|---:|")
+for s in summary: row(s, [rr(s[f"ratio_{a}_over_{b}"]) for a, b in RATIOS])
+if dir_summary:
+    print(f"\nDirectory lookups: dir.get of {env['PB_DIR_BATCH']} keys vs redis "
+          f"GET x {env['PB_DIR_BATCH']} (16-byte values), {env['PB_DIR_PIPELINE']} "
+          f"batches in flight per thread, {env['PB_DIR_KEYS']} keys:\n")
+    print("| threads | dir.get keys/s | redis GET keys/s | dir/redis | dir p50 / p99 us | redis p50 / p99 us |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for d in dir_summary:
+        print(f"| {d['threads']} | {f0(d['dir']['items_per_s'])} | {f0(d['redis']['items_per_s'])} "
+              f"| {rr(d['ratio_dir_over_redis'])} "
+              f"| {f0(d['dir']['p50_us'])} / {f0(d['dir']['p99_us'])} "
+              f"| {f0(d['redis']['p50_us'])} / {f0(d['redis']['p99_us'])} |")
+print("\nGoals (median paired ratio):\n")
+if (1 << 20) not in sizes:
+    print("- p2p/memcached >= 1 and p2p/redis >= 2 at 1 MiB: not measured (1m not in SIZES)")
+if not dir_on:
+    print("- dir.get/redis GET keys/s >= 2: not measured (DIR=0)")
+for g in goals:
+    print(f"- {g['goal']}, {g['threads']} thread(s): {rr(g['ratio'])}, "
+          f"goal >= {g['min_ratio']:g}: {'met' if g['met'] else 'NOT met'}")
+print(f"\nnode: {env['PB_NODE_DESC']}; memcached {env['PB_MEMCACHED_VERSION']} "
+      f"-t {env['PB_MEMCACHED_THREADS']}; redis {env['PB_REDIS_VERSION']}. "
+      f"Load average {loadavg_span()}.")
+print(f"Results: {out_path}")
+PYEOF
