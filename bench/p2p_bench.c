@@ -1793,7 +1793,9 @@ static int measure(struct bench *b)
 	for (unsigned i = 0; i < started; i++) {
 		pthread_join(w[i].th, NULL);
 		if (w[i].rc < 0 && ret == 0) {
-			snprintf(t_err, sizeof(t_err), "thread %u: %s", i, w[i].err);
+			/* %.480s: the worker message fits with its prefix. */
+			snprintf(t_err, sizeof(t_err), "thread %u: %.480s", i,
+				 w[i].err);
 			ret = w[i].rc;
 		}
 		lg_hist_merge(h, &w[i].hist);
