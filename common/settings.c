@@ -93,6 +93,9 @@ static const struct pc_cfg_key keys[] = {
 	 OFF(member_ttl_ms), 0, "a member silent this long is dropped"},
 	{"pool_size", PC_CFG_SIZE, "4gb", 1 * MB, 16 * TB, NULL, OFF(pool_size),
 	 0, "publish pool (p2p) or slot region (slotmap) bytes"},
+	{"pool_prefault", PC_CFG_BOOL, "true", 0, 0, NULL, OFF(pool_prefault),
+	 0, "fault the whole pool in at start, in the background (memory "
+	 "committed up front; no page-fault stalls on first writes)"},
 	{"page_checksums", PC_CFG_BOOL, "true", 0, 0, NULL,
 	 OFF(page_checksums), 0,
 	 "checksum every published page (XXH3) and verify it on remote reads"},

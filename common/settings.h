@@ -43,6 +43,7 @@ struct pc_settings {
 	uint64_t heartbeat_interval_ms;
 	uint64_t member_ttl_ms;
 	uint64_t pool_size;
+	bool pool_prefault;
 	bool page_checksums;
 	uint64_t slot_max_page_bytes;
 	int64_t slot_ways;

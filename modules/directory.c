@@ -389,15 +389,7 @@ static void m_del(struct rpc_call *call, struct mp_rd *p)
 		}
 		res[i] = shard_del(key, klen, any ? NULL : node, gen);
 	}
-	msgpack_packer *pk = rpc_reply_begin(call);
-	msgpack_pack_array(pk, n);
-	for (uint32_t i = 0; i < n; i++) {
-		if (res[i])
-			msgpack_pack_true(pk);
-		else
-			msgpack_pack_false(pk);
-	}
-	rpc_reply_end(call);
+	rpc_reply_bools(call, res, n);
 	free(res);
 }
 

@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/checksum.h"
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/settings.h"
@@ -688,6 +689,12 @@ static int kv_init(struct pc_ctx *ctx)
 		return ret;
 	}
 	pool_set_evict_cb(g.pool, on_evict, NULL);
+	if (g.checksums)
+		PC_LOGI(LOG_MOD, "page checksums on (XXH3-64, %s)",
+			pc_page_sum_impl());
+	if (s->pool_prefault && (ret = pool_prefault_start(g.pool)) < 0)
+		PC_LOGW(LOG_MOD, "cannot start the pool prefault thread (%s); "
+			"pages are faulted in on first use", strerror(-ret));
 	uint8_t *base;
 	size_t len;
 	uint32_t rkey;

@@ -126,9 +126,15 @@ int rx_group_start(struct rx_group **out, unsigned n, const struct rx_params *p,
 	pthread_mutex_init(&g->lock, NULL);
 	pthread_cond_init(&g->cond, NULL);
 
-	/* Reactor threads must never take process signals. */
+	/* Reactor threads must never take process signals. Faults stay
+	 * unblocked: a blocked SIGBUS/SIGSEGV kills the process without running
+	 * its handler, and common/guard.c handles SIGBUS on these threads. */
 	sigset_t all, old;
 	sigfillset(&all);
+	sigdelset(&all, SIGBUS);
+	sigdelset(&all, SIGSEGV);
+	sigdelset(&all, SIGFPE);
+	sigdelset(&all, SIGILL);
 	pthread_sigmask(SIG_BLOCK, &all, &old);
 	int err = 0;
 	for (unsigned i = 0; i < n && !err; i++) {

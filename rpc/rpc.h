@@ -150,6 +150,8 @@ void rpc_reply_error_close(struct rpc_call *call, const char *code,
 /* Shorthands. */
 void rpc_reply_nil(struct rpc_call *call);
 void rpc_reply_bool(struct rpc_call *call, bool v);
+/* [v[0], ..., v[n-1]] as MessagePack booleans. */
+void rpc_reply_bools(struct rpc_call *call, const bool *v, size_t n);
 void rpc_reply_uint(struct rpc_call *call, uint64_t v);
 
 #endif /* PC_RPC_RPC_H */

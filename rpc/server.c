@@ -795,13 +795,27 @@ void rpc_reply_nil(struct rpc_call *call)
 	rpc_reply_end(call);
 }
 
-void rpc_reply_bool(struct rpc_call *call, bool v)
+static void pack_bool(msgpack_packer *pk, bool v)
 {
-	msgpack_packer *pk = rpc_reply_begin(call);
 	if (v)
 		msgpack_pack_true(pk);
 	else
 		msgpack_pack_false(pk);
+}
+
+void rpc_reply_bool(struct rpc_call *call, bool v)
+{
+	msgpack_packer *pk = rpc_reply_begin(call);
+	pack_bool(pk, v);
+	rpc_reply_end(call);
+}
+
+void rpc_reply_bools(struct rpc_call *call, const bool *v, size_t n)
+{
+	msgpack_packer *pk = rpc_reply_begin(call);
+	msgpack_pack_array(pk, n);
+	for (size_t i = 0; i < n; i++)
+		pack_bool(pk, v[i]);
 	rpc_reply_end(call);
 }
 

@@ -3,7 +3,8 @@
  *
  * Owns: the region (one mmap per node, registered once under a random rkey),
  * the stripes with their LRU of evictable entries, key index and counters,
- * and the eviction policy. The extent allocator each stripe uses (records,
+ * and the eviction policy, and the optional thread that faults the region in
+ * at start (pool_prefault_start). The extent allocator each stripe uses (records,
  * boundary map, free lists, span search) is pool_alloc.c. No metadata lives
  * inside the region except each entry's header and key, so peers reading
  * the region see nothing of the allocator.
@@ -85,6 +86,7 @@
 #include <sys/random.h>
 #include <xxhash.h>
 
+#include "common/checksum.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "storage/pool_int.h"
@@ -106,6 +108,11 @@ struct pool {
 	pool_evict_fn evict_cb;   /* set before sharing; read without a lock */
 	void *evict_arg;
 	struct pool_stripe *stripe;
+	/* The background thread faulting the region in (pool_prefault_start). */
+	pthread_t pf_thread;
+	bool pf_started;
+	_Atomic bool pf_stop;
+	_Atomic uint64_t pf_done;
 	/* Written by every commit: its own cache line, so commits on one
 	 * reactor do not slow lookups of the fields above on another. */
 	_Alignas(64) _Atomic uint64_t gen_next;
@@ -125,10 +132,22 @@ int pool_hdr_check(const void *hdr_and_payload, size_t avail, uint64_t key_hi,
 		   uint64_t key_lo, uint64_t gen, uint64_t len,
 		   bool verify_checksum)
 {
-	struct pool_hdr h;
 	if (avail < POOL_HDR_BYTES)
 		return -ENODATA;
-	memcpy(&h, hdr_and_payload, sizeof(h));
+	return pool_hdr_check_split(hdr_and_payload,
+				    (const uint8_t *)hdr_and_payload +
+					    POOL_HDR_BYTES,
+				    avail - POOL_HDR_BYTES, key_hi, key_lo, gen,
+				    len, verify_checksum, NULL);
+}
+
+int pool_hdr_check_split(const void *hdr, const void *payload, size_t avail,
+			 uint64_t key_hi, uint64_t key_lo, uint64_t gen,
+			 uint64_t len, bool verify_checksum,
+			 int (*sum)(const void *p, size_t n, uint64_t *out))
+{
+	struct pool_hdr h;
+	memcpy(&h, hdr, sizeof(h));
 	if (le32toh(h.magic) != POOL_HDR_MAGIC)
 		return -EPROTO;
 	uint16_t flags = le16toh(h.flags);
@@ -141,15 +160,22 @@ int pool_hdr_check(const void *hdr_and_payload, size_t avail, uint64_t key_hi,
 		return -ESTALE;
 	if (le64toh(h.len) != len)
 		return -EMSGSIZE;
-	if (avail - POOL_HDR_BYTES < len)
+	if (avail < len)
 		return -ENODATA;
 	if (!verify_checksum)
 		return 0;
 	/* Required when asked: a torn read is only detectable by the sum. */
 	if (!(flags & POOL_HDR_F_CHECKSUM))
 		return -ENOMSG;
-	const uint8_t *payload = (const uint8_t *)hdr_and_payload + POOL_HDR_BYTES;
-	if (XXH3_64bits(payload, (size_t)len) != le64toh(h.checksum))
+	uint64_t got;
+	if (sum) {
+		int ret = sum(payload, (size_t)len, &got);
+		if (ret < 0)
+			return ret;
+	} else {
+		got = pc_page_sum(payload, (size_t)len);
+	}
+	if (got != le64toh(h.checksum))
 		return -EBADMSG;
 	return 0;
 }
@@ -591,6 +617,10 @@ void pool_free(struct pool *p)
 {
 	if (!p)
 		return;
+	if (p->pf_started) {
+		atomic_store(&p->pf_stop, true);
+		pthread_join(p->pf_thread, NULL);
+	}
 	if (p->stripe) {
 		for (unsigned i = 0; i < p->nstripes; i++)
 			stripe_fini(&p->stripe[i]);
@@ -599,6 +629,66 @@ void pool_free(struct pool *p)
 	if (p->map)
 		munmap(p->map, p->map_len);
 	free(p);
+}
+
+/* ---- prefault ------------------------------------------------------------ */
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
+#endif
+#define PREFAULT_CHUNK (64u << 20)
+
+/*
+ * Faults the region in, chunk by chunk, without writing a byte: the kernel
+ * allocates (and zeroes) each page as a write fault would. The reactors may
+ * be writing entries at the same time; a page they touched first is simply
+ * skipped.
+ */
+static void *prefault_main(void *arg)
+{
+	struct pool *p = arg;
+	uint64_t t0 = pc_now_ns();
+	size_t off = 0;
+	int err = 0;
+	while (off < p->capacity && !atomic_load(&p->pf_stop)) {
+		size_t n = PC_MIN((size_t)PREFAULT_CHUNK, p->capacity - off);
+		if (madvise(p->base + off, n, MADV_POPULATE_WRITE) < 0) {
+			err = errno;
+			break;
+		}
+		off += n;
+		atomic_store(&p->pf_done, off);
+	}
+	double s = (double)(pc_now_ns() - t0) / 1e9;
+	if (err == EINVAL)
+		PC_LOGW("pool", "prefault: not supported by this kernel (needs "
+			"Linux 5.14); pages are faulted in on first use");
+	else if (err)
+		PC_LOGW("pool", "prefault stopped after %zu MiB: %s; the rest "
+			"is faulted in on first use", off >> 20, strerror(err));
+	else if (off < p->capacity)
+		PC_LOGD("pool", "prefault stopped at shutdown after %zu MiB",
+			off >> 20);
+	else
+		PC_LOGI("pool", "region faulted in: %zu MiB in %.1f s", off >> 20,
+			s);
+	return NULL;
+}
+
+int pool_prefault_start(struct pool *p)
+{
+	if (p->pf_started)
+		return -EALREADY;
+	int rc = pthread_create(&p->pf_thread, NULL, prefault_main, p);
+	if (rc)
+		return -rc;
+	p->pf_started = true;
+	return 0;
+}
+
+uint64_t pool_prefaulted(const struct pool *p)
+{
+	return atomic_load(&((struct pool *)p)->pf_done);
 }
 
 void pool_region(const struct pool *p, uint8_t **base, size_t *len,
@@ -704,7 +794,7 @@ int pool_commit(struct pool *p, struct pool_ref *ref, bool checksum,
 	 * without the lock; the checksum pass stays outside the lock. */
 	struct pool_ext *x = &s->ext[ref->idx];
 	uint8_t *h = pool_ext_addr(s, x);
-	uint64_t sum = checksum ? XXH3_64bits(h + POOL_HDR_BYTES, (size_t)x->len) : 0;
+	uint64_t sum = checksum ? pc_page_sum(h + POOL_HDR_BYTES, (size_t)x->len) : 0;
 
 	pthread_mutex_lock(&s->mu);
 	x = ref_rec(p, ref, &s);

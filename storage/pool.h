@@ -90,6 +90,18 @@ int pool_hdr_check(const void *hdr_and_payload, size_t avail, uint64_t key_hi,
 		   uint64_t key_lo, uint64_t gen, uint64_t len,
 		   bool verify_checksum);
 
+/*
+ * The same when the header and the payload landed in different places (the
+ * header in a scratch buffer, the payload straight in the reader's
+ * destination). avail = payload bytes at payload. sum, when given, computes
+ * the payload's XXH3-64 (e.g. guarded against a client shrinking its shared
+ * memory); it returns 0 or -errno, which is passed on.
+ */
+int pool_hdr_check_split(const void *hdr, const void *payload, size_t avail,
+			 uint64_t key_hi, uint64_t key_lo, uint64_t gen,
+			 uint64_t len, bool verify_checksum,
+			 int (*sum)(const void *p, size_t n, uint64_t *out));
+
 /* ---- the pool ----------------------------------------------------------- */
 
 #define POOL_UNIT_BYTES 4096u                  /* allocation unit and alignment */
@@ -153,6 +165,17 @@ int pool_new(struct pool **out, const struct pool_opts *o);
 /* Unmap and free. No other thread may use the pool any more; outstanding
  * refs become invalid. NULL is ignored. */
 void pool_free(struct pool *p);
+
+/*
+ * Fault the whole region in from a background thread (64 MiB at a time, no
+ * byte written), so first writes into the pool do not stall on page faults
+ * and the memory is committed up front, as RDMA registration would do.
+ * Logs when done (or why it stopped). pool_free stops and joins it. Call at
+ * most once; 0 or -errno.
+ */
+int pool_prefault_start(struct pool *p);
+/* Bytes faulted in so far by that thread. */
+uint64_t pool_prefaulted(const struct pool *p);
 
 /* The region to register once with a transport, and its rkey. */
 void pool_region(const struct pool *p, uint8_t **base, size_t *len,

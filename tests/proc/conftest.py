@@ -4,6 +4,7 @@ Every node a test starts is stopped by PID when the test ends (also on
 failure). Nodes listen on loopback only, on ports the kernel picks (0).
 """
 import os
+import random
 import re
 import signal
 import socket
@@ -26,8 +27,9 @@ def clean_env(extra=None):
     """The environment for a node: ours, minus any PEERCACHE_* setting a
     developer may have exported, plus the test's own."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PEERCACHE_")}
-    # A leak report fails the node's exit status (checked by stop()).
-    env.setdefault("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0")
+    # A leak report fails the node's exit status (checked by stop()), also
+    # when the test process itself runs without leak checks (shim tests).
+    env["ASAN_OPTIONS"] = "detect_leaks=1:abort_on_error=0"
     env.update(extra or {})
     return env
 
@@ -93,8 +95,10 @@ def node_factory(tmp_path):
     def start(*args, env=None):
         args = list(args)
         # Keep every test node off the fixed default ports and paths.
+        # No prefault: many nodes at once must not commit all their pools
+        # (test_pool.c covers prefault).
         defaults = {"--rpc-port": "0", "--data-port": "0", "--meta-port": "0",
-                    "--metrics-port": "0", "--threads": "2",
+                    "--metrics-port": "0", "--threads": "2", "--pool-prefault": "false",
                     "--socket": str(tmp_path / ("node%d.sock" % len(nodes)))}
         for k, v in defaults.items():
             if k not in args:
@@ -156,14 +160,30 @@ class RpcClient:
         self.sock.close()
 
 
+# Below the kernel's ephemeral range (ip_local_port_range, 32768+ by
+# default), so a port picked here is not handed out meanwhile to someone
+# binding port 0 or connecting (nodes of other tests running in parallel).
+_PORT_LO, _PORT_HI = 20000, 31000  # and clear of the defaults (31997+)
+
+
 def free_ports(n):
-    """n distinct free loopback ports (bound, noted, released)."""
+    """n distinct loopback ports that were free a moment ago (bound, noted,
+    released). Another process may still take one before it is used; callers
+    that can, retry (cluster below)."""
     socks, ports = [], []
-    for _ in range(n):
+    rng = random.Random()
+    while len(ports) < n:
+        port = rng.randrange(_PORT_LO, _PORT_HI)
+        if port in ports:
+            continue
         s = socket.socket()
-        s.bind(("127.0.0.1", 0))
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            s.close()
+            continue
         socks.append(s)
-        ports.append(s.getsockname()[1])
+        ports.append(port)
     for s in socks:
         s.close()
     return ports
@@ -174,13 +194,24 @@ def cluster(node_factory):
     """start(n, *args): n nodes that name each other in --peers."""
 
     def start(n=3, *args):
-        ports = free_ports(n)
-        peers = ",".join("127.0.0.1:%d" % p for p in ports)
-        nodes = [node_factory("--rpc-port", str(p), "--peers", peers, *args)
-                 for p in ports]
-        for nd in nodes:
-            nd.wait_for("ready")
-        return nodes
+        for attempt in range(3):
+            ports = free_ports(n)
+            peers = ",".join("127.0.0.1:%d" % p for p in ports)
+            nodes = [node_factory("--rpc-port", str(p), "--peers", peers, *args)
+                     for p in ports]
+            try:
+                for nd in nodes:
+                    nd.wait_for("ready")
+                return nodes
+            except AssertionError:
+                taken = any("Address already in use" in nd.text() for nd in nodes)
+                for nd in nodes:
+                    if nd.proc.poll() is None:
+                        nd.proc.kill()
+                        nd.proc.wait()
+                if not taken or attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
 
     return start
 

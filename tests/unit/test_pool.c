@@ -19,6 +19,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include "common/util.h"
@@ -1139,5 +1141,53 @@ Test(pool, bench_publish_throughput, .timeout = 120)
 	cr_log_info("reserve+commit without copy, mixed sizes, evicting: %.2f us/op",
 		    (double)(t1 - t0) / 1000.0 / (double)n);
 	free(src);
+	pool_free(p);
+}
+
+/* Prefault commits the whole region in the background and never changes a
+ * byte of an entry written before or while it runs. */
+Test(pool, prefault_commits_the_region_and_keeps_entries)
+{
+	struct pool *p = mk_pool(64 * MiB, 1 * MiB, 1, POOL_EVICT_SPAN);
+	uint8_t *base;
+	size_t len;
+	uint32_t rkey;
+	pool_region(p, &base, &len, &rkey);
+	cr_assert_eq(put(p, "before", 300000, NULL, NULL), 0);
+	cr_assert_eq(pool_prefault_start(p), 0);
+	cr_assert_eq(pool_prefault_start(p), -EALREADY);
+	char key[32];
+	for (unsigned i = 0; i < 32; i++) { /* writers race the thread */
+		snprintf(key, sizeof(key), "during-%u", i);
+		cr_assert_eq(put(p, key, 200000, NULL, NULL), 0);
+	}
+	uint64_t t0 = pc_now_ns();
+	while (pool_prefaulted(p) < len && pc_now_ns() - t0 < 50000000000ull)
+		usleep(1000);
+	cr_assert_eq(pool_prefaulted(p), len, "prefault stopped at %llu of %zu",
+		     (unsigned long long)pool_prefaulted(p), len);
+	/* Every page of the region is resident now. */
+	size_t pages = len / 4096;
+	unsigned char *vec = malloc(pages);
+	cr_assert_eq(mincore(base, len, vec), 0);
+	size_t resident = 0;
+	for (size_t i = 0; i < pages; i++)
+		resident += vec[i] & 1;
+	free(vec);
+	cr_assert_eq(resident, pages, "%zu of %zu pages resident", resident,
+		     pages);
+	cr_assert_eq(get_check(p, "before", 300000, key_seed("before")), 0);
+	for (unsigned i = 0; i < 32; i++) {
+		snprintf(key, sizeof(key), "during-%u", i);
+		cr_assert_eq(get_check(p, key, 200000, key_seed(key)), 0, "%s", key);
+	}
+	pool_free(p);
+}
+
+/* pool_free stops a prefault still running (a node stopping at once). */
+Test(pool, free_stops_a_running_prefault)
+{
+	struct pool *p = mk_pool(512 * MiB, 1 * MiB, 0, POOL_EVICT_SPAN);
+	cr_assert_eq(pool_prefault_start(p), 0);
 	pool_free(p);
 }

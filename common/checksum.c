@@ -1,0 +1,63 @@
+/*
+ * common/checksum.c — see checksum.h. This file holds the baseline variant
+ * and the dispatch; checksum_avx2.c is the same xxHash code compiled for
+ * AVX2 (CMake gives that one file -mavx2).
+ */
+#include "checksum.h"
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+uint64_t pc_page_sum_avx2(const void *p, size_t n);
+
+static uint64_t sum_base(const void *p, size_t n)
+{
+	return XXH3_64bits(p, n);
+}
+
+#if defined(__x86_64__)
+static int has_avx2(void)
+{
+	__builtin_cpu_init();
+	return __builtin_cpu_supports("avx2");
+}
+#define BASE_NAME "sse2"
+#else
+static int has_avx2(void)
+{
+	return 0;
+}
+#define BASE_NAME "scalar"
+#endif
+
+typedef uint64_t (*sum_fn)(const void *, size_t);
+
+static sum_fn pick(void)
+{
+#if defined(__x86_64__) && defined(PC_HAVE_AVX2_SUM)
+	if (has_avx2())
+		return pc_page_sum_avx2;
+#else
+	(void)has_avx2;
+#endif
+	return sum_base;
+}
+
+static sum_fn g_fn;
+
+uint64_t pc_page_sum(const void *p, size_t n)
+{
+	sum_fn f = __atomic_load_n(&g_fn, __ATOMIC_RELAXED);
+	if (!f) {
+		f = pick(); /* idempotent: racing threads store the same value */
+		__atomic_store_n(&g_fn, f, __ATOMIC_RELAXED);
+	}
+	return f(p, n);
+}
+
+const char *pc_page_sum_impl(void)
+{
+	if (!__atomic_load_n(&g_fn, __ATOMIC_RELAXED))
+		(void)pc_page_sum("", 0);
+	return g_fn == sum_base ? BASE_NAME : "avx2";
+}

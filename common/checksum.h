@@ -1,0 +1,24 @@
+/*
+ * common/checksum.h — the page checksum: XXH3-64 (seed 0) of a page's bytes.
+ *
+ * Owns: picking, once per process, the fastest implementation this CPU runs
+ * (AVX2 where the CPU has it, else SSE2). Every implementation returns
+ * exactly XXH3_64bits(p, n) of libxxhash, so nodes on different CPUs agree.
+ * Threading: any thread.
+ *
+ * Why not libxxhash: Debian builds it for baseline x86-64 (SSE2), about half
+ * the speed of AVX2 on large inputs, and the checksum is on the hot path of
+ * every publish and every remote read.
+ */
+#ifndef PC_COMMON_CHECKSUM_H
+#define PC_COMMON_CHECKSUM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+uint64_t pc_page_sum(const void *p, size_t n);
+
+/* The implementation in use: "avx2" or "sse2" (or "scalar" off x86-64). */
+const char *pc_page_sum_impl(void);
+
+#endif /* PC_COMMON_CHECKSUM_H */
