@@ -31,7 +31,9 @@
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/settings.h"
+#include "common/guard.h"
 #include "modules/directory.h"
+#include "modules/kv.h"
 #include "modules/modules.h"
 #include "modules/transport.h"
 #include "rpc/rpc.h"
@@ -62,6 +64,7 @@ static struct {
 	met_id rd_req, rd_hit, rd_miss, rd_local, rd_remote, rd_bytes, rd_fail;
 	met_id wr_req, wr_pages, wr_bytes, ex_req, ex_found, del_req;
 	met_id lat_read, lat_write, ev_pub;
+	met_id copy_set, copy_get_local, copy_reply, landed;
 } g;
 
 static _Thread_local struct evq *t_evq;
@@ -143,39 +146,62 @@ struct keys {
 
 static void keys_free(struct keys *ks)
 {
-	for (unsigned i = 0; i < ks->n; i++)
+	for (unsigned i = 0; ks->k && i < ks->n; i++)
 		free(ks->k[i]);
 	free(ks->k);
 	free(ks->len);
+	memset(ks, 0, sizeof(*ks));
 }
 
-/* Copy [key, ...] out of the request (async work outlives the buffer). */
+static int keys_alloc(struct keys *ks, unsigned n)
+{
+	memset(ks, 0, sizeof(*ks));
+	ks->k = calloc(n ? n : 1, sizeof(*ks->k));
+	ks->len = calloc(n ? n : 1, sizeof(*ks->len));
+	if (!ks->k || !ks->len) {
+		keys_free(ks);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+static int keys_add(struct keys *ks, const char *k, size_t len)
+{
+	if (len == 0 || len > KV_KEY_MAX || !(ks->k[ks->n] = malloc(len)))
+		return -EINVAL;
+	memcpy(ks->k[ks->n], k, len);
+	ks->len[ks->n++] = len;
+	return 0;
+}
+
+/* Copy [key, ...] out of a request (async work outlives its buffer). */
 static int keys_read(struct mp_rd *p, struct keys *ks)
 {
 	uint32_t n;
-	memset(ks, 0, sizeof(*ks));
-	if (mp_rd_array(p, &n) < 0 || n == 0 || n > KV_BATCH_MAX)
+	if (mp_rd_array(p, &n) < 0 || n == 0 || n > KV_BATCH_MAX ||
+	    keys_alloc(ks, n) < 0)
 		return -EINVAL;
-	ks->k = calloc(n, sizeof(*ks->k));
-	ks->len = calloc(n, sizeof(*ks->len));
-	if (!ks->k || !ks->len) {
-		free(ks->k);
-		free(ks->len);
-		return -ENOMEM;
-	}
 	for (uint32_t i = 0; i < n; i++) {
 		const char *s;
 		uint32_t len;
-		if (mp_rd_str(p, &s, &len) < 0 || len == 0 || len > KV_KEY_MAX ||
-		    !(ks->k[i] = malloc(len))) {
-			ks->n = i;
+		if (mp_rd_str(p, &s, &len) < 0 || keys_add(ks, s, len) < 0) {
 			keys_free(ks);
 			return -EINVAL;
 		}
-		memcpy(ks->k[i], s, len);
-		ks->len[i] = len;
-		ks->n = i + 1;
 	}
+	return 0;
+}
+
+static int keys_of_items(struct keys *ks, const struct kv_item *it,
+			 unsigned n)
+{
+	if (n == 0 || n > KV_BATCH_MAX || keys_alloc(ks, n) < 0)
+		return -EINVAL;
+	for (unsigned i = 0; i < n; i++)
+		if (keys_add(ks, it[i].key, it[i].klen) < 0) {
+			keys_free(ks);
+			return -EINVAL;
+		}
 	return 0;
 }
 
@@ -188,335 +214,424 @@ static struct dir_keys dir_keys_of(const struct keys *ks, unsigned from)
 				 ks->len + from, ks->n - from};
 }
 
-static void bind_reactor(struct rpc_call *call)
+static void bind_reactor(struct rx_reactor *r)
 {
-	t_evq = &g.evqs[rx_reactor_id(rpc_call_reactor(call))];
+	t_evq = &g.evqs[rx_reactor_id(r)];
 }
 
-/* ------------------------------------------------------------------ set */
+static int copy_in(bool client_mem, void *dst, const void *src, size_t n)
+{
+	if (client_mem)
+		return pc_guarded_copy(dst, src, n);
+	memcpy(dst, src, n);
+	return 0;
+}
 
-struct set_op {
-	struct rpc_call *call;
-	struct keys ks;
+/* -------------------------------------------------------------- publish */
+
+struct publish {
+	unsigned n;
 	bool *ok;
 	struct dir_rec *recs;
-	bool *pub_ok;       /* per record published */
-	unsigned *pub_idx;  /* record -> key index */
+	bool *pub_ok;       /* per record: an owner stored it */
+	unsigned *pub_idx;  /* record -> item index */
 	unsigned npub;
+	kv_done_fn done;
+	void *arg;
 	uint64_t t0;
 };
 
-static void set_reply(struct set_op *s)
+static void publish_finish(struct publish *p)
 {
-	for (unsigned i = 0; i < s->npub; i++)
-		s->ok[s->pub_idx[i]] = s->pub_ok[i];
-	msgpack_packer *pk = rpc_reply_begin(s->call);
-	msgpack_pack_array(pk, s->ks.n);
-	for (unsigned i = 0; i < s->ks.n; i++) {
-		if (s->ok[i])
-			msgpack_pack_true(pk);
-		else
-			msgpack_pack_false(pk);
-	}
-	rpc_reply_end(s->call);
-	met_observe_ns(g.lat_write, pc_now_ns() - s->t0);
-	keys_free(&s->ks);
-	free(s->ok);
-	free(s->recs);
-	free(s->pub_ok);
-	free(s->pub_idx);
-	free(s);
+	for (unsigned i = 0; i < p->npub; i++)
+		p->ok[p->pub_idx[i]] = p->pub_ok[i];
+	met_observe_ns(g.lat_write, pc_now_ns() - p->t0);
+	p->done(p->arg, p->ok, p->n);
+	free(p->ok);
+	free(p->recs);
+	free(p->pub_ok);
+	free(p->pub_idx);
+	free(p);
 }
 
-static void set_published(void *arg)
+static void publish_published(void *arg)
 {
-	set_reply(arg);
+	publish_finish(arg);
 }
 
-static void m_set(struct rpc_call *call, struct mp_rd *p)
+/* Copy one page into the pool; the record for the directory on success. */
+static bool publish_one(const struct kv_item *it, bool client_mem,
+			struct dir_rec *r)
 {
-	struct set_op *s = calloc(1, sizeof(*s));
-	uint32_t nv;
-	if (!s) {
-		rpc_reply_error(call, RPC_E_BUSY, "out of memory");
-		return;
+	struct pool_ref ref;
+	uint8_t *dst;
+	if (it->len == 0 || it->len > UINT32_MAX ||
+	    pool_reserve(g.pool, it->key, it->klen, it->len, &ref, &dst) < 0)
+		return false;
+	if (copy_in(client_mem, dst, it->data, it->len) < 0) {
+		pool_abort(g.pool, &ref);
+		return false;
 	}
-	s->call = call;
-	s->t0 = pc_now_ns();
-	bind_reactor(call);
-	if (keys_read(p, &s->ks) < 0 || mp_rd_array(p, &nv) < 0 ||
-	    nv != s->ks.n) {
-		keys_free(&s->ks);
-		free(s);
-		rpc_reply_error(call, RPC_E_BAD_PARAMS, "expected [keys, values]"
-				" with as many values (bin) as keys; %s",
-				keys_help);
-		return;
+	uint64_t gen;
+	uintptr_t addr;
+	if (pool_commit(g.pool, &ref, g.checksums, &gen, &addr) < 0)
+		return false;
+	met_add(g.copy_set, it->len);
+	met_inc(g.wr_pages);
+	met_add(g.wr_bytes, it->len);
+	uint8_t *base;
+	size_t blen;
+	r->found = true;
+	r->resident = true;
+	snprintf(r->node, sizeof(r->node), "%s", g.ctx->svc.self_id);
+	snprintf(r->data, sizeof(r->data), "%s", g.ctx->svc.self_data);
+	r->addr = addr;
+	r->len = (uint32_t)it->len;
+	r->gen = gen;
+	pool_region(g.pool, &base, &blen, &r->rkey);
+	return true;
+}
+
+static int kv_publish(struct rx_reactor *rr, const struct kv_item *it,
+		      unsigned n, bool client_mem, kv_done_fn done, void *arg)
+{
+	if (n == 0 || n > KV_BATCH_MAX)
+		return -EINVAL;
+	struct publish *p = calloc(1, sizeof(*p));
+	const char **pk = calloc(n, sizeof(*pk));
+	size_t *pl = calloc(n, sizeof(*pl));
+	if (p) {
+		p->ok = calloc(n, sizeof(bool));
+		p->recs = calloc(n, sizeof(*p->recs));
+		p->pub_ok = calloc(n, sizeof(bool));
+		p->pub_idx = calloc(n, sizeof(unsigned));
 	}
-	unsigned n = s->ks.n;
-	s->ok = calloc(n, sizeof(bool));
-	s->recs = calloc(n, sizeof(*s->recs));
-	s->pub_ok = calloc(n, sizeof(bool));
-	s->pub_idx = calloc(n, sizeof(unsigned));
-	if (!s->ok || !s->recs || !s->pub_ok || !s->pub_idx) {
-		s->npub = 0;
-		set_reply(s);
-		return;
+	if (!p || !pk || !pl || !p->ok || !p->recs || !p->pub_ok ||
+	    !p->pub_idx) {
+		if (p) {
+			free(p->ok);
+			free(p->recs);
+			free(p->pub_ok);
+			free(p->pub_idx);
+		}
+		free(p);
+		free(pk);
+		free(pl);
+		return -ENOMEM;
 	}
+	p->n = n;
+	p->done = done;
+	p->arg = arg;
+	p->t0 = pc_now_ns();
+	bind_reactor(rr);
 	met_inc(g.wr_req);
-	const char **pkeys = calloc(n, sizeof(*pkeys));
-	size_t *plens = calloc(n, sizeof(*plens));
 	for (unsigned i = 0; i < n; i++) {
-		const uint8_t *v;
-		uint32_t vlen;
-		if (mp_rd_bin(p, &v, &vlen) < 0) {
-			free(pkeys);
-			free(plens);
-			s->npub = 0;
-			memset(s->ok, 0, n * sizeof(bool));
-			set_reply(s);
-			return;
-		}
-		if (pool_contains(g.pool, s->ks.k[i], s->ks.len[i])) {
-			s->ok[i] = true; /* idempotent: already published */
+		if (it[i].klen == 0 || it[i].klen > KV_KEY_MAX)
+			continue;
+		if (pool_contains(g.pool, it[i].key, it[i].klen)) {
+			p->ok[i] = true; /* idempotent: already published */
 			continue;
 		}
-		struct pool_ref ref;
-		uint8_t *dst;
-		if (vlen == 0 || !pkeys || !plens ||
-		    pool_reserve(g.pool, s->ks.k[i], s->ks.len[i], vlen, &ref,
-				 &dst) < 0)
+		if (!publish_one(&it[i], client_mem, &p->recs[p->npub]))
 			continue;
-		memcpy(dst, v, vlen); /* the one copy of a set */
-		uint64_t gen;
-		uintptr_t addr;
-		if (pool_commit(g.pool, &ref, g.checksums, &gen, &addr) < 0)
-			continue;
-		met_inc(g.wr_pages);
-		met_add(g.wr_bytes, vlen);
-		struct dir_rec *r = &s->recs[s->npub];
-		r->found = true;
-		r->resident = true;
-		snprintf(r->node, sizeof(r->node), "%s", g.ctx->svc.self_id);
-		snprintf(r->data, sizeof(r->data), "%s", g.ctx->svc.self_data);
-		r->addr = addr;
-		r->len = vlen;
-		r->gen = gen;
-		uint8_t *base;
-		size_t blen;
-		pool_region(g.pool, &base, &blen, &r->rkey);
-		pkeys[s->npub] = s->ks.k[i];
-		plens[s->npub] = s->ks.len[i];
-		s->pub_idx[s->npub++] = i;
+		pk[p->npub] = it[i].key;
+		pl[p->npub] = it[i].klen;
+		p->pub_idx[p->npub++] = i;
 	}
-	if (s->npub == 0 || !pkeys || !plens) {
-		free(pkeys);
-		free(plens);
-		s->npub = 0;
-		set_reply(s);
-		return;
+	struct dir_keys k = {pk, pl, p->npub};
+	/* The directory copies the keys; the sources are free to go now. */
+	if (p->npub == 0 || g.ctx->svc.dir->publish(rr, &k, p->recs, p->pub_ok,
+						    publish_published, p) < 0) {
+		memset(p->pub_ok, 0, n * sizeof(bool));
+		publish_finish(p); /* callers of publish accept an early done */
 	}
-	struct dir_keys k = {pkeys, plens, s->npub};
-	int ret = g.ctx->svc.dir->publish(rpc_call_reactor(call), &k, s->recs,
-					  s->pub_ok, set_published, s);
-	free(pkeys); /* the directory copied the keys */
-	free(plens);
-	if (ret < 0)
-		set_reply(s); /* pub_ok all false */
+	free(pk);
+	free(pl);
+	return 0;
 }
 
-/* ------------------------------------------------------------------ get */
+/* ---------------------------------------------------------------- fetch */
 
-struct get_op {
-	struct rpc_call *call;
+struct fetch {
+	struct rx_reactor *r;
+	unsigned n;
 	struct keys ks;
-	uint8_t **buf;         /* per key: header + payload, or NULL (miss) */
-	uint32_t *len;         /* payload bytes */
-	struct dir_rec *recs;  /* for the keys not found locally */
-	unsigned *ridx;        /* rec -> key index */
+	void **dst;          /* destinations; NULL entries: allocate */
+	uint8_t **own;       /* allocated payloads */
+	uint64_t *want;      /* wanted length; 0 = any */
+	uint64_t *len;       /* the page's length when ok */
+	bool *ok;
+	bool client_mem;
+	uint8_t (*hdr)[POOL_HDR_BYTES]; /* remote pages' headers */
+	struct dir_rec *recs;
+	unsigned *ridx;      /* record -> item */
 	unsigned nrec;
 	struct tp_read *reads;
-	unsigned *readk;       /* read -> rec index */
+	unsigned *readr;     /* read -> record */
 	unsigned nreads;
+	void (*done)(void *arg, struct fetch *f);
+	void *arg;
 	uint64_t t0;
 };
 
-static void get_free(struct get_op *o)
+static void fetch_free(struct fetch *f)
 {
-	for (unsigned i = 0; i < o->ks.n; i++)
-		free(o->buf ? o->buf[i] : NULL);
-	keys_free(&o->ks);
-	free(o->buf);
-	free(o->len);
-	free(o->recs);
-	free(o->ridx);
-	free(o->reads);
-	free(o->readk);
-	free(o);
+	for (unsigned i = 0; f->own && i < f->n; i++)
+		free(f->own[i]);
+	keys_free(&f->ks);
+	free(f->dst);
+	free(f->own);
+	free(f->want);
+	free(f->len);
+	free(f->ok);
+	free(f->hdr);
+	free(f->recs);
+	free(f->ridx);
+	free(f->reads);
+	free(f->readr);
+	free(f);
 }
 
-static void get_reply(struct get_op *o)
+static void fetch_finish(struct fetch *f)
 {
-	msgpack_packer *pk = rpc_reply_begin(o->call);
-	msgpack_pack_array(pk, o->ks.n);
 	unsigned hits = 0;
-	for (unsigned i = 0; i < o->ks.n; i++) {
-		if (!o->buf[i]) {
-			msgpack_pack_nil(pk);
-			continue;
-		}
-		hits++;
-		msgpack_pack_bin(pk, o->len[i]);
-		msgpack_pack_bin_body(pk, o->buf[i] + POOL_HDR_BYTES, o->len[i]);
-		met_add(g.rd_bytes, o->len[i]);
-	}
-	rpc_reply_end(o->call);
+	for (unsigned i = 0; i < f->n; i++)
+		hits += f->ok[i];
 	met_add(g.rd_hit, hits);
-	met_add(g.rd_miss, o->ks.n - hits);
-	met_observe_ns(g.lat_read, pc_now_ns() - o->t0);
-	get_free(o);
+	met_add(g.rd_miss, f->n - hits);
+	met_observe_ns(g.lat_read, pc_now_ns() - f->t0);
+	f->done(f->arg, f);
+	fetch_free(f);
 }
 
-static void get_read_done(void *arg, struct tp_read *reads, unsigned n)
+/* Where item i's payload of len bytes goes; NULL when it cannot. */
+static void *fetch_dest(struct fetch *f, unsigned i, uint64_t len)
 {
-	struct get_op *o = arg;
-	for (unsigned i = 0; i < n; i++) {
-		struct dir_rec *r = &o->recs[o->readk[i]];
-		unsigned k = o->ridx[o->readk[i]];
-		int bad = reads[i].res;
+	if (f->want[i] && f->want[i] != len)
+		return NULL; /* a page of another size is a miss */
+	if (f->dst[i])
+		return f->dst[i];
+	f->own[i] = malloc(len ? len : 1);
+	return f->own[i];
+}
+
+struct sum_args {
+	const void *p;
+	size_t n;
+	uint64_t out;
+};
+
+static void do_sum(void *arg)
+{
+	struct sum_args *a = arg;
+	a->out = pc_page_sum(a->p, a->n);
+}
+
+/* XXH3 of client memory, guarded against the client shrinking it. */
+static int guarded_sum(const void *p, size_t n, uint64_t *out)
+{
+	struct sum_args a = {p, n, 0};
+	int ret = pc_guarded_run(do_sum, &a);
+	*out = a.out;
+	return ret;
+}
+
+static void fetch_read_done(void *arg, struct tp_read *reads, unsigned n)
+{
+	struct fetch *f = arg;
+	for (unsigned j = 0; j < n; j++) {
+		unsigned ri = f->readr[j];
+		struct dir_rec *r = &f->recs[ri];
+		unsigned i = f->ridx[ri];
+		int bad = reads[j].res;
 		if (!bad) {
 			uint64_t hi, lo;
-			pool_key_hash(o->ks.k[k], o->ks.len[k], &hi, &lo);
-			bad = pool_hdr_check(o->buf[k], POOL_HDR_BYTES + r->len,
-					     hi, lo, r->gen, r->len,
-					     g.checksums);
+			pool_key_hash(f->ks.k[i], f->ks.len[i], &hi, &lo);
+			bad = pool_hdr_check_split(
+				f->hdr[i], reads[j].dst, r->len, hi, lo, r->gen,
+				r->len, g.checksums,
+				f->client_mem ? guarded_sum : NULL);
 		}
 		if (bad) {
 			met_inc(g.rd_fail);
 			PC_LOGD(LOG_MOD, "remote page from %s failed: %s",
 				r->data, strerror(-bad));
-			free(o->buf[k]);
-			o->buf[k] = NULL;
 			continue;
 		}
-		o->len[k] = r->len;
+		f->ok[i] = true;
+		f->len[i] = r->len;
 		met_inc(g.rd_remote);
+		met_add(g.landed, r->len);
 	}
-	get_reply(o);
+	fetch_finish(f);
 }
 
-static void get_looked_up(void *arg)
+static void fetch_looked_up(void *arg)
 {
-	struct get_op *o = arg;
-	o->reads = calloc(o->nrec, sizeof(*o->reads));
-	o->readk = calloc(o->nrec, sizeof(*o->readk));
-	if (!o->reads || !o->readk) {
-		get_reply(o);
+	struct fetch *f = arg;
+	f->reads = calloc(f->nrec, sizeof(*f->reads));
+	f->readr = calloc(f->nrec, sizeof(*f->readr));
+	if (!f->reads || !f->readr) {
+		fetch_finish(f);
 		return;
 	}
-	for (unsigned j = 0; j < o->nrec; j++) {
-		struct dir_rec *r = &o->recs[j];
-		unsigned k = o->ridx[j];
+	for (unsigned j = 0; j < f->nrec; j++) {
+		struct dir_rec *r = &f->recs[j];
+		unsigned i = f->ridx[j];
 		/* Our own record but no page here: evicted since. No disk
 		 * tier yet, so a non-resident record is a miss too. */
 		if (!r->found || !r->resident ||
 		    strcmp(r->node, g.ctx->svc.self_id) == 0)
 			continue;
-		if (!(o->buf[k] = malloc(POOL_HDR_BYTES + (size_t)r->len)))
+		void *dst = fetch_dest(f, i, r->len);
+		if (!dst)
 			continue;
-		struct tp_read *rd = &o->reads[o->nreads];
+		struct tp_read *rd = &f->reads[f->nreads];
 		snprintf(rd->peer, sizeof(rd->peer), "%s", r->data);
 		rd->rkey = r->rkey;
 		rd->addr = r->addr;
 		rd->len = POOL_HDR_BYTES + r->len;
-		rd->dst = o->buf[k];
-		o->readk[o->nreads++] = j;
+		rd->hdr = f->hdr[i];
+		rd->hdr_len = POOL_HDR_BYTES;
+		rd->dst = dst; /* the payload lands here: no copy */
+		f->readr[f->nreads++] = j;
 	}
-	struct rx_reactor *rr = rpc_call_reactor(o->call);
-	if (o->nreads == 0 ||
-	    g.ctx->svc.tp->read_batch(g.ctx->svc.tp_clients[rx_reactor_id(rr)],
-				      o->reads, o->nreads, g.read_timeout_ms,
-				      get_read_done, o) < 0) {
-		for (unsigned i = 0; i < o->nreads; i++) {
-			free(o->buf[o->ridx[o->readk[i]]]);
-			o->buf[o->ridx[o->readk[i]]] = NULL;
-		}
-		get_reply(o);
-	}
+	if (f->nreads == 0 ||
+	    g.ctx->svc.tp->read_batch(g.ctx->svc.tp_clients[rx_reactor_id(f->r)],
+				      f->reads, f->nreads, g.read_timeout_ms,
+				      fetch_read_done, f) < 0)
+		fetch_finish(f);
 }
 
-static void m_get(struct rpc_call *call, struct mp_rd *p)
+/* Copy a page from the pool if this node holds it. */
+static void fetch_local(struct fetch *f, unsigned i)
 {
-	struct get_op *o = calloc(1, sizeof(*o));
-	if (!o) {
-		rpc_reply_error(call, RPC_E_BUSY, "out of memory");
+	struct pool_ref ref;
+	const uint8_t *hdr;
+	uint64_t len, gen;
+	if (pool_get(g.pool, f->ks.k[i], f->ks.len[i], &ref, &hdr, &len,
+		     &gen) < 0)
 		return;
+	void *dst = fetch_dest(f, i, len);
+	if (dst && copy_in(f->client_mem, dst, hdr + POOL_HDR_BYTES, len) == 0) {
+		f->ok[i] = true;
+		f->len[i] = len;
+		met_inc(g.rd_local);
+		met_add(g.copy_get_local, len);
 	}
-	o->call = call;
-	o->t0 = pc_now_ns();
-	bind_reactor(call);
-	if (keys_read(p, &o->ks) < 0) {
-		free(o);
-		rpc_reply_error(call, RPC_E_BAD_PARAMS, "expected [keys]; %s",
-				keys_help);
-		return;
-	}
-	unsigned n = o->ks.n;
-	o->buf = calloc(n, sizeof(*o->buf));
-	o->len = calloc(n, sizeof(*o->len));
-	o->recs = calloc(n, sizeof(*o->recs));
-	o->ridx = calloc(n, sizeof(*o->ridx));
+	pool_unpin(g.pool, &ref);
+}
+
+/* dst/want NULL: allocate and accept any length (kv.get). */
+static int fetch_start(struct rx_reactor *r, struct keys *ks, void **dst,
+		       const uint64_t *want, bool client_mem,
+		       void (*done)(void *arg, struct fetch *f), void *arg)
+{
+	unsigned n = ks->n;
+	struct fetch *f = calloc(1, sizeof(*f));
+	if (!f)
+		return -ENOMEM;
+	f->r = r;
+	f->n = n;
+	f->ks = *ks; /* takes the keys */
+	memset(ks, 0, sizeof(*ks));
+	f->client_mem = client_mem;
+	f->done = done;
+	f->arg = arg;
+	f->t0 = pc_now_ns();
+	f->dst = calloc(n, sizeof(*f->dst));
+	f->own = calloc(n, sizeof(*f->own));
+	f->want = calloc(n, sizeof(*f->want));
+	f->len = calloc(n, sizeof(*f->len));
+	f->ok = calloc(n, sizeof(*f->ok));
+	f->hdr = calloc(n, sizeof(*f->hdr));
+	f->recs = calloc(n, sizeof(*f->recs));
+	f->ridx = calloc(n, sizeof(*f->ridx));
 	const char **lk = calloc(n, sizeof(*lk));
 	size_t *ll = calloc(n, sizeof(*ll));
-	if (!o->buf || !o->len || !o->recs || !o->ridx || !lk || !ll) {
+	if (!f->dst || !f->own || !f->want || !f->len || !f->ok || !f->hdr ||
+	    !f->recs || !f->ridx || !lk || !ll) {
 		free(lk);
 		free(ll);
-		get_reply(o);
-		return;
+		fetch_free(f);
+		return -ENOMEM;
 	}
+	if (dst)
+		memcpy(f->dst, dst, n * sizeof(*dst));
+	if (want)
+		memcpy(f->want, want, n * sizeof(*want));
 	met_add(g.rd_req, n);
 	for (unsigned i = 0; i < n; i++) {
-		struct pool_ref ref;
-		const uint8_t *hdr;
-		uint64_t len, gen;
-		if (pool_get(g.pool, o->ks.k[i], o->ks.len[i], &ref, &hdr, &len,
-			     &gen) == 0) {
-			/* Local page: one memcpy, no directory, no network. */
-			o->buf[i] = malloc(POOL_HDR_BYTES + len);
-			if (o->buf[i]) {
-				memcpy(o->buf[i], hdr, POOL_HDR_BYTES + len);
-				o->len[i] = (uint32_t)len;
-				met_inc(g.rd_local);
-			}
-			pool_unpin(g.pool, &ref);
-			continue;
-		}
-		lk[o->nrec] = o->ks.k[i];
-		ll[o->nrec] = o->ks.len[i];
-		o->ridx[o->nrec++] = i;
+		fetch_local(f, i);
+		if (f->ok[i])
+			continue; /* local: no directory, no network */
+		lk[f->nrec] = f->ks.k[i];
+		ll[f->nrec] = f->ks.len[i];
+		f->ridx[f->nrec++] = i;
 	}
-	if (o->nrec == 0) {
-		free(lk);
-		free(ll);
-		get_reply(o);
-		return;
-	}
-	struct dir_keys k = {lk, ll, o->nrec};
-	int ret = g.ctx->svc.dir->lookup(rpc_call_reactor(call), &k, o->recs,
-					 get_looked_up, o);
+	struct dir_keys k = {lk, ll, f->nrec};
+	int ret = f->nrec ? g.ctx->svc.dir->lookup(r, &k, f->recs,
+						   fetch_looked_up, f)
+			  : -ENOENT;
 	free(lk);
 	free(ll);
 	if (ret < 0)
-		get_reply(o);
+		fetch_finish(f); /* done runs now: callers accept that */
+	return 0;
+}
+
+struct api_call {
+	kv_done_fn done;
+	void *arg;
+};
+
+static void api_fetched(void *arg, struct fetch *f)
+{
+	struct api_call c = *(struct api_call *)arg;
+	free(arg);
+	c.done(c.arg, f->ok, f->n);
+}
+
+static int kv_fetch(struct rx_reactor *r, const struct kv_item *it,
+		    unsigned n, bool client_mem, kv_done_fn done, void *arg)
+{
+	struct keys ks;
+	if (keys_of_items(&ks, it, n) < 0)
+		return -EINVAL;
+	void **dst = calloc(n, sizeof(*dst));
+	uint64_t *want = calloc(n, sizeof(*want));
+	struct api_call *c = malloc(sizeof(*c));
+	if (!dst || !want || !c) {
+		keys_free(&ks);
+		free(dst);
+		free(want);
+		free(c);
+		return -ENOMEM;
+	}
+	for (unsigned i = 0; i < n; i++) {
+		dst[i] = it[i].data;
+		want[i] = it[i].len ? it[i].len : UINT64_MAX;
+	}
+	c->done = done;
+	c->arg = arg;
+	int ret = fetch_start(r, &ks, dst, want, client_mem, api_fetched, c);
+	free(dst);
+	free(want);
+	if (ret < 0) {
+		keys_free(&ks);
+		free(c);
+	}
+	return ret;
 }
 
 /* --------------------------------------------------------------- exists */
 
 struct exists_op {
-	struct rpc_call *call;
 	struct keys ks;
 	unsigned local;       /* leading keys found in the pool */
 	struct dir_rec *recs; /* for keys [local, n) */
+	void (*done)(void *arg, unsigned count);
+	void *arg;
 };
 
 static void exists_done(void *arg)
@@ -531,103 +646,241 @@ static void exists_done(void *arg)
 		count++;
 	}
 	met_add(g.ex_found, count);
-	rpc_reply_uint(e->call, count);
+	e->done(e->arg, count);
 	keys_free(&e->ks);
 	free(e->recs);
 	free(e);
 }
 
-static void m_exists(struct rpc_call *call, struct mp_rd *p)
+/* Takes the keys. done may run before this returns. */
+static int exists_start(struct rx_reactor *r, struct keys *ks,
+			void (*done)(void *arg, unsigned count), void *arg)
 {
 	struct exists_op *e = calloc(1, sizeof(*e));
-	if (!e) {
-		rpc_reply_error(call, RPC_E_BUSY, "out of memory");
-		return;
-	}
-	e->call = call;
-	if (keys_read(p, &e->ks) < 0) {
-		free(e);
-		rpc_reply_error(call, RPC_E_BAD_PARAMS, "expected [keys]; %s",
-				keys_help);
-		return;
-	}
+	if (!e)
+		return -ENOMEM;
+	e->ks = *ks;
+	memset(ks, 0, sizeof(*ks));
+	e->done = done;
+	e->arg = arg;
 	met_inc(g.ex_req);
 	while (e->local < e->ks.n &&
 	       pool_contains(g.pool, e->ks.k[e->local], e->ks.len[e->local]))
 		e->local++;
 	if (e->local == e->ks.n) {
 		exists_done(e);
-		return;
+		return 0;
 	}
 	e->recs = calloc(e->ks.n - e->local, sizeof(*e->recs));
 	struct dir_keys k = dir_keys_of(&e->ks, e->local);
-	if (!e->recs || g.ctx->svc.dir->lookup(rpc_call_reactor(call), &k,
-					       e->recs, exists_done, e) < 0) {
+	if (!e->recs ||
+	    g.ctx->svc.dir->lookup(r, &k, e->recs, exists_done, e) < 0) {
 		free(e->recs);
 		e->recs = NULL;
 		exists_done(e);
 	}
+	return 0;
 }
 
-/* --------------------------------------------------------------- delete */
+static int kv_exists(struct rx_reactor *r, const struct kv_item *it,
+		     unsigned n, void (*done)(void *arg, unsigned count),
+		     void *arg)
+{
+	struct keys ks;
+	if (keys_of_items(&ks, it, n) < 0)
+		return -EINVAL;
+	return exists_start(r, &ks, done, arg);
+}
+
+/* --------------------------------------------------------------- remove */
 
 struct del_op {
-	struct rpc_call *call;
 	struct keys ks;
 	bool *local;
 	bool *existed;
+	kv_done_fn done;
+	void *arg;
 };
 
 static void del_done(void *arg)
 {
 	struct del_op *d = arg;
-	unsigned count = 0;
 	for (unsigned i = 0; i < d->ks.n; i++)
-		count += d->local[i] || (d->existed && d->existed[i]);
-	rpc_reply_uint(d->call, count);
+		d->existed[i] |= d->local[i];
+	d->done(d->arg, d->existed, d->ks.n);
 	keys_free(&d->ks);
 	free(d->local);
 	free(d->existed);
 	free(d);
 }
 
-static void m_delete(struct rpc_call *call, struct mp_rd *p)
+/* Takes the keys. done may run before this returns. */
+static int remove_start(struct rx_reactor *r, struct keys *ks,
+			kv_done_fn done, void *arg)
 {
 	struct del_op *d = calloc(1, sizeof(*d));
-	if (!d) {
+	bool *local = calloc(ks->n, sizeof(bool));
+	bool *existed = calloc(ks->n, sizeof(bool));
+	if (!d || !local || !existed) {
+		free(d);
+		free(local);
+		free(existed);
+		return -ENOMEM;
+	}
+	d->ks = *ks;
+	memset(ks, 0, sizeof(*ks));
+	d->local = local;
+	d->existed = existed;
+	d->done = done;
+	d->arg = arg;
+	met_add(g.del_req, d->ks.n);
+	for (unsigned i = 0; i < d->ks.n; i++)
+		d->local[i] = pool_delete(g.pool, d->ks.k[i], d->ks.len[i]) == 0;
+	struct dir_keys k = dir_keys_of(&d->ks, 0);
+	if (g.ctx->svc.dir->remove(r, &k, NULL, NULL, d->existed, del_done,
+				   d) < 0)
+		del_done(d);
+	return 0;
+}
+
+static int kv_remove(struct rx_reactor *r, const struct kv_item *it,
+		     unsigned n, kv_done_fn done, void *arg)
+{
+	struct keys ks;
+	if (keys_of_items(&ks, it, n) < 0)
+		return -EINVAL;
+	return remove_start(r, &ks, done, arg);
+}
+
+static const struct kv_api kv_api = {
+	.publish = kv_publish,
+	.fetch = kv_fetch,
+	.exists = kv_exists,
+	.remove = kv_remove,
+};
+
+/* ----------------------------------------------------------- kv.* methods */
+
+static void reply_bools(void *arg, const bool *ok, unsigned n)
+{
+	rpc_reply_bools(arg, ok, n);
+}
+
+static void reply_count(void *arg, unsigned count)
+{
+	rpc_reply_uint(arg, count);
+}
+
+static void reply_existed(void *arg, const bool *ok, unsigned n)
+{
+	unsigned count = 0;
+	for (unsigned i = 0; i < n; i++)
+		count += ok[i];
+	rpc_reply_uint(arg, count);
+}
+
+static void m_set(struct rpc_call *call, struct mp_rd *p)
+{
+	uint32_t nk, nv;
+	struct mp_rd keys = *p;
+	if (mp_rd_array(p, &nk) < 0 || nk == 0 || nk > KV_BATCH_MAX) {
+		rpc_reply_error(call, RPC_E_BAD_PARAMS, "expected [keys, values]"
+				"; %s", keys_help);
+		return;
+	}
+	for (uint32_t i = 0; i < nk; i++)
+		mp_skip(p);
+	struct kv_item *it = calloc(nk, sizeof(*it));
+	if (!it) {
 		rpc_reply_error(call, RPC_E_BUSY, "out of memory");
 		return;
 	}
-	d->call = call;
-	if (keys_read(p, &d->ks) < 0) {
-		free(d);
+	/* Items point into the request: publish copies before it returns. */
+	bool bad = mp_rd_array(p, &nv) < 0 || nv != nk ||
+		   mp_rd_array(&keys, &nk) < 0;
+	for (uint32_t i = 0; i < nk && !bad; i++) {
+		const char *k;
+		uint32_t kl;
+		const uint8_t *v;
+		uint32_t vl;
+		bad = mp_rd_str(&keys, &k, &kl) < 0 || kl == 0 ||
+		      kl > KV_KEY_MAX || mp_rd_bin(p, &v, &vl) < 0;
+		it[i] = (struct kv_item){k, kl, (void *)(uintptr_t)v, vl};
+	}
+	if (bad) {
+		free(it);
+		rpc_reply_error(call, RPC_E_BAD_PARAMS, "expected [keys, values]"
+				" with one bin value per key; %s", keys_help);
+		return;
+	}
+	int ret = kv_publish(rpc_call_reactor(call), it, nk, false, reply_bools,
+			     call);
+	free(it);
+	if (ret < 0)
+		rpc_reply_error(call, RPC_E_BUSY, "%s", strerror(-ret));
+}
+
+static void get_reply(void *arg, struct fetch *f)
+{
+	struct rpc_call *call = arg;
+	msgpack_packer *pk = rpc_reply_begin(call);
+	msgpack_pack_array(pk, f->n);
+	for (unsigned i = 0; i < f->n; i++) {
+		if (!f->ok[i]) {
+			msgpack_pack_nil(pk);
+			continue;
+		}
+		msgpack_pack_bin(pk, f->len[i]);
+		msgpack_pack_bin_body(pk, f->own[i], f->len[i]);
+		met_add(g.rd_bytes, f->len[i]);
+		met_add(g.copy_reply, f->len[i]);
+	}
+	rpc_reply_end(call);
+}
+
+static void m_get(struct rpc_call *call, struct mp_rd *p)
+{
+	struct keys ks;
+	if (keys_read(p, &ks) < 0) {
 		rpc_reply_error(call, RPC_E_BAD_PARAMS, "expected [keys]; %s",
 				keys_help);
 		return;
 	}
-	met_add(g.del_req, d->ks.n);
-	d->local = calloc(d->ks.n, sizeof(bool));
-	d->existed = calloc(d->ks.n, sizeof(bool));
-	if (!d->local || !d->existed) {
-		free(d->existed);
-		d->existed = NULL;
-		if (!d->local)
-			d->local = calloc(d->ks.n, sizeof(bool));
-		if (!d->local) {
-			keys_free(&d->ks);
-			free(d);
-			rpc_reply_error(call, RPC_E_BUSY, "out of memory");
-			return;
-		}
-		del_done(d);
+	bind_reactor(rpc_call_reactor(call));
+	if (fetch_start(rpc_call_reactor(call), &ks, NULL, NULL, false,
+			get_reply, call) < 0) {
+		keys_free(&ks);
+		rpc_reply_error(call, RPC_E_BUSY, "out of memory");
+	}
+}
+
+static void m_exists(struct rpc_call *call, struct mp_rd *p)
+{
+	struct keys ks;
+	if (keys_read(p, &ks) < 0) {
+		rpc_reply_error(call, RPC_E_BAD_PARAMS, "expected [keys]; %s",
+				keys_help);
 		return;
 	}
-	for (unsigned i = 0; i < d->ks.n; i++)
-		d->local[i] = pool_delete(g.pool, d->ks.k[i], d->ks.len[i]) == 0;
-	struct dir_keys k = dir_keys_of(&d->ks, 0);
-	if (g.ctx->svc.dir->remove(rpc_call_reactor(call), &k, NULL, NULL,
-				   d->existed, del_done, d) < 0)
-		del_done(d);
+	if (exists_start(rpc_call_reactor(call), &ks, reply_count, call) < 0) {
+		keys_free(&ks);
+		rpc_reply_error(call, RPC_E_BUSY, "out of memory");
+	}
+}
+
+static void m_delete(struct rpc_call *call, struct mp_rd *p)
+{
+	struct keys ks;
+	if (keys_read(p, &ks) < 0) {
+		rpc_reply_error(call, RPC_E_BAD_PARAMS, "expected [keys]; %s",
+				keys_help);
+		return;
+	}
+	if (remove_start(rpc_call_reactor(call), &ks, reply_existed, call) <
+	    0) {
+		keys_free(&ks);
+		rpc_reply_error(call, RPC_E_BUSY, "out of memory");
+	}
 }
 
 static const struct rpc_method kv_methods[] = {
@@ -706,6 +959,9 @@ static int kv_init(struct pc_ctx *ctx)
 		return ret;
 	}
 	ctx->svc.pool = g.pool;
+	ctx->svc.kv = &kv_api;
+	if ((ret = pc_guard_init()) < 0)
+		return ret;
 	g.evqs = calloc(ctx->threads, sizeof(*g.evqs));
 	if (!g.evqs)
 		return -ENOMEM;
@@ -730,7 +986,19 @@ static int kv_init(struct pc_ctx *ctx)
 	CTR(g.del_req, "peercache_delete_requests_total", "keys deleted");
 	CTR(g.ev_pub, "peercache_eviction_unpublishes_total",
 	    "directory records withdrawn after an eviction");
+	CTR(g.landed, "peercache_bytes_landed_total",
+	    "remote page bytes received straight into their destination (no "
+	    "CPU copy by the node)");
 #undef CTR
+	static const char copy_help[] =
+		"page bytes the node copied with its CPU, by operation";
+	g.copy_set = met_register(MET_COUNTER, "peercache_copy_bytes_total",
+				  copy_help, "op=\"set\"");
+	g.copy_get_local = met_register(MET_COUNTER,
+					"peercache_copy_bytes_total",
+					copy_help, "op=\"get_local\"");
+	g.copy_reply = met_register(MET_COUNTER, "peercache_copy_bytes_total",
+				    copy_help, "op=\"rpc_reply\"");
 	g.lat_read = met_register(MET_HISTOGRAM, "peercache_op_latency_seconds",
 				  "latency of page operations", "op=\"read\"");
 	g.lat_write = met_register(MET_HISTOGRAM, "peercache_op_latency_seconds",
@@ -779,6 +1047,7 @@ static void kv_stop(struct rx_reactor *r, struct pc_ctx *ctx)
 static void kv_fini(struct pc_ctx *ctx)
 {
 	ctx->svc.pool = NULL;
+	ctx->svc.kv = NULL;
 	pool_free(g.pool);
 	free(g.evqs);
 	memset(&g, 0, sizeof(g));

@@ -43,8 +43,10 @@ struct tp_read {
 	char peer[160];   /* data endpoint "host:port" */
 	uint32_t rkey;
 	uint64_t addr;
-	uint32_t len;
-	void *dst;        /* len bytes land here */
+	uint32_t len;     /* bytes read: hdr_len into hdr, the rest into dst */
+	void *hdr;        /* may be NULL when hdr_len is 0 */
+	uint32_t hdr_len; /* e.g. a page header kept apart from its payload */
+	void *dst;        /* the remaining len - hdr_len bytes land here */
 	int res;          /* on completion: 0, or a negative errno */
 };
 

@@ -385,6 +385,26 @@ static void chan_fail_all(struct tp_chan *ch, int err)
 	ch->tail = ch->unsent = NULL;
 }
 
+static void got_payload(struct rx_conn *c, ssize_t res, void *arg);
+
+/* The leading hdr_len bytes are in: the rest goes to dst. */
+static void got_split_head(struct rx_conn *c, ssize_t res, void *arg)
+{
+	struct tp_chan *ch = arg;
+	ch->receiving = false;
+	if (res < 0)
+		return;
+	struct tp_read *rd = ch->head->rd;
+	ch->receiving = true;
+	if (rd->len == rd->hdr_len) {
+		got_payload(c, 0, ch);
+	} else if (rx_conn_read(c, rd->dst, rd->len - rd->hdr_len, got_payload,
+				ch) < 0) {
+		ch->receiving = false;
+		rx_conn_close(c, RX_CLOSE_NOW, -EIO);
+	}
+}
+
 static void got_payload(struct rx_conn *c, ssize_t res, void *arg)
 {
 	struct tp_chan *ch = arg;
@@ -428,7 +448,12 @@ static void got_header(struct rx_conn *c, ssize_t res, void *arg)
 		return;
 	}
 	ch->receiving = true;
-	if (rx_conn_read(c, p->rd->dst, p->rd->len, got_payload, ch) < 0) {
+	int ret = p->rd->hdr_len
+			  ? rx_conn_read(c, p->rd->hdr, p->rd->hdr_len,
+					 got_split_head, ch)
+			  : rx_conn_read(c, p->rd->dst, p->rd->len, got_payload,
+					 ch);
+	if (ret < 0) {
 		ch->receiving = false;
 		rx_conn_close(c, RX_CLOSE_NOW, -EIO);
 	}
@@ -651,7 +676,9 @@ static int tcp_read_batch(struct tp_client *tc, struct tp_read *reads,
 		p->id = ++tc->next_id;
 		struct tp_peer *peer = peer_get(tc, reads[i].peer);
 		struct tp_chan *ch = NULL;
-		if (reads[i].len == 0 || reads[i].len > TP_READ_MAX)
+		if (reads[i].len == 0 || reads[i].len > TP_READ_MAX ||
+		    reads[i].hdr_len > reads[i].len ||
+		    (reads[i].hdr_len && !reads[i].hdr))
 			reads[i].res = -EINVAL;
 		else if (!peer)
 			reads[i].res = -ENOMEM;

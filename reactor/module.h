@@ -41,6 +41,7 @@ struct tp_ops;      /* modules/transport.h */
 struct tp_client;
 struct tp_region;
 struct dir_api;     /* modules/directory.h */
+struct kv_api;      /* modules/kv.h */
 
 /*
  * Services modules offer each other through the context, so that no module
@@ -61,6 +62,7 @@ struct pc_services {
 	const struct dir_api *dir;
 	/* kv module */
 	struct pool *pool;
+	const struct kv_api *kv;
 };
 
 struct pc_module {

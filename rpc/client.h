@@ -129,6 +129,25 @@ int rpc_sync_call(struct rpc_sync *s, const char *method, const void *params,
 struct rpc_msg;
 void rpc_result_from_response(const struct rpc_msg *m, struct rpc_result *res);
 
+/*
+ * The same, in steps, for callers that keep state per connection (e.g. the
+ * memory regions a local client registered on it): lease a connection, call
+ * on it any number of times, release it. A connection on which a call
+ * failed is closed at release, never pooled. udata is freed with its
+ * connection.
+ */
+struct rpc_sync_conn;
+int rpc_sync_lease(struct rpc_sync *s, unsigned timeout_ms,
+		   struct rpc_sync_conn **out);
+int rpc_sync_conn_call(struct rpc_sync *s, struct rpc_sync_conn *c,
+		       const char *method, const void *params,
+		       size_t params_len, const int *fds, unsigned nfds,
+		       unsigned timeout_ms, struct rpc_sync_reply *rep);
+void rpc_sync_release(struct rpc_sync *s, struct rpc_sync_conn *c);
+void *rpc_sync_conn_udata(const struct rpc_sync_conn *c);
+void rpc_sync_conn_set_udata(struct rpc_sync_conn *c, void *udata,
+			     void (*udata_free)(void *udata));
+
 /* Resolve "host:port" or "unix:/path" into a socket address. */
 int rpc_endpoint_parse(const char *endpoint, struct sockaddr_storage *ss,
 		       socklen_t *len);

@@ -29,6 +29,14 @@
 
 #define IDLE_MAX_CAP 64
 
+/* A connection: leased to one thread at a time, pooled when idle. */
+struct rpc_sync_conn {
+	int fd;
+	bool broken;                 /* an exchange failed: never reuse */
+	void *udata;                 /* the caller's per-connection state */
+	void (*udata_free)(void *udata);
+};
+
 struct rpc_sync {
 	char *endpoint;
 	struct sockaddr_storage addr;
@@ -37,7 +45,7 @@ struct rpc_sync {
 	char *secret;
 	struct mp_limits mpl;
 	pthread_mutex_t lock;
-	int idle[IDLE_MAX_CAP];
+	struct rpc_sync_conn *idle[IDLE_MAX_CAP];
 	unsigned nidle;
 	uint32_t next_msgid; /* atomic */
 };
@@ -291,12 +299,20 @@ struct rpc_sync *rpc_sync_new(const char *endpoint,
 	return s;
 }
 
+static void conn_close(struct rpc_sync_conn *c)
+{
+	if (c->udata_free)
+		c->udata_free(c->udata);
+	close(c->fd);
+	free(c);
+}
+
 void rpc_sync_free(struct rpc_sync *s)
 {
 	if (!s)
 		return;
 	for (unsigned i = 0; i < s->nidle; i++)
-		close(s->idle[i]);
+		conn_close(s->idle[i]);
 	pthread_mutex_destroy(&s->lock);
 	if (s->secret) {
 		explicit_bzero(s->secret, strlen(s->secret));
@@ -313,44 +329,95 @@ void rpc_sync_reply_free(struct rpc_sync_reply *rep)
 	rep->len = 0;
 }
 
+int rpc_sync_lease(struct rpc_sync *s, unsigned timeout_ms,
+		   struct rpc_sync_conn **out)
+{
+	struct rpc_sync_conn *c;
+	for (;;) {
+		pthread_mutex_lock(&s->lock);
+		c = s->nidle ? s->idle[--s->nidle] : NULL;
+		pthread_mutex_unlock(&s->lock);
+		if (!c || idle_alive(c->fd))
+			break;
+		conn_close(c); /* the server closed it while it sat idle */
+	}
+	if (!c) {
+		uint64_t deadline = deadline_after(timeout_ms ? timeout_ms
+							      : s->o.timeout_ms);
+		int fd = sync_connect(s, deadline);
+		if (fd < 0)
+			return fd;
+		if (!(c = calloc(1, sizeof(*c)))) {
+			close(fd);
+			return -ENOMEM;
+		}
+		c->fd = fd;
+	}
+	*out = c;
+	return 0;
+}
+
+void rpc_sync_release(struct rpc_sync *s, struct rpc_sync_conn *c)
+{
+	if (!c->broken) {
+		pthread_mutex_lock(&s->lock);
+		if (s->nidle < s->o.max_idle) {
+			s->idle[s->nidle++] = c;
+			c = NULL;
+		}
+		pthread_mutex_unlock(&s->lock);
+	}
+	if (c)
+		conn_close(c);
+}
+
+void *rpc_sync_conn_udata(const struct rpc_sync_conn *c)
+{
+	return c->udata;
+}
+
+void rpc_sync_conn_set_udata(struct rpc_sync_conn *c, void *udata,
+			     void (*udata_free)(void *udata))
+{
+	c->udata = udata;
+	c->udata_free = udata_free;
+}
+
+int rpc_sync_conn_call(struct rpc_sync *s, struct rpc_sync_conn *c,
+		       const char *method, const void *params,
+		       size_t params_len, const int *fds, unsigned nfds,
+		       unsigned timeout_ms, struct rpc_sync_reply *rep)
+{
+	memset(rep, 0, sizeof(*rep));
+	if (c->broken || nfds > 64 ||
+	    (nfds && s->addr.ss_family != AF_UNIX)) {
+		rep->res.err = c->broken ? -EPIPE : -EINVAL;
+		return rep->res.err;
+	}
+	uint64_t deadline = deadline_after(timeout_ms ? timeout_ms
+						      : s->o.timeout_ms);
+	int ret = exchange(s, c->fd, method, params, params_len, fds, nfds,
+			   deadline, rep);
+	if (ret < 0) {
+		c->broken = true; /* never reuse a connection that failed */
+		rep->res.err = ret;
+	}
+	return ret;
+}
+
 int rpc_sync_call(struct rpc_sync *s, const char *method, const void *params,
 		  size_t params_len, const int *fds, unsigned nfds,
 		  unsigned timeout_ms, struct rpc_sync_reply *rep)
 {
+	struct rpc_sync_conn *c;
 	memset(rep, 0, sizeof(*rep));
-	if (nfds > 64 || (nfds && s->addr.ss_family != AF_UNIX)) {
-		rep->res.err = -EINVAL;
-		return -EINVAL;
-	}
-	uint64_t deadline = deadline_after(timeout_ms ? timeout_ms
-						      : s->o.timeout_ms);
-	int fd = -1;
-	for (;;) {
-		pthread_mutex_lock(&s->lock);
-		fd = s->nidle ? s->idle[--s->nidle] : -1;
-		pthread_mutex_unlock(&s->lock);
-		if (fd < 0 || idle_alive(fd))
-			break;
-		close(fd); /* the server closed it while it sat idle */
-	}
-	if (fd < 0 && (fd = sync_connect(s, deadline)) < 0) {
-		rep->res.err = fd;
-		return fd;
-	}
-	int ret = exchange(s, fd, method, params, params_len, fds, nfds,
-			   deadline, rep);
+	int ret = rpc_sync_lease(s, timeout_ms, &c);
 	if (ret < 0) {
-		close(fd); /* never reuse a connection that failed */
 		rep->res.err = ret;
 		return ret;
 	}
-	pthread_mutex_lock(&s->lock);
-	if (s->nidle < s->o.max_idle) {
-		s->idle[s->nidle++] = fd;
-		fd = -1;
-	}
-	pthread_mutex_unlock(&s->lock);
-	if (fd >= 0)
-		close(fd);
-	return 0;
+	ret = rpc_sync_conn_call(s, c, method, params, params_len, fds, nfds,
+				 timeout_ms, rep);
+	rpc_sync_release(s, c);
+	return ret;
 }

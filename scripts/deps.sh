@@ -4,7 +4,8 @@
 # Usage: scripts/deps.sh build|test|bench
 #   build  compiler, CMake and the libraries peercached links
 #   test   build + Criterion, pytest and msgpack for Python, clang (fuzzing),
-#          promtool (prometheus) and headless Chromium (dashboard tests)
+#          promtool (prometheus), headless Chromium (dashboard tests), and
+#          torch, numpy, pip and setuptools (the SGLang shim's tests)
 #   bench  build + redis and memcached (side-by-side baselines)
 # Only missing packages are installed (apt-get, as root or through sudo);
 # when everything is present this prints nothing and touches nothing.
@@ -13,7 +14,8 @@ set -euo pipefail
 build_pkgs=(build-essential cmake pkg-config git liburing-dev libibverbs-dev
             librdmacm-dev libmsgpack-dev libxxhash-dev)
 test_pkgs=(libcriterion-dev python3 python3-pytest python3-msgpack clang
-           llvm libclang-rt-14-dev prometheus chromium fonts-dejavu-core curl)
+           llvm libclang-rt-14-dev prometheus chromium fonts-dejavu-core curl
+           python3-torch python3-numpy python3-pip python3-setuptools)
 bench_pkgs=(redis-server redis-tools memcached)
 
 case "${1:-build}" in

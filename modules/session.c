@@ -1,0 +1,346 @@
+/*
+ * modules/session.c — local-client sessions over the Unix socket: shared
+ * memory regions, and page moves by (key, offset, length) inside them.
+ *
+ * Owns: per connection, the regions its client registered: memfds (or any
+ * shared file) passed with SCM_RIGHTS, checked, mapped, and unmapped when the
+ * client unregisters them or goes away. Threading: a session lives on the
+ * reactor of its connection. A region is unmapped only when no operation
+ * still uses it (per-region reference count), and the connection's state is
+ * freed only after its last call ended (rpc/server.c keeps it alive), so a
+ * client dying mid-call leaves no mapping, reservation or registration.
+ *
+ * Copies (DESIGN §5): set is one copy, from the region into the publish
+ * pool; get of a local page is one copy into the region; get of a remote
+ * page lands in the region straight from the network, no CPU copy by the
+ * node. Every copy touching client memory is guarded (common/guard.h): a
+ * client that shrinks its memfd fails its own request, not the node.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/metrics.h"
+#include "modules/kv.h"
+#include "modules/modules.h"
+#include "rpc/rpc.h"
+
+#define LOG_MOD "session"
+#define REGIONS_MAX 64
+#define REGION_BYTES_MAX (1ull << 40) /* 1 TiB */
+#define ITEMS_MAX 65536
+#define KEY_MAX 512
+
+struct region {
+	uint32_t id;
+	bool live;          /* registered; false once unregistered */
+	unsigned refs;      /* operations using it */
+	uint8_t *base;
+	uint64_t size;
+};
+
+struct session {
+	struct region regions[REGIONS_MAX];
+	char peer[64];
+};
+
+static struct {
+	struct pc_ctx *ctx;
+	met_id regions, region_bytes, refused;
+} g;
+
+static void region_unmap(struct region *rg)
+{
+	munmap(rg->base, rg->size);
+	met_gauge_add(g.regions, -1);
+	met_gauge_add(g.region_bytes, -(int64_t)rg->size);
+	memset(rg, 0, sizeof(*rg));
+}
+
+static void region_put(struct region *rg)
+{
+	if (--rg->refs == 0 && !rg->live)
+		region_unmap(rg);
+}
+
+/* The connection is gone and so is every call on it. */
+static void session_free(void *arg)
+{
+	struct session *s = arg;
+	for (unsigned i = 0; i < REGIONS_MAX; i++) {
+		struct region *rg = &s->regions[i];
+		if (rg->base) {
+			PC_ASSERT(rg->refs == 0);
+			region_unmap(rg);
+		}
+	}
+	free(s);
+}
+
+static struct session *session_of(struct rpc_call *call, bool create)
+{
+	struct session *s = rpc_call_conn_data(call);
+	if (!s && create && (s = calloc(1, sizeof(*s)))) {
+		snprintf(s->peer, sizeof(s->peer), "%s", rpc_call_peer(call));
+		rpc_call_set_conn_data(call, s, session_free);
+	}
+	return s;
+}
+
+static struct region *region_find(struct session *s, uint64_t id)
+{
+	for (unsigned i = 0; s && i < REGIONS_MAX; i++)
+		if (s->regions[i].live && s->regions[i].id == id)
+			return &s->regions[i];
+	return NULL;
+}
+
+/* ---------------------------------------------------- register, unregister */
+
+static int check_fd(int fd, uint64_t size, bool *sealed, char *why,
+		    size_t whylen)
+{
+	struct stat st;
+	if (fstat(fd, &st) < 0) {
+		snprintf(why, whylen, "fstat: %s", strerror(errno));
+		return -errno;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		snprintf(why, whylen, "the descriptor is not a memfd or a "
+			 "regular shared-memory file");
+		return -EINVAL;
+	}
+	if ((uint64_t)st.st_size < size) {
+		snprintf(why, whylen, "the file has %lld bytes, fewer than the "
+			 "%llu registered", (long long)st.st_size,
+			 (unsigned long long)size);
+		return -EINVAL;
+	}
+	/* Sealed against shrinking is best; unsealed (SGLang's memfds cannot
+	 * be sealed) is accepted: every copy is guarded anyway. */
+	int seals = fcntl(fd, F_GET_SEALS);
+	*sealed = seals >= 0 && (seals & F_SEAL_SHRINK);
+	return 0;
+}
+
+/* session.register [region_id, size] + one descriptor */
+static void m_register(struct rpc_call *call, struct mp_rd *p)
+{
+	uint64_t id, size;
+	int fd = rpc_call_take_fd(call);
+	char why[160] = "";
+	if (mp_rd_uint(p, &id) < 0 || mp_rd_uint(p, &size) < 0 ||
+	    id > UINT32_MAX || size == 0 || size > REGION_BYTES_MAX) {
+		if (fd >= 0)
+			close(fd);
+		rpc_reply_error(call, RPC_E_BAD_PARAMS, "expected [region_id "
+				"(u32), size (1 B..1 TiB)] and a descriptor");
+		return;
+	}
+	if (fd < 0) {
+		rpc_reply_error(call, RPC_E_BAD_PARAMS, "no descriptor came with "
+				"the call (send it with SCM_RIGHTS)");
+		return;
+	}
+	struct session *s = session_of(call, true);
+	bool sealed = false;
+	int ret = !s ? -ENOMEM : check_fd(fd, size, &sealed, why, sizeof(why));
+	struct region *slot = NULL;
+	for (unsigned i = 0; s && i < REGIONS_MAX && !slot; i++)
+		if (!s->regions[i].base)
+			slot = &s->regions[i];
+	if (ret == 0 && region_find(s, id)) {
+		snprintf(why, sizeof(why), "region %llu is already registered",
+			 (unsigned long long)id);
+		ret = -EEXIST;
+	} else if (ret == 0 && !slot) {
+		snprintf(why, sizeof(why), "at most %d regions per session",
+			 REGIONS_MAX);
+		ret = -ENOSPC;
+	}
+	void *base = MAP_FAILED;
+	if (ret == 0) {
+		base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+			    0);
+		if (base == MAP_FAILED) {
+			ret = -errno;
+			snprintf(why, sizeof(why), "mmap: %s", strerror(errno));
+		}
+	}
+	close(fd); /* the mapping keeps the memory */
+	if (ret < 0) {
+		met_inc(g.refused);
+		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "%s: region refused: %s",
+			  rpc_call_peer(call), why);
+		rpc_reply_error(call, RPC_E_BAD_PARAMS, "%s", why);
+		return;
+	}
+	*slot = (struct region){(uint32_t)id, true, 0, base, size};
+	met_gauge_add(g.regions, 1);
+	met_gauge_add(g.region_bytes, (int64_t)size);
+	PC_LOGD(LOG_MOD, "%s: region %llu of %llu bytes mapped%s",
+		rpc_call_peer(call), (unsigned long long)id,
+		(unsigned long long)size, sealed ? " (sealed)" : "");
+	msgpack_packer *pk = rpc_reply_begin(call);
+	msgpack_pack_map(pk, 1);
+	mp_pack_cstr(pk, "sealed");
+	if (sealed)
+		msgpack_pack_true(pk);
+	else
+		msgpack_pack_false(pk);
+	rpc_reply_end(call);
+}
+
+/* session.unregister [region_id] -> bool */
+static void m_unregister(struct rpc_call *call, struct mp_rd *p)
+{
+	uint64_t id;
+	if (mp_rd_uint(p, &id) < 0) {
+		rpc_reply_error(call, RPC_E_BAD_PARAMS, "expected [region_id]");
+		return;
+	}
+	struct region *rg = region_find(session_of(call, false), id);
+	if (rg) {
+		rg->live = false;
+		if (rg->refs == 0)
+			region_unmap(rg);
+	}
+	rpc_reply_bool(call, rg != NULL);
+}
+
+/* ------------------------------------------------------------- set, get */
+
+struct move {
+	struct rpc_call *call;
+	struct region *rg;
+	struct kv_item *it;
+	unsigned n;
+};
+
+static void move_done(void *arg, const bool *ok, unsigned n)
+{
+	struct move *m = arg;
+	rpc_reply_bools(m->call, ok, n);
+	region_put(m->rg);
+	free(m->it);
+	free(m);
+}
+
+/* Read [region_id, [[key, offset, len], ...]] into items inside the region
+ * (keys point into the request). */
+static const char *read_items(struct rpc_call *call, struct mp_rd *p,
+			      struct move *m)
+{
+	uint64_t id;
+	uint32_t n;
+	if (mp_rd_uint(p, &id) < 0 || mp_rd_array(p, &n) < 0 || n == 0 ||
+	    n > ITEMS_MAX)
+		return "expected [region_id, [[key, offset, len], ...]] with "
+		       "1..65536 items";
+	m->rg = region_find(session_of(call, false), id);
+	if (!m->rg)
+		return "no such region on this connection (register it first)";
+	if (!(m->it = calloc(n, sizeof(*m->it))))
+		return "out of memory";
+	m->n = n;
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t three, kl;
+		const char *k;
+		uint64_t off, len;
+		if (mp_rd_array(p, &three) < 0 || three != 3 ||
+		    mp_rd_str(p, &k, &kl) < 0 || kl == 0 || kl > KEY_MAX ||
+		    mp_rd_uint(p, &off) < 0 || mp_rd_uint(p, &len) < 0 ||
+		    len == 0)
+			return "each item is [key (1..512 bytes), offset, len "
+			       "(> 0)]";
+		if (off > m->rg->size || len > m->rg->size - off)
+			return "an item lies outside its region";
+		m->it[i] = (struct kv_item){k, kl, m->rg->base + off, len};
+	}
+	return NULL;
+}
+
+static void move(struct rpc_call *call, struct mp_rd *p, bool set)
+{
+	struct move *m = calloc(1, sizeof(*m));
+	if (!m) {
+		rpc_reply_error(call, RPC_E_BUSY, "out of memory");
+		return;
+	}
+	m->call = call;
+	const char *bad = read_items(call, p, m);
+	if (bad) {
+		free(m->it);
+		free(m);
+		rpc_reply_error(call, RPC_E_BAD_PARAMS, "%s", bad);
+		return;
+	}
+	m->rg->refs++; /* the region stays mapped until move_done */
+	const struct kv_api *kv = g.ctx->svc.kv;
+	int ret = set ? kv->publish(rpc_call_reactor(call), m->it, m->n, true,
+				    move_done, m)
+		      : kv->fetch(rpc_call_reactor(call), m->it, m->n, true,
+				  move_done, m);
+	if (ret < 0) {
+		region_put(m->rg);
+		free(m->it);
+		free(m);
+		rpc_reply_error(call, RPC_E_BUSY, "%s", strerror(-ret));
+	}
+}
+
+/* session.set [region_id, [[key, offset, len], ...]] -> [bool, ...] */
+static void m_set(struct rpc_call *call, struct mp_rd *p)
+{
+	move(call, p, true);
+}
+
+/* session.get [region_id, [[key, offset, len], ...]] -> [bool, ...] */
+static void m_get(struct rpc_call *call, struct mp_rd *p)
+{
+	move(call, p, false);
+}
+
+static const struct rpc_method session_methods[] = {
+	{"session.register", m_register, RPC_LOCAL_ONLY,
+	 "[region_id, size] + a memfd (SCM_RIGHTS) -> {sealed}"},
+	{"session.unregister", m_unregister, RPC_LOCAL_ONLY,
+	 "[region_id] -> bool"},
+	{"session.set", m_set, RPC_LOCAL_ONLY,
+	 "[region_id, [[key, offset, len], ...]] -> [stored, ...]"},
+	{"session.get", m_get, RPC_LOCAL_ONLY,
+	 "[region_id, [[key, offset, len], ...]] -> [found, ...]"},
+	{NULL, NULL, 0, NULL},
+};
+
+static int s_init(struct pc_ctx *ctx)
+{
+	memset(&g, 0, sizeof(g));
+	g.ctx = ctx;
+	if (!ctx->svc.kv) {
+		PC_LOGE(LOG_MOD, "the kv module must come before session");
+		return -EINVAL;
+	}
+	g.regions = met_register(MET_GAUGE, "peercache_session_regions",
+				 "client memory regions mapped", NULL);
+	g.region_bytes = met_register(MET_GAUGE,
+				      "peercache_session_region_bytes",
+				      "bytes of client memory mapped", NULL);
+	g.refused = met_register(MET_COUNTER,
+				 "peercache_session_regions_refused_total",
+				 "regions refused (not shared memory, too "
+				 "small, ...)", NULL);
+	return 0;
+}
+
+const struct pc_module pc_mod_session = {
+	.name = "session",
+	.init = s_init,
+	.rpc_methods = session_methods,
+};
