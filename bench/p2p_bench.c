@@ -93,15 +93,24 @@ static int worker_run(struct worker *w)
 		memmove(&w->fifo[i], &w->fifo[i + 1],
 			(w->nfifo - i - 1) * sizeof(w->fifo[0]));
 		w->nfifo--;
-		if (now >= b->t_measure && now <= b->t_end) {
+		/* Counted: batches done in the window; a target slower than the
+		 * window instead gets one whole batch issued in it counted,
+		 * over that batch's own time (see measure). */
+		bool in = now >= b->t_measure && now <= b->t_end;
+		bool slow = now > b->t_end && w->batches == 0 &&
+			    s->t_issue >= b->t_measure;
+		if (slow)
+			w->t_from = s->t_issue;
+		if (in || slow) {
+			w->t_last = now;
 			w->batches++;
 			w->items += b->o.batch;
 			if (t->payload)
 				w->bytes += (uint64_t)b->o.batch * b->o.value_bytes;
 			lg_hist_record(&w->hist, now - s->t_issue);
 		}
-		if (now >= b->t_end)
-			return 0;
+		if (now >= b->t_end && w->batches)
+			return 0; /* else: a batch issued in the window is due */
 		s->t_issue = now;
 		if ((ret = t->issue(w, s)) < 0)
 			return ret;
@@ -376,10 +385,9 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 /* ------------------------------------------------------------- report ---- */
 
 static void report(const struct bench *b, const struct lg_hist *h,
-		   uint64_t batches, uint64_t items, uint64_t bytes)
+		   uint64_t batches, uint64_t items, uint64_t bytes, double d)
 {
 	const struct opts *o = &b->o;
-	double d = o->duration_s;
 	double gbps = (double)bytes / d / 1e9, ips = (double)items / d;
 	double us[6] = {
 		(double)lg_hist_quantile_ns(h, 0.5) / 1e3,
@@ -461,6 +469,10 @@ static int measure(struct bench *b)
 	}
 	struct lg_hist *h = pc_xcalloc(1, sizeof(*h));
 	uint64_t batches = 0, items = 0, bytes = 0;
+	/* The duration the totals are over: the window, unless a worker's
+	 * batches outlasted it; then the one that makes the sum of the
+	 * workers' own rates come out (they ran at the same time). */
+	double rate_items = 0, d = o->duration_s;
 	for (unsigned i = 0; i < started; i++) {
 		pthread_join(w[i].th, NULL);
 		if (w[i].rc < 0 && ret == 0) {
@@ -473,11 +485,17 @@ static int measure(struct bench *b)
 		batches += w[i].batches;
 		items += w[i].items;
 		bytes += w[i].bytes;
+		double dw = w[i].t_last > b->t_end
+				    ? (double)(w[i].t_last - w[i].t_from) / 1e9
+				    : o->duration_s;
+		rate_items += dw > 0 ? (double)w[i].items / dw : 0;
 	}
+	if (items && rate_items > 0)
+		d = (double)items / rate_items;
 	if (ret == 0 && batches == 0)
 		ret = fail(ETIMEDOUT, "no batch completed in the measured window");
 	if (ret == 0)
-		report(b, h, batches, items, bytes);
+		report(b, h, batches, items, bytes, d);
 	for (unsigned i = 0; i < o->threads; i++)
 		if (w[i].b)
 			worker_free(&w[i]);

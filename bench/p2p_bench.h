@@ -195,6 +195,9 @@ struct worker {
 	unsigned next_pool;
 	struct lg_hist hist;
 	uint64_t batches, items, bytes;
+	/* Its measured interval: the window, or for a target slower than the
+	 * window, from the issue to the completion of its one counted batch. */
+	uint64_t t_from, t_last;
 	int rc;
 	char err[512];
 };

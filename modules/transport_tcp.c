@@ -385,26 +385,6 @@ static void chan_fail_all(struct tp_chan *ch, int err)
 	ch->tail = ch->unsent = NULL;
 }
 
-static void got_payload(struct rx_conn *c, ssize_t res, void *arg);
-
-/* The leading hdr_len bytes are in: the rest goes to dst. */
-static void got_split_head(struct rx_conn *c, ssize_t res, void *arg)
-{
-	struct tp_chan *ch = arg;
-	ch->receiving = false;
-	if (res < 0)
-		return;
-	struct tp_read *rd = ch->head->rd;
-	ch->receiving = true;
-	if (rd->len == rd->hdr_len) {
-		got_payload(c, 0, ch);
-	} else if (rx_conn_read(c, rd->dst, rd->len - rd->hdr_len, got_payload,
-				ch) < 0) {
-		ch->receiving = false;
-		rx_conn_close(c, RX_CLOSE_NOW, -EIO);
-	}
-}
-
 static void got_payload(struct rx_conn *c, ssize_t res, void *arg)
 {
 	struct tp_chan *ch = arg;
@@ -448,9 +428,12 @@ static void got_header(struct rx_conn *c, ssize_t res, void *arg)
 		return;
 	}
 	ch->receiving = true;
+	/* Split reads: the leading hdr_len bytes to hdr, the rest to dst, in
+	 * one receive. */
 	int ret = p->rd->hdr_len
-			  ? rx_conn_read(c, p->rd->hdr, p->rd->hdr_len,
-					 got_split_head, ch)
+			  ? rx_conn_read2(c, p->rd->hdr, p->rd->hdr_len,
+					  p->rd->dst, p->rd->len - p->rd->hdr_len,
+					  got_payload, ch)
 			  : rx_conn_read(c, p->rd->dst, p->rd->len, got_payload,
 					 ch);
 	if (ret < 0) {

@@ -684,9 +684,24 @@ static int read_submit(struct rx_conn *c, uint32_t idx)
 	struct io_uring_sqe *sqe = rx_sqe(c->r);
 	if (!sqe)
 		return -EBUSY;
-	size_t left = op->u.rd.len - op->u.rd.done;
-	io_uring_prep_recv(sqe, c->fd, op->u.rd.buf + op->u.rd.done,
-			   PC_MIN(left, (size_t)1 << 30), MSG_WAITALL);
+	size_t done = op->u.rd.done, len = op->u.rd.len;
+	if (op->u.rd.buf2 && done < len) {
+		/* Both parts left: one recvmsg over two iovecs. */
+		c->rd_iov[0] = (struct iovec){op->u.rd.buf + done, len - done};
+		c->rd_iov[1] = (struct iovec){op->u.rd.buf2, op->u.rd.len2};
+		memset(&c->rd_msg, 0, sizeof(c->rd_msg));
+		c->rd_msg.msg_iov = c->rd_iov;
+		c->rd_msg.msg_iovlen = 2;
+		io_uring_prep_recvmsg(sqe, c->fd, &c->rd_msg, MSG_WAITALL);
+	} else if (op->u.rd.buf2) {
+		size_t off = done - len, left = op->u.rd.len2 - off;
+		io_uring_prep_recv(sqe, c->fd, op->u.rd.buf2 + off,
+				   PC_MIN(left, (size_t)1 << 30), MSG_WAITALL);
+	} else {
+		size_t left = len - done;
+		io_uring_prep_recv(sqe, c->fd, op->u.rd.buf + done,
+				   PC_MIN(left, (size_t)1 << 30), MSG_WAITALL);
+	}
 	rx_op_tag(c->r, sqe, idx);
 	return 0;
 }
@@ -694,7 +709,13 @@ static int read_submit(struct rx_conn *c, uint32_t idx)
 int rx_conn_read(struct rx_conn *c, void *buf, size_t len, rx_read_fn cb,
 		 void *arg)
 {
-	if (!(c->flags & RXC_MANUAL))
+	return rx_conn_read2(c, buf, len, NULL, 0, cb, arg);
+}
+
+int rx_conn_read2(struct rx_conn *c, void *buf, size_t len, void *buf2,
+		  size_t len2, rx_read_fn cb, void *arg)
+{
+	if (!(c->flags & RXC_MANUAL) || (len2 && !buf2))
 		return -EINVAL;
 	if (c->flags & (RXC_CLOSING | RXC_CLOSE_FLUSH | RXC_READING))
 		return c->flags & RXC_READING ? -EBUSY : -EPIPE;
@@ -706,6 +727,8 @@ int rx_conn_read(struct rx_conn *c, void *buf, size_t len, rx_read_fn cb,
 	op->u.rd.arg = arg;
 	op->u.rd.buf = buf;
 	op->u.rd.len = len;
+	op->u.rd.buf2 = len2 ? buf2 : NULL;
+	op->u.rd.len2 = len2 ? len2 : 0;
 	op->u.rd.done = 0;
 	int ret = read_submit(c, idx);
 	if (ret < 0) {
@@ -722,14 +745,15 @@ void rx_conn_on_read(struct rx_reactor *r, struct rx_op *op,
 {
 	struct rx_conn *c = op->obj;
 	int res = cqe->res;
+	size_t total = op->u.rd.len + op->u.rd.len2;
 	if (res > 0) {
 		RX_STAT_ADD(r->st.bytes_in, (uint64_t)res);
 		op->u.rd.done += (size_t)res;
-		if (op->u.rd.done < op->u.rd.len &&
+		if (op->u.rd.done < total &&
 		    !(c->flags & RXC_CLOSING) && read_submit(c, idx) == 0)
-			return; /* short receive: continue into the same buffer */
+			return; /* short receive: continue where it stopped */
 	}
-	ssize_t result = op->u.rd.done == op->u.rd.len ? (ssize_t)op->u.rd.len
+	ssize_t result = op->u.rd.done == total ? (ssize_t)total
 			 : res < 0 && res != -ECANCELED ? res
 			 : (c->flags & RXC_CLOSING) ? -ECANCELED
 			 : res == 0 ? -ECONNRESET : -EBUSY;

@@ -254,6 +254,10 @@ typedef void (*rx_read_fn)(struct rx_conn *c, ssize_t res, void *arg);
 void rx_conn_set_manual(struct rx_conn *c);
 int rx_conn_read(struct rx_conn *c, void *buf, size_t len, rx_read_fn cb,
 		 void *arg);
+/* The same into two buffers in order (len bytes, then len2): one receive for
+ * a framing header and the payload behind it. res is len + len2. */
+int rx_conn_read2(struct rx_conn *c, void *buf, size_t len, void *buf2,
+		  size_t len2, rx_read_fn cb, void *arg);
 
 /* Stop / restart reading (e.g. while an async handler holds a request). */
 void rx_conn_pause(struct rx_conn *c);

@@ -65,9 +65,11 @@ struct rx_op {
 		struct {                 /* RX_OP_READ */
 			rx_read_fn cb;
 			void *arg;
-			uint8_t *buf;
+			uint8_t *buf;    /* first part */
 			size_t len;
-			size_t done;
+			uint8_t *buf2;   /* second part (rx_conn_read2), or NULL */
+			size_t len2;
+			size_t done;     /* bytes in, over both parts */
 		} rd;
 		struct {                 /* RX_OP_TEST */
 			void (*fn)(void *arg);
@@ -129,6 +131,9 @@ struct rx_conn {
 	/* fd passing: recvmsg with room for fds_max descriptors */
 	unsigned fds_max;
 	struct msghdr rmsg;
+	/* the in-flight two-part manual read (rx_conn_read2) */
+	struct iovec rd_iov[2];
+	struct msghdr rd_msg;
 	/* connect */
 	struct sockaddr_storage peer;
 	socklen_t peer_len;

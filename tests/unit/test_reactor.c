@@ -726,3 +726,56 @@ Test(reactor, manual_reads_land_in_the_callers_buffer)
 	free(mr_dst);
 	rx_reactor_destroy(r);
 }
+
+/* rx_conn_read2: the header and the payload behind it in one receive, each
+ * into its own buffer. */
+static void mr2_got_both(struct rx_conn *c, ssize_t res, void *arg)
+{
+	(void)arg;
+	mr.reads++;
+	mr.last = res;
+	rx_conn_close(c, RX_CLOSE_NOW, 0);
+	rx_reactor_stop(rx_conn_reactor(c));
+}
+
+static void mr2_connected(struct rx_conn *c)
+{
+	rx_conn_write(c, "x", 1);
+	cr_assert_eq(rx_conn_read2(c, mr_head, sizeof(mr_head), NULL, 5,
+				   mr2_got_both, NULL), -EINVAL,
+		     "a second part needs a buffer");
+	cr_assert_eq(rx_conn_read2(c, mr_head, sizeof(mr_head), mr_dst,
+				   1u << 20, mr2_got_both, NULL), 0);
+	cr_assert_eq(rx_conn_read(c, mr_head, 1, mr2_got_both, NULL), -EBUSY);
+}
+
+static const struct rx_conn_ops mr2_cli_ops = {.on_connect = mr2_connected};
+
+Test(reactor, two_part_reads_split_header_and_payload)
+{
+	struct rx_reactor *r = tu_reactor(NULL);
+	memset(&mr, 0, sizeof(mr));
+	memset(mr_head, 0, sizeof(mr_head));
+	mr.big = malloc(1u << 20);
+	mr_dst = malloc(1u << 20);
+	tu_fill_pattern(mr.big, 1u << 20, 12, 0);
+	int err;
+	struct rx_listener *l = rx_listen_tcp(r, "127.0.0.1", 0, false, 16,
+					      mr_accept, NULL, &err);
+	struct sockaddr_in sin = {.sin_family = AF_INET,
+				  .sin_port = htons(rx_listener_port(l)),
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	struct rx_conn *c = rx_conn_connect(r, (struct sockaddr *)&sin,
+					    sizeof(sin), 1000, &mr2_cli_ops,
+					    NULL, &err);
+	cr_assert(c);
+	rx_conn_set_manual(c);
+	tu_run(r, 5000);
+	cr_assert_eq(mr.reads, 1);
+	cr_assert_eq(mr.last, 16 + (1 << 20));
+	cr_assert_eq(memcmp(mr_head, "HEADER-16-BYTES", 16), 0);
+	cr_assert_eq(tu_check_pattern(mr_dst, 1u << 20, 12, 0), -1);
+	free(mr.big);
+	free(mr_dst);
+	rx_reactor_destroy(r);
+}
