@@ -104,14 +104,18 @@ void pcache_close(struct pcache *pc)
 
 /* ------------------------------------------------------------------ calls */
 
-/* One call on a leased connection; fills t_err on a remote error. */
+/* One call on a leased connection; fills t_err on any error. rep is always
+ * set, so the caller frees it on every path. */
 static int call(struct pcache *pc, struct rpc_sync_conn *c, const char *m,
 		const struct pc_wbuf *params, const int *fds, unsigned nfds,
 		struct rpc_sync_reply *rep)
 {
 	STAT_ADD(pc, calls, 1);
 	if (params->failed) {
+		/* Callers free rep whatever happened: leave nothing to free. */
+		memset(rep, 0, sizeof(*rep));
 		snprintf(t_err, sizeof(t_err), "request too large");
+		STAT_ADD(pc, errors, 1);
 		return -EMSGSIZE;
 	}
 	int ret = rpc_sync_conn_call(pc->rs, c, m, params->data, params->len,
