@@ -646,22 +646,6 @@ static int cmd_members(struct cli *c, int argc, char **argv)
 
 /* ------------------------------------------------------------------ stats */
 
-/* Wait until fd is ready for events or the deadline passes: 0 or -errno. */
-static int wait_fd(int fd, short events, uint64_t deadline)
-{
-	for (;;) {
-		uint64_t now = pc_now_ns();
-		if (now >= deadline)
-			return -ETIMEDOUT;
-		struct pollfd pf = {.fd = fd, .events = events};
-		int n = poll(&pf, 1, (int)((deadline - now) / 1000000 + 1));
-		if (n > 0)
-			return 0;
-		if (n < 0 && errno != EINTR)
-			return -errno;
-	}
-}
-
 /* GET /metrics from "host:port" into in: the whole response, which ends
  * when the node closes (Connection: close). 0 or -errno. */
 static int http_fetch(const char *addr, unsigned timeout_ms,
@@ -673,19 +657,9 @@ static int http_fetch(const char *addr, unsigned timeout_ms,
 	int ret = rpc_endpoint_parse(addr, &ss, &sl);
 	if (ret < 0)
 		return ret;
-	int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
-			0);
+	int fd = rpc_connect_by(&ss, sl, deadline);
 	if (fd < 0)
-		return -errno;
-	if (connect(fd, (struct sockaddr *)&ss, sl) < 0) {
-		ret = errno == EINPROGRESS ? wait_fd(fd, POLLOUT, deadline)
-					   : -errno;
-		int soerr = 0;
-		socklen_t el = sizeof(soerr);
-		if (ret == 0 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr,
-					   &el) == 0)
-			ret = -soerr;
-	}
+		return fd;
 	char req[512];
 	int rlen = snprintf(req, sizeof(req), "GET /metrics HTTP/1.1\r\nHost: "
 			    "%s\r\nUser-Agent: peercache/%s\r\nConnection: "
@@ -702,7 +676,7 @@ static int http_fetch(const char *addr, unsigned timeout_ms,
 			ret = pc_wbuf_append(in, chunk, (size_t)n) < 0 ? -EMSGSIZE
 								       : 0;
 		else if (errno == EAGAIN)
-			ret = wait_fd(fd, POLLIN, deadline);
+			ret = rpc_wait_fd(fd, POLLIN, deadline);
 		else if (errno != EINTR)
 			ret = -errno;
 	}

@@ -148,6 +148,17 @@ void *rpc_sync_conn_udata(const struct rpc_sync_conn *c);
 void rpc_sync_conn_set_udata(struct rpc_sync_conn *c, void *udata,
 			     void (*udata_free)(void *udata));
 
+/*
+ * Blocking-socket helpers, for code that talks to a node without a reactor
+ * (this client, the peercache tool). Deadlines are pc_now_ns() values.
+ * rpc_wait_fd: wait until fd is ready for events: 0, -ETIMEDOUT or -errno.
+ * rpc_connect_by: a non-blocking, close-on-exec stream socket connected to
+ * ss within the deadline: the descriptor, or -errno.
+ */
+int rpc_wait_fd(int fd, short events, uint64_t deadline);
+int rpc_connect_by(const struct sockaddr_storage *ss, socklen_t len,
+		   uint64_t deadline);
+
 /* Resolve "host:port" or "unix:/path" into a socket address. */
 int rpc_endpoint_parse(const char *endpoint, struct sockaddr_storage *ss,
 		       socklen_t *len);

@@ -70,8 +70,7 @@ static uint64_t deadline_after(unsigned ms)
 	return pc_now_ns() + (uint64_t)ms * 1000000ull;
 }
 
-/* Wait for events on fd until the deadline: 0, or -ETIMEDOUT / -errno. */
-static int wait_fd(int fd, short events, uint64_t deadline)
+int rpc_wait_fd(int fd, short events, uint64_t deadline)
 {
 	for (;;) {
 		uint64_t now = pc_now_ns();
@@ -118,7 +117,7 @@ static int send_all(int fd, const uint8_t *p, size_t len, const int *fds,
 		}
 		if (n < 0 && errno != EAGAIN && errno != EINTR)
 			return -errno;
-		int ret = wait_fd(fd, POLLOUT, deadline);
+		int ret = rpc_wait_fd(fd, POLLOUT, deadline);
 		if (ret < 0)
 			return ret;
 	}
@@ -154,7 +153,7 @@ static ssize_t recv_msg(struct rpc_sync *s, int fd, struct pc_wbuf *in,
 			return -ECONNRESET;
 		if (errno != EAGAIN && errno != EINTR)
 			return -errno;
-		int ret = wait_fd(fd, POLLIN, deadline);
+		int ret = rpc_wait_fd(fd, POLLIN, deadline);
 		if (ret < 0)
 			return ret;
 	}
@@ -233,29 +232,39 @@ static int sync_auth(struct rpc_sync *s, int fd, uint64_t deadline)
 	return ok ? 0 : (ret < 0 ? ret : -EACCES);
 }
 
-static int sync_connect(struct rpc_sync *s, uint64_t deadline)
+int rpc_connect_by(const struct sockaddr_storage *ss, socklen_t len,
+		   uint64_t deadline)
 {
-	int fd = socket(s->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK |
-						   SOCK_CLOEXEC, 0);
+	int fd = socket(ss->ss_family, SOCK_STREAM | SOCK_NONBLOCK |
+					       SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
-	if (s->addr.ss_family != AF_UNIX) {
+	if (ss->ss_family != AF_UNIX) {
 		int one = 1;
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	}
 	int ret = 0;
-	if (connect(fd, (struct sockaddr *)&s->addr, s->addrlen) < 0) {
+	if (connect(fd, (const struct sockaddr *)ss, len) < 0) {
 		if (errno != EINPROGRESS && errno != EAGAIN) {
 			ret = -errno;
-		} else if ((ret = wait_fd(fd, POLLOUT, deadline)) == 0) {
+		} else if ((ret = rpc_wait_fd(fd, POLLOUT, deadline)) == 0) {
 			int soerr = 0;
 			socklen_t sl = sizeof(soerr);
 			getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl);
 			ret = -soerr;
 		}
 	}
-	if (ret == 0 && s->secret)
-		ret = sync_auth(s, fd, deadline);
+	if (ret < 0) {
+		close(fd);
+		return ret;
+	}
+	return fd;
+}
+
+static int sync_connect(struct rpc_sync *s, uint64_t deadline)
+{
+	int fd = rpc_connect_by(&s->addr, s->addrlen, deadline);
+	int ret = fd >= 0 && s->secret ? sync_auth(s, fd, deadline) : 0;
 	if (ret < 0) {
 		close(fd);
 		return ret;
