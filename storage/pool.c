@@ -843,17 +843,27 @@ void pool_abort(struct pool *p, struct pool_ref *ref)
 	pthread_mutex_unlock(&s->mu);
 }
 
+/* Lock key's stripe (the caller unlocks *sp) and find its live entry:
+ * the index, 0 for none. keylen must be valid (1..POOL_KEY_MAX). */
+static uint32_t find_locked(struct pool *p, const void *key, size_t keylen,
+			    struct pool_stripe **sp)
+{
+	uint64_t kh, kl;
+	pool_key_hash(key, keylen, &kh, &kl);
+	struct pool_stripe *s = stripe_of(p, kl);
+	pthread_mutex_lock(&s->mu);
+	*sp = s;
+	return idx_find(s, kh, kl, key, keylen);
+}
+
 int pool_get(struct pool *p, const void *key, size_t keylen,
 	     struct pool_ref *ref, const uint8_t **hdr, uint64_t *len,
 	     uint64_t *gen)
 {
 	if (keylen == 0 || keylen > POOL_KEY_MAX)
 		return -ENOENT;
-	uint64_t kh, kl;
-	pool_key_hash(key, keylen, &kh, &kl);
-	struct pool_stripe *s = stripe_of(p, kl);
-	pthread_mutex_lock(&s->mu);
-	uint32_t i = idx_find(s, kh, kl, key, keylen);
+	struct pool_stripe *s;
+	uint32_t i = find_locked(p, key, keylen, &s);
 	if (i) {
 		struct pool_ext *x = &s->ext[i];
 		entry_pin(s, i);
@@ -924,11 +934,8 @@ bool pool_contains(struct pool *p, const void *key, size_t keylen)
 {
 	if (keylen == 0 || keylen > POOL_KEY_MAX)
 		return false;
-	uint64_t kh, kl;
-	pool_key_hash(key, keylen, &kh, &kl);
-	struct pool_stripe *s = stripe_of(p, kl);
-	pthread_mutex_lock(&s->mu);
-	bool found = idx_find(s, kh, kl, key, keylen) != 0;
+	struct pool_stripe *s;
+	bool found = find_locked(p, key, keylen, &s) != 0;
 	pthread_mutex_unlock(&s->mu);
 	return found;
 }
@@ -937,11 +944,8 @@ int pool_delete(struct pool *p, const void *key, size_t keylen)
 {
 	if (keylen == 0 || keylen > POOL_KEY_MAX)
 		return -ENOENT;
-	uint64_t kh, kl;
-	pool_key_hash(key, keylen, &kh, &kl);
-	struct pool_stripe *s = stripe_of(p, kl);
-	pthread_mutex_lock(&s->mu);
-	uint32_t i = idx_find(s, kh, kl, key, keylen);
+	struct pool_stripe *s;
+	uint32_t i = find_locked(p, key, keylen, &s);
 	if (i)
 		entry_retire(s, i);
 	pthread_mutex_unlock(&s->mu);
