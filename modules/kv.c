@@ -60,6 +60,7 @@ static struct {
 	struct pool *pool;
 	struct evq *evqs;           /* per reactor */
 	bool checksums;
+	uint32_t rkey;              /* the pool's, for the records */
 	unsigned read_timeout_ms;
 	met_id rd_req, rd_hit, rd_miss, rd_local, rd_remote, rd_bytes, rd_fail;
 	met_id wr_req, wr_pages, wr_bytes, ex_req, ex_found, del_req;
@@ -67,6 +68,8 @@ static struct {
 	met_id copy_set, copy_get_local, copy_reply, landed;
 } g;
 
+/* This reactor's queue (set by kv_start on each reactor thread), where
+ * evictions caused by its own reserves go. */
 static _Thread_local struct evq *t_evq;
 
 /* ------------------------------------------------------------- evictions */
@@ -214,11 +217,6 @@ static struct dir_keys dir_keys_of(const struct keys *ks, unsigned from)
 				 ks->len + from, ks->n - from};
 }
 
-static void bind_reactor(struct rx_reactor *r)
-{
-	t_evq = &g.evqs[rx_reactor_id(r)];
-}
-
 static int copy_in(bool client_mem, void *dst, const void *src, size_t n)
 {
 	if (client_mem)
@@ -279,8 +277,6 @@ static bool publish_one(const struct kv_item *it, bool client_mem,
 	met_add(g.copy_set, it->len);
 	met_inc(g.wr_pages);
 	met_add(g.wr_bytes, it->len);
-	uint8_t *base;
-	size_t blen;
 	r->found = true;
 	r->resident = true;
 	snprintf(r->node, sizeof(r->node), "%s", g.ctx->svc.self_id);
@@ -288,7 +284,7 @@ static bool publish_one(const struct kv_item *it, bool client_mem,
 	r->addr = addr;
 	r->len = (uint32_t)it->len;
 	r->gen = gen;
-	pool_region(g.pool, &base, &blen, &r->rkey);
+	r->rkey = g.rkey;
 	return true;
 }
 
@@ -323,7 +319,6 @@ static int kv_publish(struct rx_reactor *rr, const struct kv_item *it,
 	p->done = done;
 	p->arg = arg;
 	p->t0 = pc_now_ns();
-	bind_reactor(rr);
 	met_inc(g.wr_req);
 	for (unsigned i = 0; i < n; i++) {
 		if (it[i].klen == 0 || it[i].klen > KV_KEY_MAX)
@@ -846,7 +841,6 @@ static void m_get(struct rpc_call *call, struct mp_rd *p)
 				keys_help);
 		return;
 	}
-	bind_reactor(rpc_call_reactor(call));
 	if (fetch_start(rpc_call_reactor(call), &ks, NULL, NULL, false,
 			get_reply, call) < 0) {
 		keys_free(&ks);
@@ -950,9 +944,8 @@ static int kv_init(struct pc_ctx *ctx)
 			"pages are faulted in on first use", strerror(-ret));
 	uint8_t *base;
 	size_t len;
-	uint32_t rkey;
-	pool_region(g.pool, &base, &len, &rkey);
-	struct tp_region reg = {(uintptr_t)base, len, rkey, pin_hook,
+	pool_region(g.pool, &base, &len, &g.rkey);
+	struct tp_region reg = {(uintptr_t)base, len, g.rkey, pin_hook,
 				unpin_hook, g.pool};
 	if ((ret = ctx->svc.tp_register(&reg)) < 0) {
 		pool_free(g.pool);
