@@ -1,47 +1,36 @@
 /*
  * common/checksum.c — see checksum.h. This file holds the baseline variant
  * and the dispatch; checksum_avx2.c is the same xxHash code compiled for
- * AVX2 (CMake gives that one file -mavx2).
+ * AVX2 (CMake gives that one file -mavx2 and this one PC_HAVE_AVX2_SUM).
  */
 #include "checksum.h"
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-uint64_t pc_page_sum_avx2(const void *p, size_t n);
+typedef uint64_t (*sum_fn)(const void *, size_t);
 
 static uint64_t sum_base(const void *p, size_t n)
 {
 	return XXH3_64bits(p, n);
 }
 
-#if defined(__x86_64__)
-static int has_avx2(void)
-{
-	__builtin_cpu_init();
-	return __builtin_cpu_supports("avx2");
-}
-#define BASE_NAME "sse2"
-#else
-static int has_avx2(void)
-{
-	return 0;
-}
-#define BASE_NAME "scalar"
-#endif
-
-typedef uint64_t (*sum_fn)(const void *, size_t);
+#ifdef PC_HAVE_AVX2_SUM
+uint64_t pc_page_sum_avx2(const void *p, size_t n);
 
 static sum_fn pick(void)
 {
-#if defined(__x86_64__) && defined(PC_HAVE_AVX2_SUM)
-	if (has_avx2())
-		return pc_page_sum_avx2;
+	__builtin_cpu_init();
+	return __builtin_cpu_supports("avx2") ? pc_page_sum_avx2 : sum_base;
+}
+#define BASE_NAME "sse2"
 #else
-	(void)has_avx2;
-#endif
+static sum_fn pick(void)
+{
 	return sum_base;
 }
+#define BASE_NAME "scalar"
+#endif
 
 static sum_fn g_fn;
 
