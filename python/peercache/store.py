@@ -212,6 +212,11 @@ class PeerCacheStore(HiCacheStorage):
 
     # -------------------------------------------------------- component keys
 
+    def _ckeys(self, keys, per):
+        """Component keys: per pointers (K, V, layers...) of each page."""
+        return [("%s/%s/%d" % (self._ns, k, j)).encode()
+                for k in keys for j in range(per)]
+
     def _components(self, keys, host_indices):
         """Component keys, pointers and sizes of the pages (v1 path)."""
         ptrs, sizes = self._pool.get_page_buffer_meta(host_indices)
@@ -219,17 +224,21 @@ class PeerCacheStore(HiCacheStorage):
         if not keys or len(ptrs) % len(keys):
             raise ValueError("%d pointers for %d keys" % (len(ptrs), len(keys)))
         per = len(ptrs) // len(keys)
-        ckeys = [("%s/%s/%d" % (self._ns, k, j)).encode()
-                 for k in keys for j in range(per)]
-        return ckeys, ptrs, sizes, per
+        return self._ckeys(keys, per), ptrs, sizes, per
 
     def _move(self, set_, ckeys, ptrs, sizes):
         """Move component pages; a bool per component."""
-        cl = self._conn()
         if self._region is not None:
+            cl = self._conn()
             offsets = [p - self._base for p in ptrs]
             fn = cl.set if set_ else cl.get
             return fn(self._region, ckeys, offsets, sizes)
+        return self._staged(set_, ckeys, ptrs, sizes)
+
+    def _staged(self, set_, ckeys, ptrs, sizes):
+        """Move pages at ptrs (not in shared memory) through the staging
+        region: one more local copy each; a bool per key."""
+        cl = self._conn()
         with self._staging_lock:  # one staged batch at a time
             total = sum(sizes)
             rid, addr, _ = self._staging_area(total)
@@ -297,9 +306,7 @@ class PeerCacheStore(HiCacheStorage):
                 return 0
             if self.interface_v1 and self._pool is not None and self._ns:
                 per = self._per_page()
-                ckeys = [("%s/%s/%d" % (self._ns, k, j)).encode()
-                         for k in keys for j in range(per)]
-                return self._conn().exists(ckeys) // per
+                return self._conn().exists(self._ckeys(keys, per)) // per
             return self._conn().exists([self._generic_key(k) for k in keys])
         except Exception as e:
             self._failed("exists", e)
@@ -349,19 +356,11 @@ class PeerCacheStore(HiCacheStorage):
             items = values if values is not None else target_locations
             if items is None or len(items) != len(keys):
                 return False
-            bufs = [self._buffer(v) for v in items]
+            bufs = [self._buffer(v) for v in items]  # keeps bytes copies alive
             sizes = [b[1] for b in bufs]
             ckeys = [self._generic_key(k) for k in keys]
-            cl = self._conn()
-            with self._staging_lock:
-                rid, addr, _ = self._staging_area(sum(sizes))
-                offsets, off = [], 0
-                for b in bufs:
-                    ctypes.memmove(addr + off, b[0], b[1])
-                    offsets.append(off)
-                    off += b[1]
-                ok = cl.set(rid, ckeys, offsets, sizes)
-            self._count(staged_bytes=sum(sizes), pages_set=sum(ok))
+            ok = self._staged(True, ckeys, [b[0] for b in bufs], sizes)
+            self._count(pages_set=sum(ok))
             with self._lock:
                 self._written.update(k for k, good in zip(ckeys, ok) if good)
             return all(ok)
@@ -380,21 +379,9 @@ class PeerCacheStore(HiCacheStorage):
             bufs = [self._buffer(t) for t in target_locations]
             sizes = [b[1] for b in bufs]
             ckeys = [self._generic_key(k) for k in keys]
-            cl = self._conn()
-            out = []
-            with self._staging_lock:
-                rid, addr, _ = self._staging_area(sum(sizes))
-                offsets, off = [], 0
-                for s in sizes:
-                    offsets.append(off)
-                    off += s
-                ok = cl.get(rid, ckeys, offsets, sizes)
-                for t, b, o, good in zip(target_locations, bufs, offsets, ok):
-                    if good:
-                        ctypes.memmove(b[0], addr + o, b[1])
-                    out.append(t if good else None)
-            self._count(staged_bytes=sum(sizes), pages_got=sum(ok))
-            return out
+            ok = self._staged(False, ckeys, [b[0] for b in bufs], sizes)
+            self._count(pages_got=sum(ok))
+            return [t if good else None for t, good in zip(target_locations, ok)]
         except Exception as e:
             self._failed("get", e)
             return [None] * n
