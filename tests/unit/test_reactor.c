@@ -700,13 +700,16 @@ static void mr_connected(struct rx_conn *c)
 
 static const struct rx_conn_ops mr_cli_ops = {.on_connect = mr_connected};
 
-Test(reactor, manual_reads_land_in_the_callers_buffer)
+/* A server sending a 16-byte header and 1 MiB of pattern `seed`, and a
+ * manual-read client with ops; runs until a callback stops the reactor. */
+static void mr_run(const struct rx_conn_ops *ops, uint64_t seed)
 {
 	struct rx_reactor *r = tu_reactor(NULL);
 	memset(&mr, 0, sizeof(mr));
+	memset(mr_head, 0, sizeof(mr_head));
 	mr.big = malloc(1u << 20);
 	mr_dst = malloc(1u << 20);
-	tu_fill_pattern(mr.big, 1u << 20, 11, 0);
+	tu_fill_pattern(mr.big, 1u << 20, seed, 0);
 	int err;
 	struct rx_listener *l = rx_listen_tcp(r, "127.0.0.1", 0, false, 16,
 					      mr_accept, NULL, &err);
@@ -714,17 +717,21 @@ Test(reactor, manual_reads_land_in_the_callers_buffer)
 				  .sin_port = htons(rx_listener_port(l)),
 				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
 	struct rx_conn *c = rx_conn_connect(r, (struct sockaddr *)&sin,
-					    sizeof(sin), 1000, &mr_cli_ops,
-					    NULL, &err);
+					    sizeof(sin), 1000, ops, NULL, &err);
 	cr_assert(c);
 	rx_conn_set_manual(c);
 	tu_run(r, 5000);
+	free(mr.big);
+	rx_reactor_destroy(r);
+}
+
+Test(reactor, manual_reads_land_in_the_callers_buffer)
+{
+	mr_run(&mr_cli_ops, 11);
 	cr_assert_eq(mr.reads, 2);
 	cr_assert_eq(mr.last, 1 << 20);
 	cr_assert_eq(tu_check_pattern(mr_dst, 1u << 20, 11, 0), -1);
-	free(mr.big);
 	free(mr_dst);
-	rx_reactor_destroy(r);
 }
 
 /* rx_conn_read2: the header and the payload behind it in one receive, each
@@ -753,29 +760,10 @@ static const struct rx_conn_ops mr2_cli_ops = {.on_connect = mr2_connected};
 
 Test(reactor, two_part_reads_split_header_and_payload)
 {
-	struct rx_reactor *r = tu_reactor(NULL);
-	memset(&mr, 0, sizeof(mr));
-	memset(mr_head, 0, sizeof(mr_head));
-	mr.big = malloc(1u << 20);
-	mr_dst = malloc(1u << 20);
-	tu_fill_pattern(mr.big, 1u << 20, 12, 0);
-	int err;
-	struct rx_listener *l = rx_listen_tcp(r, "127.0.0.1", 0, false, 16,
-					      mr_accept, NULL, &err);
-	struct sockaddr_in sin = {.sin_family = AF_INET,
-				  .sin_port = htons(rx_listener_port(l)),
-				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	struct rx_conn *c = rx_conn_connect(r, (struct sockaddr *)&sin,
-					    sizeof(sin), 1000, &mr2_cli_ops,
-					    NULL, &err);
-	cr_assert(c);
-	rx_conn_set_manual(c);
-	tu_run(r, 5000);
+	mr_run(&mr2_cli_ops, 12);
 	cr_assert_eq(mr.reads, 1);
 	cr_assert_eq(mr.last, 16 + (1 << 20));
 	cr_assert_eq(memcmp(mr_head, "HEADER-16-BYTES", 16), 0);
 	cr_assert_eq(tu_check_pattern(mr_dst, 1u << 20, 12, 0), -1);
-	free(mr.big);
 	free(mr_dst);
-	rx_reactor_destroy(r);
 }
