@@ -32,6 +32,7 @@
 
 #include "common/buf.h"
 #include "common/config.h"
+#include "common/secret.h"
 #include "common/util.h"
 #include "rpc/client.h"
 #include "rpc/mp.h"
@@ -61,6 +62,7 @@ struct cli {
 	char node[160];      /* endpoint as rpc_sync takes it */
 	bool tcp;            /* node is host:port (secret applies) */
 	const char *secret;  /* NULL: none */
+	char secret_buf[PC_SECRET_MAX + 1]; /* read from --secret-file */
 	unsigned timeout_ms; /* per call */
 	struct rpc_sync *rpc;
 	const char *method;  /* the call in progress, for messages */
@@ -919,10 +921,15 @@ static void usage(FILE *out)
 		"                      path to its Unix socket [default: "
 		"$PEERCACHE_NODE,\n"
 		"                      else " CLI_DEFAULT_SOCKET "]\n"
-		"  --secret S          cluster secret, for TCP [default: "
+		"  --secret-file F     read the cluster secret (for TCP) from "
+		"F [default:\n"
+		"                      $PEERCACHE_SECRET_FILE]; the file must "
+		"not be readable\n"
+		"                      by other users\n"
+		"  --secret S          the cluster secret itself [default: "
 		"$PEERCACHE_SECRET;\n"
-		"                      prefer it: command lines are visible "
-		"to other users]\n"
+		"                      prefer a file: command lines are "
+		"visible to other users]\n"
 		"  --timeout DURATION  per call, e.g. 500ms, 10s, 2m "
 		"[default: 5s]\n"
 		"  -h, --help          show this help and exit\n"
@@ -984,6 +991,7 @@ static int parse_options(struct cli *c, int argc, char **argv)
 {
 	const char *node = getenv("PEERCACHE_NODE");
 	const char *secret = getenv("PEERCACHE_SECRET");
+	const char *secret_file = getenv("PEERCACHE_SECRET_FILE");
 	int i;
 	for (i = 1; i < argc && argv[i][0] == '-'; i++) {
 		const char *a = argv[i], *v;
@@ -1004,9 +1012,17 @@ static int parse_options(struct cli *c, int argc, char **argv)
 		}
 		if ((v = opt_value(argc, argv, &i, "--node", &missing))) {
 			node = v;
+		} else if ((v = opt_value(argc, argv, &i, "--secret-file",
+					  &missing))) {
+			secret_file = v;
+			secret = NULL;
 		} else if ((v = opt_value(argc, argv, &i, "--secret",
 					  &missing))) {
 			secret = v;
+			secret_file = NULL;
+			cli_err("warning: --secret on the command line is "
+				"visible to every local user; use "
+				"--secret-file or $PEERCACHE_SECRET_FILE");
 		} else if ((v = opt_value(argc, argv, &i, "--timeout",
 					  &missing))) {
 			if (pc_parse_duration_ms(v, &ms) < 0 || ms == 0 ||
@@ -1025,6 +1041,14 @@ static int parse_options(struct cli *c, int argc, char **argv)
 	if (cli_set_node(c, node) < 0)
 		return -usage_error("not a node address (host:port, unix:/path"
 				    " or a socket path)", node);
+	if (secret_file && *secret_file && (!secret || !*secret)) {
+		char why[512];
+		if (pc_secret_read_file(secret_file, c->secret_buf,
+					sizeof(c->secret_buf), NULL, why,
+					sizeof(why)) < 0)
+			return -usage_error("--secret-file", why);
+		secret = c->secret_buf;
+	}
 	c->secret = c->tcp && secret && *secret ? secret : NULL;
 	return i;
 }
@@ -1032,7 +1056,8 @@ static int parse_options(struct cli *c, int argc, char **argv)
 /* Check a command's operands; returns 0 or an exit status. */
 static int check_operands(const struct cli_cmd *k, int argc, char **argv)
 {
-	static const char *const opts[] = {"--node", "--secret", "--timeout",
+	static const char *const opts[] = {"--node", "--secret",
+					   "--secret-file", "--timeout",
 					   "--help", "-h", "--version"};
 	/* An option after the command would silently become a key or a file
 	 * name; say where options go instead. */

@@ -20,6 +20,7 @@
  *    the in-flight work of one thread.
  */
 #include "settings.h"
+#include "secret.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -67,7 +68,13 @@ static const struct pc_cfg_key keys[] = {
 	{"socket", PC_CFG_STRING, "/run/peercache/peercached.sock", 0, 107, NULL,
 	 OFF(socket), 0, "Unix socket for local clients; empty = none"},
 	{"cluster_secret", PC_CFG_STRING, "", 0, 256, NULL, OFF(cluster_secret),
-	 PC_CFG_SECRET, "shared secret nodes prove to each other"},
+	 PC_CFG_SECRET, "shared secret nodes prove to each other (prefer "
+	 "cluster_secret_file or the environment: command lines are visible "
+	 "to every local user)"},
+	{"cluster_secret_file", PC_CFG_STRING, "", 0, 4095, NULL,
+	 OFF(cluster_secret_file), 0,
+	 "file holding cluster_secret (mode 600 or 640; trailing newline "
+	 "ignored)"},
 	{"peers", PC_CFG_STRING, "", 0, 4096, NULL, OFF(peers), 0,
 	 "static membership: host:rpc_port,... of the other nodes"},
 	{"discovery_addr", PC_CFG_STRING, "", 0, 1024, NULL,
@@ -221,6 +228,39 @@ static void warn_env(const char *var, void *arg)
 	PC_LOGW("config", "ignoring unknown environment variable %s", var);
 }
 
+/* cluster_secret_file -> cluster_secret (one of the two, not both). */
+static int load_secret_file(struct pc_settings *s, char *err, size_t errlen)
+{
+	if (!*s->cluster_secret_file)
+		return 0;
+	if (*s->cluster_secret) {
+		snprintf(err, errlen, "cluster_secret_file: cluster_secret is "
+			 "set too; set only one of them");
+		return -EINVAL;
+	}
+	char secret[PC_SECRET_MAX + 1], why[PC_CFG_ERR_MAX - 32];
+	int group = 0;
+	int ret = pc_secret_read_file(s->cluster_secret_file, secret,
+				      sizeof(secret), &group, why, sizeof(why));
+	if (ret < 0) {
+		snprintf(err, errlen, "cluster_secret_file: %s", why);
+		return ret;
+	}
+	if (group)
+		PC_LOGW("config", "cluster_secret_file %s is readable by its "
+			"group: every member can act as a cluster node",
+			s->cluster_secret_file);
+	char *copy = strdup(secret);
+	explicit_bzero(secret, sizeof(secret));
+	if (!copy) {
+		snprintf(err, errlen, "cluster_secret_file: out of memory");
+		return -ENOMEM;
+	}
+	free(s->cluster_secret);
+	s->cluster_secret = copy;
+	return 0;
+}
+
 int pc_settings_load(struct pc_settings *s, int argc, char *const *argv,
 		     char *const *envp, char *err, size_t errlen)
 {
@@ -245,8 +285,11 @@ int pc_settings_load(struct pc_settings *s, int argc, char *const *argv,
 	if (ret < 0)
 		return ret;
 	static const char *const skip[] = {"config", NULL};
-	return pc_cfg_parse_args(&pc_settings_table, s, argc, argv, skip, err,
-				 errlen);
+	ret = pc_cfg_parse_args(&pc_settings_table, s, argc, argv, skip, err,
+				errlen);
+	if (ret < 0)
+		return ret;
+	return load_secret_file(s, err, errlen);
 }
 
 bool pc_host_is_loopback(const char *host)
@@ -284,6 +327,15 @@ int pc_settings_validate(const struct pc_settings *s, char *err, size_t errlen)
 	if (s->protocol == PC_PROTO_RDMA) {
 		snprintf(err, errlen, "protocol: 'rdma' is not supported yet by "
 			 "this version (allowed: auto, tcp)");
+		return -EINVAL;
+	}
+	if (*s->metrics_bind && !pc_host_is_loopback(s->metrics_bind) &&
+	    !*s->cluster_secret) {
+		snprintf(err, errlen, "metrics_bind: '%s' is not a loopback "
+			 "address; serving metrics beyond loopback takes the "
+			 "same opt-in as bind: a cluster_secret (allowed "
+			 "without it: 127.0.0.0/8, ::1, localhost)",
+			 s->metrics_bind);
 		return -EINVAL;
 	}
 	if (!pc_host_is_loopback(s->bind) && !*s->cluster_secret) {

@@ -32,6 +32,7 @@ struct pc_settings {
 	int64_t meta_port;
 	char *socket;
 	char *cluster_secret;
+	char *cluster_secret_file;
 	char *peers;
 	char *discovery_addr;
 	int protocol;             /* enum pc_protocol */

@@ -10,7 +10,6 @@
  * client must pass the challenge-response first (rpc/auth.h).
  */
 #include <errno.h>
-#include <grp.h>
 #include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +20,7 @@
 #include "common/log.h"
 #include "common/settings.h"
 #include "modules/modules.h"
+#include "rpc/peercred.h"
 #include "rpc/rpc.h"
 
 #define LOG_MOD "rpc"
@@ -32,18 +32,6 @@ static struct {
 	struct rx_listener *unix_l;
 	uint16_t port;             /* bound by reactor 0 */
 } g;
-
-static long parse_group(const char *name)
-{
-	if (!*name)
-		return -1;
-	char *end;
-	long gid = strtol(name, &end, 10);
-	if (*end == '\0' && gid >= 0)
-		return gid;
-	struct group *gr = getgrnam(name);
-	return gr ? (long)gr->gr_gid : -2;
-}
 
 /* Create the socket's directory (like /run/peercache) if it is missing. */
 static int make_socket_dir(const char *path)
@@ -71,7 +59,7 @@ static int rpc_init(struct pc_ctx *ctx)
 	const struct pc_settings *s = ctx->cfg;
 	memset(&g, 0, sizeof(g));
 	g.ctx = ctx;
-	long gid = parse_group(s->socket_group);
+	long gid = rpc_group_id(s->socket_group);
 	if (gid == -2) {
 		PC_LOGE(LOG_MOD, "socket_group: no group named '%s'",
 			s->socket_group);

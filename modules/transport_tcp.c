@@ -17,7 +17,9 @@
  * straight from the region (a reference in the send queue, no copy in user
  * space) and unpinned when the kernel is done with it. With cluster_secret
  * set, a connection must pass the same challenge-response as the RPC port
- * (rpc/auth.h) before any READ.
+ * (rpc/auth.h) before any READ; without one, a connection is accepted only
+ * from a loopback socket of the node's user, root or socket_group
+ * (rpc/peercred.h), and closed at once otherwise.
  *
  * Client: a read batch is spread over up to max_channels_per_peer channels
  * per peer; a channel pipelines requests and receives each response header
@@ -40,6 +42,7 @@
 #include "modules/transport.h"
 #include "rpc/auth.h"
 #include "rpc/client.h"
+#include "rpc/peercred.h"
 
 #define LOG_MOD "transport"
 #define TP_MAGIC_REQ 0x31444350u  /* "PCD1" */
@@ -75,6 +78,7 @@ static struct {
 	struct rx_listener **l;  /* per reactor */
 	uint16_t port;
 	char *secret;
+	struct rpc_local_rule local; /* who may read without a secret */
 	unsigned max_chans;
 	unsigned connect_timeout_ms;
 	met_id reads, read_bytes, read_errors, served, served_bytes, refused;
@@ -261,6 +265,21 @@ static void d_close(struct rx_conn *c, int err)
 static const struct rx_conn_ops d_ops = {.on_data = d_data,
 					 .on_close = d_close};
 
+/* Without a secret, only the node's user, root and socket_group may read
+ * (rpc/peercred.h); everyone else is closed at once, counted and logged. */
+static bool tcp_peer_allowed(int fd)
+{
+	char who[32];
+	int ret = rpc_tcp_peer_check(&g.local, fd, who, sizeof(who));
+	if (ret == 0)
+		return true;
+	met_inc(g.refused);
+	PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "refusing a data connection from %s: "
+		  "%s", who, ret == -EACCES ? "not the node's user, root, or "
+		  "the group in socket_group" : strerror(-ret));
+	return false;
+}
+
 static void on_accept(struct rx_listener *l, int fd, void *arg)
 {
 	(void)arg;
@@ -270,6 +289,11 @@ static void on_accept(struct rx_listener *l, int fd, void *arg)
 		return;
 	}
 	d->authed = !g.secret;
+	if (!g.secret && !tcp_peer_allowed(fd)) {
+		free(d);
+		close(fd);
+		return;
+	}
 	int err;
 	d->c = rx_conn_attach(rx_listener_reactor(l), fd, &d_ops, d, &err);
 	if (!d->c) {
@@ -743,6 +767,8 @@ static int t_init(struct pc_ctx *ctx)
 	g.connect_timeout_ms = (unsigned)PC_MIN(s->rpc_timeout_ms, 5000);
 	if (*s->cluster_secret && !(g.secret = strdup(s->cluster_secret)))
 		return -ENOMEM;
+	/* An unknown socket_group (-2) is refused by the rpc_server module. */
+	rpc_local_rule_init(&g.local, rpc_group_id(s->socket_group));
 	g.l = calloc(ctx->threads, sizeof(*g.l));
 	ctx->svc.tp_clients = calloc(ctx->threads, sizeof(*ctx->svc.tp_clients));
 	if (!g.l || !ctx->svc.tp_clients)

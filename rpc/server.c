@@ -37,6 +37,7 @@
 #include "common/sha256.h"
 #include "rpc/auth.h"
 #include "rpc/msg.h"
+#include "rpc/peercred.h"
 #include "rpc/rpc.h"
 
 #define LOG_MOD "rpc"
@@ -60,8 +61,7 @@ struct rpc_server {
 	struct rpc_entry *entries;       /* insertion order */
 	unsigned nmethods;
 	char *secret;                    /* NULL: no authentication */
-	long allowed_gid;
-	uid_t own_uid;
+	struct rpc_local_rule local;     /* who may call without a secret */
 	unsigned nreactors;
 	struct rpc_stats *st;            /* one per reactor */
 	uint32_t conns;                  /* atomic: live connections */
@@ -186,8 +186,7 @@ int rpc_server_new(struct rpc_server **out, const struct rpc_limits *lim,
 	s->entries = calloc(n + 1, sizeof(*s->entries));
 	s->st = calloc(nreactors ? nreactors : 1, sizeof(*s->st));
 	s->nreactors = nreactors;
-	s->allowed_gid = allowed_gid;
-	s->own_uid = geteuid();
+	rpc_local_rule_init(&s->local, allowed_gid);
 	if (secret && *secret)
 		s->secret = strdup(secret);
 	int ret = 0;
@@ -598,17 +597,35 @@ static void check_peer_cred(struct rpc_sconn *sc, int fd)
 	}
 	snprintf(sc->peer, sizeof(sc->peer), "unix uid=%u pid=%d",
 		 (unsigned)cr.uid, (int)cr.pid);
-	if (cr.uid == sc->srv->own_uid || cr.uid == 0)
+	long want = sc->srv->local.allowed_gid;
+	if (cr.uid == sc->srv->local.own_uid || cr.uid == 0)
 		return;
-	if (sc->srv->allowed_gid >= 0 &&
-	    ((long)cr.gid == sc->srv->allowed_gid ||
-	     in_group(fd, sc->srv->allowed_gid)))
+	if (want >= 0 && ((long)cr.gid == want || in_group(fd, want)))
 		return;
 	sc->refusal = "this user may not use the node's socket (allowed: "
 		      "the node's own user, root, or the group in "
 		      "socket_group)";
 	PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "refusing %s: not the node's user, "
 		  "root, or the allowed group", sc->peer);
+}
+
+/* No secret: the loopback client's socket must belong to the node's user,
+ * root or socket_group (rpc/peercred.h), as on the Unix socket. */
+static void check_tcp_peer(struct rpc_sconn *sc, int fd)
+{
+	char who[32];
+	int ret = rpc_tcp_peer_check(&sc->srv->local, fd, who, sizeof(who));
+	if (ret == 0)
+		return;
+	sc->refusal = ret == -EACCES
+		? "this user may not use the node (allowed without a cluster "
+		  "secret: the node's own user, root, or the group in "
+		  "socket_group)"
+		: "the local user of this connection cannot be verified (set "
+		  "a cluster secret to admit TCP clients by the secret)";
+	PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "refusing %s (%s): %s", sc->peer, who,
+		  ret == -EACCES ? "not the node's user, root, or the allowed "
+		  "group" : strerror(-ret));
 }
 
 static void describe_tcp_peer(struct rpc_sconn *sc, int fd)
@@ -656,12 +673,16 @@ void rpc_server_accept(struct rpc_server *s, struct rx_reactor *r, int fd,
 	sc->st = st;
 	sc->refs = 1;
 	sc->is_unix = is_unix;
-	/* The secret guards TCP; Unix clients are checked by credentials. */
-	sc->authed = is_unix || !s->secret;
-	if (is_unix)
+	/* The secret guards TCP; Unix clients, and TCP clients of a node
+	 * without a secret, are checked by who they run as. */
+	if (is_unix) {
 		check_peer_cred(sc, fd);
-	else
+	} else {
 		describe_tcp_peer(sc, fd);
+		if (!s->secret)
+			check_tcp_peer(sc, fd);
+	}
+	sc->authed = !sc->refusal && (is_unix || !s->secret);
 	int err;
 	sc->c = rx_conn_attach(r, fd, &rpc_conn_ops, sc, &err);
 	if (!sc->c) {

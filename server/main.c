@@ -133,6 +133,38 @@ static int wait_for_stop(struct rx_group *g)
 	}
 }
 
+/*
+ * A secret on the command line is readable by every local user in
+ * /proc/PID/cmdline. Overwrite it in place (the kernel reads argv from our
+ * memory, so the scrubbed text is what others see from now on) and say that
+ * it was visible until now, and how to avoid it.
+ */
+static void scrub_secret_args(int argc, char **argv)
+{
+	static const char *const names[] = {"--cluster-secret",
+					    "--cluster_secret"};
+	for (int i = 1; i < argc; i++) {
+		for (size_t j = 0; j < PC_ARRAY_LEN(names); j++) {
+			size_t n = strlen(names[j]);
+			if (strncmp(argv[i], names[j], n) != 0)
+				continue;
+			char *v = NULL;
+			if (argv[i][n] == '=')
+				v = argv[i] + n + 1;
+			else if (argv[i][n] == '\0' && i + 1 < argc)
+				v = argv[++i];
+			if (!v)
+				continue;
+			memset(v, 'x', strlen(v));
+			PC_LOGW(LOG_MOD, "cluster_secret was given on the "
+				"command line, where every local user could "
+				"read it until now (it has been blanked out); "
+				"use cluster_secret_file or "
+				"PEERCACHE_CLUSTER_SECRET instead");
+		}
+	}
+}
+
 int main(int argc, char **argv)
 {
 	pc_log_set_thread("main");
@@ -160,7 +192,10 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	free(args);
+	scrub_secret_args(argc, argv);
 	if (has_flag(argc, argv, "--print-config")) {
+		if (*s.cluster_secret_file) /* print the file, not its secret */
+			s.cluster_secret[0] = '\0';
 		pc_cfg_dump(&pc_settings_table, &s, stdout);
 		pc_settings_free(&s);
 		return 0;
