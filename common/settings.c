@@ -159,6 +159,12 @@ static const struct pc_cfg_key keys[] = {
 	{"shutdown_grace", PC_CFG_DURATION, "5s", 0, 10 * MIN, NULL,
 	 OFF(shutdown_grace_ms), 0,
 	 "time in-flight work gets to finish on shutdown"},
+	/* request memory (kv): a kv.get's reply is also capped per call by
+	 * the smallest of rpc_max_message_bytes, conn_out_max and this */
+	{"kv_staging_max", PC_CFG_SIZE, "256mb", 1 * MB, 1 * TB, NULL,
+	 OFF(kv_staging_max), 0,
+	 "page bytes all kv.get calls together may hold for their replies; "
+	 "over it a call gets 'busy'"},
 };
 
 const struct pc_cfg_table pc_settings_table = {keys, PC_ARRAY_LEN(keys)};

@@ -21,6 +21,13 @@
  *          and a page that fails is a miss, counted.
  * (Values travel inline in the RPC messages here, so the reply adds a copy;
  * local clients avoid that through shared memory.)
+ *
+ * Staging (kv.get only: it copies pages into buffers of its own before the
+ * reply is packed): a call may stage at most what its reply may carry
+ * (g.get_call_max), and all calls together at most kv_staging_max
+ * (g.staged, an atomic counter). Bytes are taken before each buffer is
+ * allocated and given back when the call is freed; the first refusal ends
+ * the call's staging and it is answered with too_large or busy.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -62,6 +69,12 @@ static struct {
 	bool checksums;
 	uint32_t rkey;              /* the pool's, for the records */
 	unsigned read_timeout_ms;
+	/* kv.get staging (the reply is built from buffers of the node's own) */
+	uint64_t get_call_max;      /* reply bytes one kv.get may build */
+	const char *get_call_limit; /* the setting that sets get_call_max */
+	uint64_t staging_max;       /* kv_staging_max: all kv.get calls */
+	uint64_t staged;            /* atomic: bytes staged now */
+	met_id get_too_large, get_busy;
 	met_id rd_req, rd_hit, rd_miss, rd_local, rd_remote, rd_bytes, rd_fail;
 	met_id wr_req, wr_pages, wr_bytes, ex_req, ex_found, del_req;
 	met_id lat_read, lat_write, ev_pub;
@@ -367,12 +380,16 @@ struct fetch {
 	void (*done)(void *arg, struct fetch *f);
 	void *arg;
 	uint64_t t0;
+	uint64_t staged;     /* bytes of own[] taken from the node's budget */
+	int refused;         /* -E2BIG (call over its cap), -EBUSY (node) */
 };
 
 static void fetch_free(struct fetch *f)
 {
 	for (unsigned i = 0; f->own && i < f->n; i++)
 		free(f->own[i]);
+	if (f->staged)
+		__atomic_sub_fetch(&g.staged, f->staged, __ATOMIC_RELAXED);
 	keys_free(&f->ks);
 	free(f->dst);
 	free(f->own);
@@ -399,6 +416,37 @@ static void fetch_finish(struct fetch *f)
 	fetch_free(f);
 }
 
+/* Reply bytes besides the pages: the envelope, the array header and one
+ * bin header (or nil) per key. */
+static uint64_t get_reply_overhead(unsigned n)
+{
+	return 32 + 5 * (uint64_t)n;
+}
+
+/*
+ * Take len bytes of staging for a page the call must hold itself (kv.get):
+ * within the call's cap (a reply must fit one message) and the node's
+ * kv_staging_max. The first refusal sticks: nothing more is staged, and
+ * the call is answered with the error instead of pages.
+ */
+static int stage_take(struct fetch *f, uint64_t len)
+{
+	if (f->refused)
+		return f->refused;
+	if (f->staged + len + get_reply_overhead(f->n) > g.get_call_max) {
+		f->refused = -E2BIG;
+		return f->refused;
+	}
+	uint64_t now = __atomic_add_fetch(&g.staged, len, __ATOMIC_RELAXED);
+	if (now > g.staging_max) {
+		__atomic_sub_fetch(&g.staged, len, __ATOMIC_RELAXED);
+		f->refused = -EBUSY;
+		return f->refused;
+	}
+	f->staged += len;
+	return 0;
+}
+
 /* Where item i's payload of len bytes goes; NULL when it cannot. */
 static void *fetch_dest(struct fetch *f, unsigned i, uint64_t len)
 {
@@ -406,6 +454,8 @@ static void *fetch_dest(struct fetch *f, unsigned i, uint64_t len)
 		return NULL; /* a page of another size is a miss */
 	if (f->dst[i])
 		return f->dst[i];
+	if (stage_take(f, len) < 0)
+		return NULL;
 	f->own[i] = malloc(len ? len : 1);
 	return f->own[i];
 }
@@ -491,7 +541,7 @@ static void fetch_looked_up(void *arg)
 		rd->dst = dst; /* the payload lands here: no copy */
 		f->readr[f->nreads++] = j;
 	}
-	if (f->nreads == 0 ||
+	if (f->nreads == 0 || f->refused ||
 	    g.ctx->svc.tp->read_batch(g.ctx->svc.tp_clients[rx_reactor_id(f->r)],
 				      f->reads, f->nreads, g.read_timeout_ms,
 				      fetch_read_done, f) < 0)
@@ -565,7 +615,9 @@ static int fetch_start(struct rx_reactor *r, struct keys *ks, void **dst,
 		f->ridx[f->nrec++] = i;
 	}
 	struct dir_keys k = {lk, ll, f->nrec};
-	int ret = f->nrec ? g.ctx->svc.dir->lookup(r, &k, f->recs,
+	/* Nothing is looked up for a call already refused its staging. */
+	int ret = f->nrec && !f->refused
+			  ? g.ctx->svc.dir->lookup(r, &k, f->recs,
 						   fetch_looked_up, f)
 			  : -ENOENT;
 	free(lk);
@@ -818,6 +870,31 @@ static void m_set(struct rpc_call *call, struct mp_rd *p)
 static void get_reply(void *arg, struct fetch *f)
 {
 	struct rpc_call *call = arg;
+	if (f->refused == -E2BIG) {
+		met_inc(g.get_too_large);
+		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "%s: kv.get of %u keys refused: "
+			  "its pages exceed %llu bytes per call (%s)",
+			  rpc_call_peer(call), f->n,
+			  (unsigned long long)g.get_call_max, g.get_call_limit);
+		rpc_reply_error(call, RPC_E_TOO_LARGE, "the pages of this kv.get "
+				"exceed %llu reply bytes per call (setting %s); "
+				"ask for fewer keys per call",
+				(unsigned long long)g.get_call_max,
+				g.get_call_limit);
+		return;
+	}
+	if (f->refused) {
+		met_inc(g.get_busy);
+		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "%s: kv.get refused: the node "
+			  "already stages kv_staging_max (%llu bytes) for "
+			  "other kv.get calls", rpc_call_peer(call),
+			  (unsigned long long)g.staging_max);
+		rpc_reply_error(call, RPC_E_BUSY, "the node already stages "
+				"kv_staging_max (%llu bytes) of pages for other "
+				"kv.get calls; retry later",
+				(unsigned long long)g.staging_max);
+		return;
+	}
 	msgpack_packer *pk = rpc_reply_begin(call);
 	msgpack_pack_array(pk, f->n);
 	for (unsigned i = 0; i < f->n; i++) {
@@ -916,6 +993,12 @@ static double pool_stat(void *arg)
 
 #define POOL_STAT(f) ((void *)offsetof(struct pool_stats, f))
 
+static double staged_fn(void *arg)
+{
+	(void)arg;
+	return (double)__atomic_load_n(&g.staged, __ATOMIC_RELAXED);
+}
+
 static int kv_init(struct pc_ctx *ctx)
 {
 	const struct pc_settings *s = ctx->cfg;
@@ -923,6 +1006,19 @@ static int kv_init(struct pc_ctx *ctx)
 	g.ctx = ctx;
 	g.checksums = s->page_checksums;
 	g.read_timeout_ms = (unsigned)s->rpc_timeout_ms;
+	/* A kv.get reply must fit one message, the connection's output cap
+	 * and the node's staging budget: the smallest names the limit. */
+	g.staging_max = s->kv_staging_max;
+	g.get_call_max = s->rpc_max_message_bytes;
+	g.get_call_limit = "rpc_max_message_bytes";
+	if (s->conn_out_max < g.get_call_max) {
+		g.get_call_max = s->conn_out_max;
+		g.get_call_limit = "conn_out_max";
+	}
+	if (s->kv_staging_max < g.get_call_max) {
+		g.get_call_max = s->kv_staging_max;
+		g.get_call_limit = "kv_staging_max";
+	}
 	if (!ctx->svc.dir || !ctx->svc.tp || !ctx->svc.tp_register) {
 		PC_LOGE(LOG_MOD, "the directory and transport modules must come "
 			"before kv in the module list");
@@ -983,6 +1079,16 @@ static int kv_init(struct pc_ctx *ctx)
 	    "remote page bytes received straight into their destination (no "
 	    "CPU copy by the node)");
 #undef CTR
+	static const char refused_help[] =
+		"kv.get calls refused before staging their pages, by reason";
+	g.get_too_large = met_register(MET_COUNTER,
+				       "peercache_kv_get_refused_total",
+				       refused_help, "reason=\"too_large\"");
+	g.get_busy = met_register(MET_COUNTER, "peercache_kv_get_refused_total",
+				  refused_help, "reason=\"busy\"");
+	met_register_fn("peercache_kv_staged_bytes",
+			"page bytes kv.get calls hold for their replies now",
+			NULL, staged_fn, NULL);
 	static const char copy_help[] =
 		"page bytes the node copied with its CPU, by operation";
 	g.copy_set = met_register(MET_COUNTER, "peercache_copy_bytes_total",
