@@ -165,6 +165,13 @@ static const struct pc_cfg_key keys[] = {
 	 OFF(kv_staging_max), 0,
 	 "page bytes all kv.get calls together may hold for their replies; "
 	 "over it a call gets 'busy'"},
+	/* directory shard: a record costs ~100 bytes plus its key and its
+	 * producer's two endpoint strings (~200 bytes typical, ~900 at most),
+	 * so 256mb holds 1-2.5 million records, far more than pools hold */
+	{"directory_max_bytes", PC_CFG_SIZE, "256mb", 1 * MB, 1 * TB, NULL,
+	 OFF(directory_max_bytes), 0,
+	 "memory for this node's directory records; when full the oldest "
+	 "records of a stripe (1/64 of it) are evicted"},
 };
 
 const struct pc_cfg_table pc_settings_table = {keys, PC_ARRAY_LEN(keys)};
