@@ -163,8 +163,8 @@ static const struct pc_cfg_key keys[] = {
 	 * the smallest of rpc_max_message_bytes, conn_out_max and this */
 	{"kv_staging_max", PC_CFG_SIZE, "256mb", 1 * MB, 1 * TB, NULL,
 	 OFF(kv_staging_max), 0,
-	 "page bytes all kv.get calls together may hold for their replies; "
-	 "over it a call gets 'busy'"},
+	 "bytes all kv.* calls in flight may hold (kv.get's pages for its "
+	 "reply, every call's per-key state); over it a call gets 'busy'"},
 	/* directory shard: a record costs ~100 bytes plus its key and its
 	 * producer's two endpoint strings (~200 bytes typical, ~900 at most),
 	 * so 256mb holds 1-2.5 million records, far more than pools hold */

@@ -27,7 +27,9 @@
  * (g.get_call_max), and all calls together at most kv_staging_max
  * (g.staged, an atomic counter). Bytes are taken before each buffer is
  * allocated and given back when the call is freed; the first refusal ends
- * the call's staging and it is answered with too_large or busy.
+ * the call's staging and it is answered with too_large or busy. Every kv.*
+ * RPC call also holds its per-key state (KV_KEY_STATE) in g.staged from
+ * its start to its reply (struct kv_call).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -74,7 +76,7 @@ static struct {
 	const char *get_call_limit; /* the setting that sets get_call_max */
 	uint64_t staging_max;       /* kv_staging_max: all kv.get calls */
 	uint64_t staged;            /* atomic: bytes staged now */
-	met_id get_too_large, get_busy;
+	met_id refused_large, refused_busy;
 	met_id rd_req, rd_hit, rd_miss, rd_local, rd_remote, rd_bytes, rd_fail;
 	met_id wr_req, wr_pages, wr_bytes, ex_req, ex_found, del_req;
 	met_id lat_read, lat_write, ev_pub;
@@ -808,14 +810,93 @@ static const struct kv_api kv_api = {
 
 /* ----------------------------------------------------------- kv.* methods */
 
+/*
+ * What a kv.* call holds per key while it is in flight, besides the page
+ * bytes kv.get stages: the directory record and page header a lookup
+ * fills, the operation's and its directory job's arrays, and two copies of
+ * the key (an estimate on the high side). Without it 65,536 one-byte keys
+ * (a 200 KB request) would hold ~40 MB, and a connection may have
+ * rpc_max_inflight calls in flight.
+ */
+#define KV_KEY_STATE (sizeof(struct dir_rec) + POOL_HDR_BYTES + 224)
+
+/* A kv.* call in flight and the staging its bookkeeping holds. */
+struct kv_call {
+	struct rpc_call *call;
+	uint64_t held;
+};
+
+static void refuse_busy(struct rpc_call *call, const char *what)
+{
+	met_inc(g.refused_busy);
+	PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "%s: %s refused: the node already "
+		  "holds kv_staging_max (%llu bytes) for other calls",
+		  rpc_call_peer(call), what, (unsigned long long)g.staging_max);
+	rpc_reply_error(call, RPC_E_BUSY, "the node already holds "
+			"kv_staging_max (%llu bytes) for other kv.* calls; "
+			"retry later", (unsigned long long)g.staging_max);
+}
+
+/*
+ * Take the staging a call of n keys (key_bytes in all) holds until it
+ * replies. NULL when it cannot: the call was answered (busy, or too_large
+ * when it alone exceeds kv_staging_max).
+ */
+static struct kv_call *call_hold(struct rpc_call *call, const char *what,
+				 unsigned n, uint64_t key_bytes)
+{
+	uint64_t need = (uint64_t)n * KV_KEY_STATE + 2 * key_bytes;
+	if (need > g.staging_max) {
+		met_inc(g.refused_large);
+		rpc_reply_error(call, RPC_E_TOO_LARGE, "%s of %u keys needs %llu"
+				" bytes of bookkeeping, over kv_staging_max "
+				"(%llu); send fewer keys per call", what, n,
+				(unsigned long long)need,
+				(unsigned long long)g.staging_max);
+		return NULL;
+	}
+	struct kv_call *kc = malloc(sizeof(*kc));
+	if (!kc) {
+		rpc_reply_error(call, RPC_E_BUSY, "out of memory");
+		return NULL;
+	}
+	if (__atomic_add_fetch(&g.staged, need, __ATOMIC_RELAXED) >
+	    g.staging_max) {
+		__atomic_sub_fetch(&g.staged, need, __ATOMIC_RELAXED);
+		free(kc);
+		refuse_busy(call, what);
+		return NULL;
+	}
+	kc->call = call;
+	kc->held = need;
+	return kc;
+}
+
+/* Give the staging back; the call, to reply to. */
+static struct rpc_call *call_release(struct kv_call *kc)
+{
+	struct rpc_call *call = kc->call;
+	__atomic_sub_fetch(&g.staged, kc->held, __ATOMIC_RELAXED);
+	free(kc);
+	return call;
+}
+
+static uint64_t keys_bytes(const struct keys *ks)
+{
+	uint64_t n = 0;
+	for (unsigned i = 0; i < ks->n; i++)
+		n += ks->len[i];
+	return n;
+}
+
 static void reply_bools(void *arg, const bool *ok, unsigned n)
 {
-	rpc_reply_bools(arg, ok, n);
+	rpc_reply_bools(call_release(arg), ok, n);
 }
 
 static void reply_count(void *arg, unsigned count)
 {
-	rpc_reply_uint(arg, count);
+	rpc_reply_uint(call_release(arg), count);
 }
 
 static void reply_existed(void *arg, const bool *ok, unsigned n)
@@ -823,7 +904,7 @@ static void reply_existed(void *arg, const bool *ok, unsigned n)
 	unsigned count = 0;
 	for (unsigned i = 0; i < n; i++)
 		count += ok[i];
-	rpc_reply_uint(arg, count);
+	rpc_reply_uint(call_release(arg), count);
 }
 
 static void m_set(struct rpc_call *call, struct mp_rd *p)
@@ -835,11 +916,19 @@ static void m_set(struct rpc_call *call, struct mp_rd *p)
 				"; %s", keys_help);
 		return;
 	}
-	for (uint32_t i = 0; i < nk; i++)
+	/* The keys' bytes: what the call's bookkeeping copies of them. */
+	uint64_t key_bytes = 0;
+	for (uint32_t i = 0; i < nk; i++) {
+		const uint8_t *before = p->p;
 		mp_skip(p);
+		key_bytes += (uint64_t)(p->p - before);
+	}
+	struct kv_call *kc = call_hold(call, "kv.set", nk, key_bytes);
+	if (!kc)
+		return;
 	struct kv_item *it = calloc(nk, sizeof(*it));
 	if (!it) {
-		rpc_reply_error(call, RPC_E_BUSY, "out of memory");
+		rpc_reply_error(call_release(kc), RPC_E_BUSY, "out of memory");
 		return;
 	}
 	/* Items point into the request: publish copies before it returns. */
@@ -856,22 +945,24 @@ static void m_set(struct rpc_call *call, struct mp_rd *p)
 	}
 	if (bad) {
 		free(it);
-		rpc_reply_error(call, RPC_E_BAD_PARAMS, "expected [keys, values]"
-				" with one bin value per key; %s", keys_help);
+		rpc_reply_error(call_release(kc), RPC_E_BAD_PARAMS,
+				"expected [keys, values] with one bin value "
+				"per key; %s", keys_help);
 		return;
 	}
 	int ret = kv_publish(rpc_call_reactor(call), it, nk, false, reply_bools,
-			     call);
+			     kc);
 	free(it);
 	if (ret < 0)
-		rpc_reply_error(call, RPC_E_BUSY, "%s", strerror(-ret));
+		rpc_reply_error(call_release(kc), RPC_E_BUSY, "%s",
+				strerror(-ret));
 }
 
 static void get_reply(void *arg, struct fetch *f)
 {
-	struct rpc_call *call = arg;
+	struct rpc_call *call = call_release(arg);
 	if (f->refused == -E2BIG) {
-		met_inc(g.get_too_large);
+		met_inc(g.refused_large);
 		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "%s: kv.get of %u keys refused: "
 			  "its pages exceed %llu bytes per call (%s)",
 			  rpc_call_peer(call), f->n,
@@ -884,15 +975,7 @@ static void get_reply(void *arg, struct fetch *f)
 		return;
 	}
 	if (f->refused) {
-		met_inc(g.get_busy);
-		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "%s: kv.get refused: the node "
-			  "already stages kv_staging_max (%llu bytes) for "
-			  "other kv.get calls", rpc_call_peer(call),
-			  (unsigned long long)g.staging_max);
-		rpc_reply_error(call, RPC_E_BUSY, "the node already stages "
-				"kv_staging_max (%llu bytes) of pages for other "
-				"kv.get calls; retry later",
-				(unsigned long long)g.staging_max);
+		refuse_busy(call, "kv.get");
 		return;
 	}
 	msgpack_packer *pk = rpc_reply_begin(call);
@@ -910,48 +993,52 @@ static void get_reply(void *arg, struct fetch *f)
 	rpc_reply_end(call);
 }
 
+/* Read [keys] and hold their bookkeeping: NULL when the call was answered. */
+static struct kv_call *keys_call(struct rpc_call *call, struct mp_rd *p,
+				 const char *what, struct keys *ks)
+{
+	if (keys_read(p, ks) < 0) {
+		rpc_reply_error(call, RPC_E_BAD_PARAMS, "expected [keys]; %s",
+				keys_help);
+		return NULL;
+	}
+	struct kv_call *kc = call_hold(call, what, ks->n, keys_bytes(ks));
+	if (!kc)
+		keys_free(ks);
+	return kc;
+}
+
+/* An operation did not start: free what it did not take, answer busy. */
+static void keys_call_failed(struct kv_call *kc, struct keys *ks)
+{
+	keys_free(ks);
+	rpc_reply_error(call_release(kc), RPC_E_BUSY, "out of memory");
+}
+
 static void m_get(struct rpc_call *call, struct mp_rd *p)
 {
 	struct keys ks;
-	if (keys_read(p, &ks) < 0) {
-		rpc_reply_error(call, RPC_E_BAD_PARAMS, "expected [keys]; %s",
-				keys_help);
-		return;
-	}
-	if (fetch_start(rpc_call_reactor(call), &ks, NULL, NULL, false,
-			get_reply, call) < 0) {
-		keys_free(&ks);
-		rpc_reply_error(call, RPC_E_BUSY, "out of memory");
-	}
+	struct kv_call *kc = keys_call(call, p, "kv.get", &ks);
+	if (kc && fetch_start(rpc_call_reactor(call), &ks, NULL, NULL, false,
+			      get_reply, kc) < 0)
+		keys_call_failed(kc, &ks);
 }
 
 static void m_exists(struct rpc_call *call, struct mp_rd *p)
 {
 	struct keys ks;
-	if (keys_read(p, &ks) < 0) {
-		rpc_reply_error(call, RPC_E_BAD_PARAMS, "expected [keys]; %s",
-				keys_help);
-		return;
-	}
-	if (exists_start(rpc_call_reactor(call), &ks, reply_count, call) < 0) {
-		keys_free(&ks);
-		rpc_reply_error(call, RPC_E_BUSY, "out of memory");
-	}
+	struct kv_call *kc = keys_call(call, p, "kv.exists", &ks);
+	if (kc && exists_start(rpc_call_reactor(call), &ks, reply_count, kc) < 0)
+		keys_call_failed(kc, &ks);
 }
 
 static void m_delete(struct rpc_call *call, struct mp_rd *p)
 {
 	struct keys ks;
-	if (keys_read(p, &ks) < 0) {
-		rpc_reply_error(call, RPC_E_BAD_PARAMS, "expected [keys]; %s",
-				keys_help);
-		return;
-	}
-	if (remove_start(rpc_call_reactor(call), &ks, reply_existed, call) <
-	    0) {
-		keys_free(&ks);
-		rpc_reply_error(call, RPC_E_BUSY, "out of memory");
-	}
+	struct kv_call *kc = keys_call(call, p, "kv.delete", &ks);
+	if (kc && remove_start(rpc_call_reactor(call), &ks, reply_existed, kc) <
+			  0)
+		keys_call_failed(kc, &ks);
 }
 
 static const struct rpc_method kv_methods[] = {
@@ -1080,15 +1167,15 @@ static int kv_init(struct pc_ctx *ctx)
 	    "CPU copy by the node)");
 #undef CTR
 	static const char refused_help[] =
-		"kv.get calls refused before staging their pages, by reason";
-	g.get_too_large = met_register(MET_COUNTER,
-				       "peercache_kv_get_refused_total",
+		"kv.* calls refused for memory (kv_staging_max, or a kv.get "
+		"reply over its cap), by reason";
+	g.refused_large = met_register(MET_COUNTER, "peercache_kv_refused_total",
 				       refused_help, "reason=\"too_large\"");
-	g.get_busy = met_register(MET_COUNTER, "peercache_kv_get_refused_total",
+	g.refused_busy = met_register(MET_COUNTER, "peercache_kv_refused_total",
 				  refused_help, "reason=\"busy\"");
 	met_register_fn("peercache_kv_staged_bytes",
-			"page bytes kv.get calls hold for their replies now",
-			NULL, staged_fn, NULL);
+			"bytes kv.* calls in flight hold now: kv.get's pages "
+			"and every call's per-key state", NULL, staged_fn, NULL);
 	static const char copy_help[] =
 		"page bytes the node copied with its CPU, by operation";
 	g.copy_set = met_register(MET_COUNTER, "peercache_copy_bytes_total",
