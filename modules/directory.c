@@ -8,8 +8,9 @@
  * mutex held only for a table operation (no I/O, no callback under it), each
  * within directory_max_bytes / DIR_STRIPES (oldest evicted first) — the
  * incarnations producers announced (a small lossy cache), and one RPC client
- * per reactor for talking to other owners. Threads: any reactor serves dir.* and runs client batches;
- * a batch lives on the reactor that started it.
+ * per reactor for talking to other owners. Threads: any reactor serves
+ * dir.* and runs client batches; a batch lives on the reactor that started
+ * it.
  *
  * Replicas: a record goes to the first directory_replicas owners of its key.
  * A lookup asks the first owner; a key it does not know, or an owner that
@@ -22,8 +23,10 @@
  * every record must name that producer, whose host must be the TCP source
  * address (any from loopback), and a connection publishes for one producer
  * and incarnation only (bound on its first dir.put). Unix-socket clients
- * may not dir.put, nor may anyone for this node itself. A producer announcing a new incarnation has restarted:
- * its records of earlier ones are dropped from every stripe at once.
+ * may not dir.put, nor may anyone for this node itself. A key another live
+ * producer (a ring member) holds keeps its record. A producer announcing a
+ * new incarnation has restarted: its records of earlier ones are dropped
+ * from every stripe at once (at most once a second per producer).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -87,7 +90,13 @@ struct stripe {
 struct prod {
 	char node[DIR_NODE_MAX];
 	uint64_t inc;
+	uint64_t swept_ns;          /* last drop of its records (pc_now_ns) */
 };
+
+/* A restart drops a producer's records once per this, at most: a drop
+ * walks the whole shard, and a caller flipping incarnations on new
+ * connections must not make it do so in a loop. */
+#define DIR_SWEEP_GAP_NS 1000000000ull
 
 static struct {
 	struct pc_ctx *ctx;
@@ -102,7 +111,7 @@ static struct {
 	uint64_t records;             /* atomic */
 	uint64_t bytes;               /* atomic: sum of the stripes' bytes */
 	met_id lookups, lookup_hits, fallbacks, puts, removes;
-	met_id evicted, stale_dropped, put_refused;
+	met_id evicted, stale_dropped, put_refused, kept;
 } g;
 
 static uint64_t key_hash(const char *k, size_t n)
@@ -211,7 +220,23 @@ static void recs_free(struct srec *list)
 	__atomic_sub_fetch(&g.bytes, bytes, __ATOMIC_RELAXED);
 }
 
-/* Store a record of incarnation inc: the latest put of a key wins. */
+/* Does a record of another producer than node stand? It does while that
+ * producer is a ring member: a key published is not taken over by another
+ * node (whose bytes readers would then get); a departed producer's is. */
+static bool held_by_other(const struct srec *r, const char *node)
+{
+	if (strcmp(rec_node(r), node) == 0)
+		return false;
+	const struct ring *ring = __atomic_load_n(&g.ctx->svc.ring,
+						  __ATOMIC_ACQUIRE);
+	return ring && ring_find(ring, rec_node(r)) >= 0;
+}
+
+/*
+ * Store a record of incarnation inc. A producer's later put of a key
+ * replaces its earlier one; a key another live producer holds keeps that
+ * record (the put still counts as stored: the key is published).
+ */
 static int shard_store(const char *key, size_t klen, const struct dir_rec *rec,
 		       uint64_t inc)
 {
@@ -238,6 +263,12 @@ static int shard_store(const char *key, size_t klen, const struct dir_rec *rec,
 	pthread_mutex_lock(&s->lock);
 	struct srec **pp = slot_of(s, h, key, klen);
 	struct srec *old = *pp;
+	if (old && held_by_other(old, rec->node)) {
+		pthread_mutex_unlock(&s->lock);
+		free(n);
+		met_inc(g.kept);
+		return 0;
+	}
 	if (old) {
 		n->next = old->next;
 		*pp = n;
@@ -345,13 +376,22 @@ static unsigned shard_drop_stale(const char *node, uint64_t inc)
 
 /*
  * node announces incarnation inc (non-zero). True when it had announced
- * another one here before: it restarted, and its older records must go.
+ * another one here before: it restarted, and its older records must go
+ * (unless they went less than DIR_SWEEP_GAP_NS ago: then they stay until
+ * evicted or missed).
  */
 static bool prod_announce(const char *node, uint64_t inc)
 {
 	struct prod *p = &g.prods[key_hash(node, strlen(node)) % DIR_PRODUCERS];
+	uint64_t now = pc_now_ns();
 	pthread_mutex_lock(&g.prods_lock);
-	bool restarted = strcmp(p->node, node) == 0 && p->inc != inc;
+	bool same = strcmp(p->node, node) == 0;
+	bool restarted = same && p->inc != inc &&
+			 now - p->swept_ns >= DIR_SWEEP_GAP_NS;
+	if (!same)
+		p->swept_ns = 0;
+	if (restarted)
+		p->swept_ns = now;
 	snprintf(p->node, sizeof(p->node), "%s", node);
 	p->inc = inc;
 	pthread_mutex_unlock(&g.prods_lock);
@@ -1162,6 +1202,9 @@ static int d_init(struct pc_ctx *ctx)
 		{&g.put_refused, "peercache_directory_put_refused_total",
 		 "dir.put calls refused: records of another producer than the "
 		 "caller"},
+		{&g.kept, "peercache_directory_put_kept_total",
+		 "records not stored because another live producer holds the "
+		 "key"},
 	};
 	for (size_t i = 0; i < PC_ARRAY_LEN(bounds); i++)
 		*bounds[i].id = met_register(MET_COUNTER, bounds[i].name,
