@@ -166,6 +166,19 @@ static const struct pc_cfg_key keys[] = {
 	{"shutdown_grace", PC_CFG_DURATION, "5s", 0, 10 * MIN, NULL,
 	 OFF(shutdown_grace_ms), 0,
 	 "time in-flight work gets to finish on shutdown"},
+	/* request memory (kv): a kv.get's reply is also capped per call by
+	 * the smallest of rpc_max_message_bytes, conn_out_max and this */
+	{"kv_staging_max", PC_CFG_SIZE, "256mb", 1 * MB, 1 * TB, NULL,
+	 OFF(kv_staging_max), 0,
+	 "bytes all kv.* calls in flight may hold (kv.get's pages for its "
+	 "reply, every call's per-key state); over it a call gets 'busy'"},
+	/* directory shard: a record costs ~100 bytes plus its key and its
+	 * producer's two endpoint strings (~200 bytes typical, ~900 at most),
+	 * so 256mb holds 1-2.5 million records, far more than pools hold */
+	{"directory_max_bytes", PC_CFG_SIZE, "256mb", 1 * MB, 1 * TB, NULL,
+	 OFF(directory_max_bytes), 0,
+	 "memory for this node's directory records; when full the oldest "
+	 "records of a stripe (1/64 of it) are evicted"},
 };
 
 const struct pc_cfg_table pc_settings_table = {keys, PC_ARRAY_LEN(keys)};

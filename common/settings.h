@@ -76,6 +76,10 @@ struct pc_settings {
 	uint64_t reactor_buf_bytes;
 	uint64_t conn_out_max;
 	uint64_t shutdown_grace_ms;
+	/* request memory (kv) */
+	uint64_t kv_staging_max;
+	/* directory shard */
+	uint64_t directory_max_bytes;
 };
 
 extern const struct pc_cfg_table pc_settings_table;

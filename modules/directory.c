@@ -5,10 +5,12 @@
  * modules as ctx->svc.dir.
  *
  * Owns: the shard — DIR_STRIPES hash tables of records, each behind its own
- * mutex held only for a table operation (no I/O, no callback under it) — and
- * the interned producer names; one RPC client per reactor for talking to
- * other owners. Threads: any reactor serves dir.* and runs client batches;
- * a batch lives on the reactor that started it.
+ * mutex held only for a table operation (no I/O, no callback under it), each
+ * within directory_max_bytes / DIR_STRIPES (oldest evicted first) — the
+ * incarnations producers announced (a small lossy cache), and one RPC client
+ * per reactor for talking to other owners. Threads: any reactor serves
+ * dir.* and runs client batches; a batch lives on the reactor that started
+ * it.
  *
  * Replicas: a record goes to the first directory_replicas owners of its key.
  * A lookup asks the first owner; a key it does not know, or an owner that
@@ -16,7 +18,17 @@
  * found or every owner was asked (the original only fell back on errors).
  * Deletes are conditional on (producer, generation), so a late delete for an
  * evicted page never removes a newer record of the same key.
+ *
+ * Who may publish: dir.put carries [node, data, incarnation] of its caller;
+ * every record must name that producer, whose host must be the TCP source
+ * address (any from loopback), and a connection publishes for one producer
+ * and incarnation only (bound on its first dir.put). Unix-socket clients
+ * may not dir.put, nor may anyone for this node itself. A key another live
+ * producer (a ring member) holds keeps its record. A producer announcing a
+ * new incarnation has restarted: its records of earlier ones are dropped
+ * from every stripe at once (at most once a second per producer).
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -27,6 +39,7 @@
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/settings.h"
+#include "common/sha256.h"
 #include "modules/directory.h"
 #include "modules/modules.h"
 #include "rpc/client.h"
@@ -35,23 +48,32 @@
 
 #define LOG_MOD "directory"
 #define DIR_STRIPES 64
-#define DIR_NODES_MAX 4096
 #define DIR_BATCH_MAX 65536   /* keys in one call */
 #define DIR_REPLICAS_MAX 8
+#define DIR_PRODUCERS 4096    /* incarnations remembered (direct-mapped) */
 
 /* ------------------------------------------------------------------ shard */
 
+/*
+ * A record carries its producer's id and data endpoint itself (after the
+ * key), so nothing outlives the records: there is no table of names to
+ * fill. Each stripe keeps its records in age order (a put moves a record to
+ * the newest end) and at most g.stripe_max bytes of them; a put into a full
+ * stripe evicts from the oldest end.
+ */
 struct srec {
-	struct srec *next;
+	struct srec *next;          /* hash chain */
+	struct srec *older, *newer; /* the stripe's age list */
 	uint64_t h;
 	uint64_t addr;
 	uint64_t gen;
+	uint64_t inc;               /* producer's incarnation; 0 = unknown */
 	uint32_t len;
 	uint32_t rkey;
-	uint16_t node;      /* index into the interned names */
-	uint8_t resident;
 	uint16_t klen;
-	char key[];
+	uint8_t nlen, dlen;         /* producer id, data endpoint (< 160) */
+	bool resident;
+	char key[];                 /* key, then "node\0data\0" */
 };
 
 struct stripe {
@@ -59,20 +81,37 @@ struct stripe {
 	struct srec **tab;
 	uint32_t mask;
 	uint32_t count;
+	uint64_t bytes;             /* rec_cost() of its records */
+	struct srec *oldest, *newest;
 };
+
+/* The incarnation a producer last announced here (a cache: a producer
+ * forgotten through a collision only loses restart detection). */
+struct prod {
+	char node[DIR_NODE_MAX];
+	uint64_t inc;
+	uint64_t swept_ns;          /* last drop of its records (pc_now_ns) */
+};
+
+/* A restart drops a producer's records once per this, at most: a drop
+ * walks the whole shard, and a caller flipping incarnations on new
+ * connections must not make it do so in a loop. */
+#define DIR_SWEEP_GAP_NS 1000000000ull
 
 static struct {
 	struct pc_ctx *ctx;
 	struct stripe stripes[DIR_STRIPES];
-	pthread_mutex_t names_lock;
-	char *names[DIR_NODES_MAX];   /* "node\0data" pairs, interned */
-	unsigned nnames;
+	uint64_t stripe_max;          /* directory_max_bytes / DIR_STRIPES */
+	uint64_t incarnation;         /* this node's, random at start */
+	pthread_mutex_t prods_lock;
+	struct prod *prods;           /* DIR_PRODUCERS slots */
 	unsigned replicas;
 	unsigned timeout_ms;
 	struct rpc_client **clients;  /* per reactor */
 	uint64_t records;             /* atomic */
-	uint64_t key_bytes;           /* atomic */
+	uint64_t bytes;               /* atomic: sum of the stripes' bytes */
 	met_id lookups, lookup_hits, fallbacks, puts, removes;
+	met_id evicted, stale_dropped, put_refused, kept;
 } g;
 
 static uint64_t key_hash(const char *k, size_t n)
@@ -80,40 +119,20 @@ static uint64_t key_hash(const char *k, size_t n)
 	return XXH3_64bits(k, n);
 }
 
-/* Intern (node, data): the same pair always gets the same index. */
-static int intern(const char *node, const char *data)
+static const char *rec_node(const struct srec *r)
 {
-	pthread_mutex_lock(&g.names_lock);
-	for (unsigned i = 0; i < g.nnames; i++) {
-		const char *n = g.names[i];
-		if (strcmp(n, node) == 0 && strcmp(n + strlen(n) + 1, data) == 0) {
-			pthread_mutex_unlock(&g.names_lock);
-			return (int)i;
-		}
-	}
-	int idx = -ENOSPC;
-	size_t a = strlen(node) + 1, b = strlen(data) + 1;
-	char *s = g.nnames < DIR_NODES_MAX ? malloc(a + b) : NULL;
-	if (s) {
-		memcpy(s, node, a);
-		memcpy(s + a, data, b);
-		idx = (int)g.nnames;
-		__atomic_store_n(&g.names[g.nnames], s, __ATOMIC_RELEASE);
-		__atomic_store_n(&g.nnames, g.nnames + 1, __ATOMIC_RELEASE);
-	}
-	pthread_mutex_unlock(&g.names_lock);
-	return idx;
+	return r->key + r->klen;
 }
 
-static const char *name_node(unsigned i)
+static const char *rec_data(const struct srec *r)
 {
-	return __atomic_load_n(&g.names[i], __ATOMIC_ACQUIRE);
+	return r->key + r->klen + r->nlen + 1;
 }
 
-static const char *name_data(unsigned i)
+/* What a record costs: itself, its strings and its chain slot. */
+static uint64_t rec_cost(const struct srec *r)
 {
-	const char *n = name_node(i);
-	return n + strlen(n) + 1;
+	return sizeof(*r) + r->klen + r->nlen + r->dlen + 2u + sizeof(void *);
 }
 
 static struct stripe *stripe_of(uint64_t h)
@@ -151,42 +170,145 @@ static void stripe_grow(struct stripe *s)
 	s->mask = nmask;
 }
 
-static int shard_put(const char *key, size_t klen, const struct dir_rec *rec)
+static void age_unlink(struct stripe *s, struct srec *r)
 {
-	if (klen == 0 || klen > DIR_KEY_MAX)
+	if (r->older)
+		r->older->newer = r->newer;
+	else
+		s->oldest = r->newer;
+	if (r->newer)
+		r->newer->older = r->older;
+	else
+		s->newest = r->older;
+	r->older = r->newer = NULL;
+}
+
+static void age_push(struct stripe *s, struct srec *r)
+{
+	r->newer = NULL;
+	r->older = s->newest;
+	if (s->newest)
+		s->newest->newer = r;
+	else
+		s->oldest = r;
+	s->newest = r;
+}
+
+/* Take r out of s (lock held); the caller frees it and settles totals. */
+static void stripe_remove(struct stripe *s, struct srec *r)
+{
+	struct srec **pp = slot_of(s, r->h, r->key, r->klen);
+	PC_ASSERT(*pp == r);
+	*pp = r->next;
+	age_unlink(s, r);
+	s->count--;
+	s->bytes -= rec_cost(r);
+}
+
+/* Free a list of removed records (linked through next); settle totals. */
+static void recs_free(struct srec *list)
+{
+	uint64_t n = 0, bytes = 0;
+	while (list) {
+		struct srec *r = list;
+		list = r->next;
+		n++;
+		bytes += rec_cost(r);
+		free(r);
+	}
+	__atomic_sub_fetch(&g.records, n, __ATOMIC_RELAXED);
+	__atomic_sub_fetch(&g.bytes, bytes, __ATOMIC_RELAXED);
+}
+
+/* Does a record of another producer than node stand? It does while that
+ * producer is a ring member: a key published is not taken over by another
+ * node (whose bytes readers would then get); a departed producer's is. */
+static bool held_by_other(const struct srec *r, const char *node)
+{
+	if (strcmp(rec_node(r), node) == 0)
+		return false;
+	const struct ring *ring = __atomic_load_n(&g.ctx->svc.ring,
+						  __ATOMIC_ACQUIRE);
+	return ring && ring_find(ring, rec_node(r)) >= 0;
+}
+
+/*
+ * Store a record of incarnation inc. A producer's later put of a key
+ * replaces its earlier one; a key another live producer holds keeps that
+ * record (the put still counts as stored: the key is published).
+ */
+static int shard_store(const char *key, size_t klen, const struct dir_rec *rec,
+		       uint64_t inc)
+{
+	size_t nlen = strnlen(rec->node, DIR_NODE_MAX);
+	size_t dlen = strnlen(rec->data, DIR_NODE_MAX);
+	if (klen == 0 || klen > DIR_KEY_MAX || nlen == 0 ||
+	    nlen >= DIR_NODE_MAX || dlen == 0 || dlen >= DIR_NODE_MAX)
 		return -EINVAL;
-	int node = intern(rec->node, rec->data);
-	if (node < 0)
-		return node;
-	struct srec *n = malloc(sizeof(*n) + klen);
+	struct srec *n = malloc(sizeof(*n) + klen + nlen + dlen + 2);
 	if (!n)
 		return -ENOMEM;
 	uint64_t h = key_hash(key, klen);
-	n->h = h;
-	n->addr = rec->addr;
-	n->gen = rec->gen;
-	n->len = rec->len;
-	n->rkey = rec->rkey;
-	n->node = (uint16_t)node;
-	n->resident = rec->resident;
-	n->klen = (uint16_t)klen;
+	*n = (struct srec){.h = h, .addr = rec->addr, .gen = rec->gen,
+			   .inc = inc, .len = rec->len, .rkey = rec->rkey,
+			   .klen = (uint16_t)klen, .nlen = (uint8_t)nlen,
+			   .dlen = (uint8_t)dlen, .resident = rec->resident};
 	memcpy(n->key, key, klen);
+	memcpy(n->key + klen, rec->node, nlen + 1);
+	memcpy(n->key + klen + nlen + 1, rec->data, dlen + 1);
+	uint64_t cost = rec_cost(n);
 	struct stripe *s = stripe_of(h);
+	struct srec *gone = NULL; /* replaced and evicted records */
+	unsigned evicted = 0;
 	pthread_mutex_lock(&s->lock);
 	struct srec **pp = slot_of(s, h, key, klen);
 	struct srec *old = *pp;
-	n->next = old ? old->next : NULL;
-	*pp = n; /* the latest publish wins */
-	if (!old && ++s->count > (s->mask + 1) * 2)
-		stripe_grow(s);
-	pthread_mutex_unlock(&s->lock);
+	if (old && held_by_other(old, rec->node)) {
+		pthread_mutex_unlock(&s->lock);
+		free(n);
+		met_inc(g.kept);
+		return 0;
+	}
 	if (old) {
-		free(old);
+		n->next = old->next;
+		*pp = n;
+		age_unlink(s, old);
+		s->bytes -= rec_cost(old);
+		old->next = NULL;
+		gone = old;
 	} else {
-		__atomic_add_fetch(&g.records, 1, __ATOMIC_RELAXED);
-		__atomic_add_fetch(&g.key_bytes, klen, __ATOMIC_RELAXED);
+		n->next = NULL;
+		*pp = n;
+		if (++s->count > (s->mask + 1) * 2)
+			stripe_grow(s);
+	}
+	age_push(s, n);
+	s->bytes += cost;
+	while (s->bytes > g.stripe_max && s->oldest != n) {
+		struct srec *v = s->oldest;
+		stripe_remove(s, v);
+		v->next = gone;
+		gone = v;
+		evicted++;
+	}
+	pthread_mutex_unlock(&s->lock);
+	__atomic_add_fetch(&g.records, 1, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&g.bytes, cost, __ATOMIC_RELAXED);
+	recs_free(gone);
+	if (evicted) {
+		met_add(g.evicted, evicted);
+		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "directory stripe full (%llu "
+			  "bytes, directory_max_bytes / %d): evicted its oldest "
+			  "records", (unsigned long long)g.stripe_max,
+			  DIR_STRIPES);
 	}
 	return 0;
+}
+
+/* This node's own records (local publishes). */
+static int shard_put(const char *key, size_t klen, const struct dir_rec *rec)
+{
+	return shard_store(key, klen, rec, g.incarnation);
 }
 
 static bool shard_get(const char *key, size_t klen, struct dir_rec *out)
@@ -202,8 +324,8 @@ static bool shard_get(const char *key, size_t klen, struct dir_rec *out)
 		out->len = r->len;
 		out->rkey = r->rkey;
 		out->resident = r->resident;
-		snprintf(out->node, sizeof(out->node), "%s", name_node(r->node));
-		snprintf(out->data, sizeof(out->data), "%s", name_data(r->node));
+		memcpy(out->node, rec_node(r), r->nlen + 1u);
+		memcpy(out->data, rec_data(r), r->dlen + 1u);
 	}
 	pthread_mutex_unlock(&s->lock);
 	return r != NULL;
@@ -216,21 +338,64 @@ static bool shard_del(const char *key, size_t klen, const char *node,
 	uint64_t h = key_hash(key, klen);
 	struct stripe *s = stripe_of(h);
 	pthread_mutex_lock(&s->lock);
-	struct srec **pp = slot_of(s, h, key, klen);
-	struct srec *r = *pp;
-	bool match = r && (!node || (strcmp(name_node(r->node), node) == 0 &&
+	struct srec *r = *slot_of(s, h, key, klen);
+	bool match = r && (!node || (strcmp(rec_node(r), node) == 0 &&
 				     (gen == 0 || r->gen == gen)));
 	if (match) {
-		*pp = r->next;
-		s->count--;
+		stripe_remove(s, r);
+		r->next = NULL;
 	}
 	pthread_mutex_unlock(&s->lock);
-	if (match) {
-		__atomic_sub_fetch(&g.records, 1, __ATOMIC_RELAXED);
-		__atomic_sub_fetch(&g.key_bytes, r->klen, __ATOMIC_RELAXED);
-		free(r);
-	}
+	if (match)
+		recs_free(r);
 	return match;
+}
+
+/* Drop node's records of any incarnation but inc (it restarted). */
+static unsigned shard_drop_stale(const char *node, uint64_t inc)
+{
+	unsigned dropped = 0;
+	for (unsigned i = 0; i < DIR_STRIPES; i++) {
+		struct stripe *s = &g.stripes[i];
+		struct srec *gone = NULL;
+		pthread_mutex_lock(&s->lock);
+		for (struct srec *r = s->oldest, *nx; r; r = nx) {
+			nx = r->newer;
+			if (r->inc == inc || strcmp(rec_node(r), node) != 0)
+				continue;
+			stripe_remove(s, r);
+			r->next = gone;
+			gone = r;
+			dropped++;
+		}
+		pthread_mutex_unlock(&s->lock);
+		recs_free(gone);
+	}
+	return dropped;
+}
+
+/*
+ * node announces incarnation inc (non-zero). True when it had announced
+ * another one here before: it restarted, and its older records must go
+ * (unless they went less than DIR_SWEEP_GAP_NS ago: then they stay until
+ * evicted or missed).
+ */
+static bool prod_announce(const char *node, uint64_t inc)
+{
+	struct prod *p = &g.prods[key_hash(node, strlen(node)) % DIR_PRODUCERS];
+	uint64_t now = pc_now_ns();
+	pthread_mutex_lock(&g.prods_lock);
+	bool same = strcmp(p->node, node) == 0;
+	bool restarted = same && p->inc != inc &&
+			 now - p->swept_ns >= DIR_SWEEP_GAP_NS;
+	if (!same)
+		p->swept_ns = 0;
+	if (restarted)
+		p->swept_ns = now;
+	snprintf(p->node, sizeof(p->node), "%s", node);
+	p->inc = inc;
+	pthread_mutex_unlock(&g.prods_lock);
+	return restarted;
 }
 
 /* --------------------------------------------------------- dir.* methods */
@@ -305,27 +470,225 @@ static int read_rec(struct mp_rd *p, struct dir_rec *r)
 	return 0;
 }
 
-/* dir.put [[key, rec], ...] -> stored count */
+/* ------------------------------------------------- who may publish what */
+
+/* The host of "host:port" (the part before the last ':'), or -EINVAL. */
+static int host_of(const char *id, char *out, size_t cap)
+{
+	const char *colon = strrchr(id, ':');
+	if (!colon || colon == id || !colon[1] || (size_t)(colon - id) >= cap)
+		return -EINVAL;
+	memcpy(out, id, (size_t)(colon - id));
+	out[colon - id] = '\0';
+	return 0;
+}
+
+/* A numeric address as bytes (IPv4-mapped IPv6 as IPv4): 4, 16 or 0. */
+static size_t addr_bytes(const char *s, unsigned char out[16])
+{
+	static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0,
+						 0, 0, 0xff, 0xff};
+	if (inet_pton(AF_INET, s, out) == 1)
+		return 4;
+	if (inet_pton(AF_INET6, s, out) != 1)
+		return 0;
+	if (memcmp(out, mapped, sizeof(mapped)) != 0)
+		return 16;
+	memmove(out, out + 12, 4);
+	return 4;
+}
+
+/* Two numeric addresses are the same. */
+static bool same_addr(const char *a, const char *b)
+{
+	unsigned char x[16], y[16];
+	size_t lx = addr_bytes(a, x), ly = addr_bytes(b, y);
+	return lx && lx == ly && memcmp(x, y, lx) == 0;
+}
+
+static bool is_loopback(const char *host)
+{
+	return pc_host_is_loopback(host) ||
+	       (strncmp(host, "::ffff:", 7) == 0 &&
+		pc_host_is_loopback(host + 7));
+}
+
+/*
+ * May this connection publish records of producer node (data endpoint
+ * data)? Only nodes over TCP; the producer id and data endpoint name one
+ * host, and that host is the connection's source address unless the
+ * connection comes from loopback. 0, or -EPERM with the reason in why.
+ */
+static int producer_check(struct rpc_call *call, const char *node,
+			  const char *data, char *why, size_t cap)
+{
+	char nh[DIR_NODE_MAX], dh[DIR_NODE_MAX], src[64];
+	if (rpc_call_is_local(call)) {
+		snprintf(why, cap, "dir.put is for nodes: Unix-socket clients "
+			 "may not publish directory records");
+		return -EPERM;
+	}
+	if (strcmp(node, g.ctx->svc.self_id) == 0) {
+		snprintf(why, cap, "'%s' is this node, which stores its own "
+			 "records without dir.put", node);
+		return -EPERM;
+	}
+	if (host_of(node, nh, sizeof(nh)) < 0 ||
+	    host_of(data, dh, sizeof(dh)) < 0 || strcmp(nh, dh) != 0) {
+		snprintf(why, cap, "producer '%s' and data endpoint '%s' must "
+			 "be host:port on one host", node, data);
+		return -EPERM;
+	}
+	if (host_of(rpc_call_peer(call), src, sizeof(src)) < 0)
+		src[0] = '\0';
+	if (!is_loopback(src) && !same_addr(src, nh)) {
+		snprintf(why, cap, "producer '%s' is not this connection's "
+			 "address %s: a node publishes only its own records",
+			 node, src);
+		return -EPERM;
+	}
+	return 0;
+}
+
+/* What a connection that called dir.put publishes for (one producer, one
+ * incarnation). Only dir.put sets TCP connections' module data (sessions,
+ * the other user, are Unix-socket only). */
+struct dir_conn {
+	uint64_t inc;
+	char node[DIR_NODE_MAX];
+};
+
+/* Bind the connection to (node, inc) on its first dir.put; later puts must
+ * name the same. 0, or -EPERM with the reason in why. */
+static int conn_bind(struct rpc_call *call, const char *node, uint64_t inc,
+		     char *why, size_t cap)
+{
+	struct dir_conn *b = rpc_call_conn_data(call);
+	if (b) {
+		if (strcmp(b->node, node) == 0 && b->inc == inc)
+			return 0;
+		snprintf(why, cap, "this connection publishes for '%s' "
+			 "(incarnation %llu), not '%s' (incarnation %llu)",
+			 b->node, (unsigned long long)b->inc, node,
+			 (unsigned long long)inc);
+		return -EPERM;
+	}
+	if (!(b = calloc(1, sizeof(*b)))) {
+		snprintf(why, cap, "out of memory");
+		return -ENOMEM;
+	}
+	snprintf(b->node, sizeof(b->node), "%s", node);
+	b->inc = inc;
+	rpc_call_set_conn_data(call, b, free);
+	return 0;
+}
+
+/* Read one [key, record] entry. */
+static int read_entry(struct mp_rd *p, const char **key, uint32_t *klen,
+		      struct dir_rec *r)
+{
+	uint32_t two;
+	if (mp_rd_array(p, &two) < 0 || two != 2 ||
+	    mp_rd_str(p, key, klen) < 0 || *klen == 0 ||
+	    *klen > DIR_KEY_MAX || read_rec(p, r) < 0)
+		return -EINVAL;
+	return 0;
+}
+
+/*
+ * dir.put [[key, rec], ...], [node, data, incarnation]
+ *   -> stored count
+ * The second parameter announces the producer; every record must name it.
+ * Without it (the old format) the first record's producer stands for all,
+ * at incarnation 0 (never a restart). The whole call is checked before
+ * anything is stored.
+ */
 static void m_put(struct rpc_call *call, struct mp_rd *p)
 {
 	uint32_t n, stored = 0;
+	struct mp_rd ents = *p;
+	struct dir_rec who = {0};
+	uint64_t inc = 0;
+	char why[400];
 	if (mp_rd_array(p, &n) < 0 || n > DIR_BATCH_MAX) {
 		rpc_reply_error(call, RPC_E_BAD_PARAMS, "expected [[key, record]"
-				", ...] (at most %d)", DIR_BATCH_MAX);
+				", ...] (at most %d), [node, data, "
+				"incarnation]", DIR_BATCH_MAX);
 		return;
 	}
 	for (uint32_t i = 0; i < n; i++) {
-		uint32_t two, klen;
 		const char *key;
+		uint32_t klen;
 		struct dir_rec r;
-		if (mp_rd_array(p, &two) < 0 || two != 2 ||
-		    mp_rd_str(p, &key, &klen) < 0 || read_rec(p, &r) < 0) {
+		if (read_entry(p, &key, &klen, &r) < 0) {
 			rpc_reply_error(call, RPC_E_BAD_PARAMS, "entry %u: "
 					"expected [key, [node, data, addr, rkey,"
 					" len, gen, resident]]", i);
 			return;
 		}
-		stored += shard_put(key, klen, &r) == 0;
+		if (i == 0)
+			who = r;
+	}
+	uint32_t three;
+	bool announced = mp_peek(p) != MP_T_END;
+	if (announced &&
+	    (mp_rd_array(p, &three) < 0 || three != 3 ||
+	     read_str(p, who.node, sizeof(who.node)) < 0 ||
+	     read_str(p, who.data, sizeof(who.data)) < 0 ||
+	     mp_rd_uint(p, &inc) < 0 || mp_peek(p) != MP_T_END)) {
+		rpc_reply_error(call, RPC_E_BAD_PARAMS, "second parameter: "
+				"expected [node, data, incarnation]");
+		return;
+	}
+	if (!announced && n == 0) {
+		rpc_reply_uint(call, 0);
+		return;
+	}
+	int ret = producer_check(call, who.node, who.data, why, sizeof(why));
+	/* Every record names the producer. */
+	struct mp_rd q = ents;
+	mp_rd_array(&q, &n);
+	for (uint32_t i = 0; i < n && ret == 0; i++) {
+		const char *key;
+		uint32_t klen;
+		struct dir_rec r;
+		read_entry(&q, &key, &klen, &r); /* checked above */
+		bool other = strcmp(r.node, who.node) != 0;
+		if (other || strcmp(r.data, who.data) != 0) {
+			snprintf(why, sizeof(why), "entry %u names %s '%s', "
+				 "not the caller's '%s'", i,
+				 other ? "producer" : "data endpoint",
+				 other ? r.node : r.data,
+				 other ? who.node : who.data);
+			ret = -EPERM;
+		}
+	}
+	if (ret == 0)
+		ret = conn_bind(call, who.node, inc, why, sizeof(why));
+	if (ret < 0) {
+		met_inc(g.put_refused);
+		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "%s: dir.put refused: %s",
+			  rpc_call_peer(call), why);
+		rpc_reply_error(call, ret == -EPERM ? RPC_E_FORBIDDEN
+						    : RPC_E_BUSY, "%s", why);
+		return;
+	}
+	if (inc && prod_announce(who.node, inc)) {
+		unsigned dropped = shard_drop_stale(who.node, inc);
+		met_add(g.stale_dropped, dropped);
+		PC_LOG_RL(PC_LOG_INFO, LOG_MOD, "producer %s restarted "
+			  "(incarnation %llu): dropped %u records of its "
+			  "earlier incarnations", who.node,
+			  (unsigned long long)inc, dropped);
+	}
+	q = ents;
+	mp_rd_array(&q, &n);
+	for (uint32_t i = 0; i < n; i++) {
+		const char *key;
+		uint32_t klen;
+		struct dir_rec r;
+		read_entry(&q, &key, &klen, &r);
+		stored += shard_store(key, klen, &r, inc) == 0;
 	}
 	rpc_reply_uint(call, stored);
 }
@@ -395,8 +758,8 @@ static void m_del(struct rpc_call *call, struct mp_rd *p)
 
 static const struct rpc_method dir_methods[] = {
 	{"dir.put", m_put, 0,
-	 "store records: [[key, [node, data, addr, rkey, len, gen, resident]]"
-	 ", ...] -> stored count"},
+	 "store the caller's records: [[key, [node, data, addr, rkey, len, "
+	 "gen, resident]], ...], [node, data, incarnation] -> stored count"},
 	{"dir.get", m_get, 0, "[[key, ...]] -> [record | nil, ...]"},
 	{"dir.del", m_del, 0,
 	 "[[key, node | nil, gen], ...] -> [deleted, ...] (conditional)"},
@@ -546,6 +909,15 @@ static void pack_call_params(struct job *j, msgpack_packer *pk,
 	}
 }
 
+/* dir.put's second parameter: who publishes, in which incarnation. */
+static void pack_announce(msgpack_packer *pk)
+{
+	msgpack_pack_array(pk, 3);
+	mp_pack_cstr(pk, g.ctx->svc.self_id);
+	mp_pack_cstr(pk, g.ctx->svc.self_data);
+	msgpack_pack_uint64(pk, g.incarnation);
+}
+
 /* Work for key k on the local shard, done at once. */
 static void job_local(struct job *j, unsigned k)
 {
@@ -647,7 +1019,8 @@ static void job_round(struct job *j)
 					idx[jr->n++] = k;
 		}
 		struct rpc_req *q = rpc_req_new(cl, ring_member(j->ring, o),
-						methods[j->kind], 1,
+						methods[j->kind],
+						j->kind == JOB_PUBLISH ? 2 : 1,
 						g.timeout_ms, job_rpc_done, jr);
 		if (!q) {
 			free(idx);
@@ -655,6 +1028,8 @@ static void job_round(struct job *j)
 			continue;
 		}
 		pack_call_params(j, rpc_req_packer(q), idx, jr->n);
+		if (j->kind == JOB_PUBLISH)
+			pack_announce(rpc_req_packer(q));
 		j->outstanding++;
 		rpc_req_send(q);
 	}
@@ -774,10 +1149,7 @@ static double records_fn(void *arg)
 static double bytes_fn(void *arg)
 {
 	(void)arg;
-	uint64_t n = __atomic_load_n(&g.records, __ATOMIC_RELAXED);
-	uint64_t kb = __atomic_load_n(&g.key_bytes, __ATOMIC_RELAXED);
-	/* What a record costs: the struct, its key, and its chain slot. */
-	return (double)(n * (sizeof(struct srec) + sizeof(void *)) + kb);
+	return (double)__atomic_load_n(&g.bytes, __ATOMIC_RELAXED);
 }
 
 static int d_init(struct pc_ctx *ctx)
@@ -788,7 +1160,17 @@ static int d_init(struct pc_ctx *ctx)
 	g.replicas = (unsigned)PC_MIN(s->directory_replicas,
 				      (int64_t)DIR_REPLICAS_MAX);
 	g.timeout_ms = (unsigned)s->rpc_timeout_ms;
-	pthread_mutex_init(&g.names_lock, NULL);
+	g.stripe_max = s->directory_max_bytes / DIR_STRIPES;
+	/* Random and non-zero: a restart is a new incarnation to the owners
+	 * of this node's records. */
+	do {
+		if (pc_random_bytes(&g.incarnation, sizeof(g.incarnation)) < 0)
+			return -EIO;
+	} while (g.incarnation == 0);
+	pthread_mutex_init(&g.prods_lock, NULL);
+	g.prods = calloc(DIR_PRODUCERS, sizeof(*g.prods));
+	if (!g.prods)
+		return -ENOMEM;
 	for (unsigned i = 0; i < DIR_STRIPES; i++) {
 		struct stripe *st = &g.stripes[i];
 		pthread_mutex_init(&st->lock, NULL);
@@ -805,8 +1187,28 @@ static int d_init(struct pc_ctx *ctx)
 			"records in this node's directory shard", NULL,
 			records_fn, NULL);
 	met_register_fn("peercache_directory_bytes",
-			"memory held by this node's directory shard", NULL,
-			bytes_fn, NULL);
+			"memory held by this node's directory shard (at most "
+			"directory_max_bytes)", NULL, bytes_fn, NULL);
+	static const struct {
+		met_id *id;
+		const char *name, *help;
+	} bounds[] = {
+		{&g.evicted, "peercache_directory_evictions_total",
+		 "records evicted (oldest first) to keep the shard within "
+		 "directory_max_bytes"},
+		{&g.stale_dropped, "peercache_directory_stale_dropped_total",
+		 "records dropped because their producer restarted (announced "
+		 "a new incarnation)"},
+		{&g.put_refused, "peercache_directory_put_refused_total",
+		 "dir.put calls refused: records of another producer than the "
+		 "caller"},
+		{&g.kept, "peercache_directory_put_kept_total",
+		 "records not stored because another live producer holds the "
+		 "key"},
+	};
+	for (size_t i = 0; i < PC_ARRAY_LEN(bounds); i++)
+		*bounds[i].id = met_register(MET_COUNTER, bounds[i].name,
+					     bounds[i].help, NULL);
 	g.lookups = met_register(MET_COUNTER,
 				 "peercache_directory_lookups_total",
 				 "keys looked up by this node", NULL);
@@ -858,9 +1260,8 @@ static void d_fini(struct pc_ctx *ctx)
 		free(st->tab);
 		pthread_mutex_destroy(&st->lock);
 	}
-	for (unsigned i = 0; i < g.nnames; i++)
-		free(g.names[i]);
-	pthread_mutex_destroy(&g.names_lock);
+	free(g.prods);
+	pthread_mutex_destroy(&g.prods_lock);
 	free(g.clients);
 	memset(&g, 0, sizeof(g));
 }

@@ -21,6 +21,15 @@
  *          and a page that fails is a miss, counted.
  * (Values travel inline in the RPC messages here, so the reply adds a copy;
  * local clients avoid that through shared memory.)
+ *
+ * Staging (kv.get only: it copies pages into buffers of its own before the
+ * reply is packed): a call may stage at most what its reply may carry
+ * (g.get_call_max), and all calls together at most kv_staging_max
+ * (g.staged, an atomic counter). Bytes are taken before each buffer is
+ * allocated and given back when the call is freed; the first refusal ends
+ * the call's staging and it is answered with too_large or busy. Every kv.*
+ * RPC call also holds its per-key state (KV_KEY_STATE) in g.staged from
+ * its start to its reply (struct kv_call).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -62,6 +71,12 @@ static struct {
 	bool checksums;
 	uint32_t rkey;              /* the pool's, for the records */
 	unsigned read_timeout_ms;
+	/* kv.get staging (the reply is built from buffers of the node's own) */
+	uint64_t get_call_max;      /* reply bytes one kv.get may build */
+	const char *get_call_limit; /* the setting that sets get_call_max */
+	uint64_t staging_max;       /* kv_staging_max: all kv.get calls */
+	uint64_t staged;            /* atomic: bytes staged now */
+	met_id refused_large, refused_busy;
 	met_id rd_req, rd_hit, rd_miss, rd_local, rd_remote, rd_bytes, rd_fail;
 	met_id wr_req, wr_pages, wr_bytes, ex_req, ex_found, del_req;
 	met_id lat_read, lat_write, ev_pub;
@@ -367,12 +382,16 @@ struct fetch {
 	void (*done)(void *arg, struct fetch *f);
 	void *arg;
 	uint64_t t0;
+	uint64_t staged;     /* bytes of own[] taken from the node's budget */
+	int refused;         /* -E2BIG (call over its cap), -EBUSY (node) */
 };
 
 static void fetch_free(struct fetch *f)
 {
 	for (unsigned i = 0; f->own && i < f->n; i++)
 		free(f->own[i]);
+	if (f->staged)
+		__atomic_sub_fetch(&g.staged, f->staged, __ATOMIC_RELAXED);
 	keys_free(&f->ks);
 	free(f->dst);
 	free(f->own);
@@ -399,6 +418,37 @@ static void fetch_finish(struct fetch *f)
 	fetch_free(f);
 }
 
+/* Reply bytes besides the pages: the envelope, the array header and one
+ * bin header (or nil) per key. */
+static uint64_t get_reply_overhead(unsigned n)
+{
+	return 32 + 5 * (uint64_t)n;
+}
+
+/*
+ * Take len bytes of staging for a page the call must hold itself (kv.get):
+ * within the call's cap (a reply must fit one message) and the node's
+ * kv_staging_max. The first refusal sticks: nothing more is staged, and
+ * the call is answered with the error instead of pages.
+ */
+static int stage_take(struct fetch *f, uint64_t len)
+{
+	if (f->refused)
+		return f->refused;
+	if (f->staged + len + get_reply_overhead(f->n) > g.get_call_max) {
+		f->refused = -E2BIG;
+		return f->refused;
+	}
+	uint64_t now = __atomic_add_fetch(&g.staged, len, __ATOMIC_RELAXED);
+	if (now > g.staging_max) {
+		__atomic_sub_fetch(&g.staged, len, __ATOMIC_RELAXED);
+		f->refused = -EBUSY;
+		return f->refused;
+	}
+	f->staged += len;
+	return 0;
+}
+
 /* Where item i's payload of len bytes goes; NULL when it cannot. */
 static void *fetch_dest(struct fetch *f, unsigned i, uint64_t len)
 {
@@ -406,6 +456,8 @@ static void *fetch_dest(struct fetch *f, unsigned i, uint64_t len)
 		return NULL; /* a page of another size is a miss */
 	if (f->dst[i])
 		return f->dst[i];
+	if (stage_take(f, len) < 0)
+		return NULL;
 	f->own[i] = malloc(len ? len : 1);
 	return f->own[i];
 }
@@ -491,7 +543,7 @@ static void fetch_looked_up(void *arg)
 		rd->dst = dst; /* the payload lands here: no copy */
 		f->readr[f->nreads++] = j;
 	}
-	if (f->nreads == 0 ||
+	if (f->nreads == 0 || f->refused ||
 	    g.ctx->svc.tp->read_batch(g.ctx->svc.tp_clients[rx_reactor_id(f->r)],
 				      f->reads, f->nreads, g.read_timeout_ms,
 				      fetch_read_done, f) < 0)
@@ -565,7 +617,9 @@ static int fetch_start(struct rx_reactor *r, struct keys *ks, void **dst,
 		f->ridx[f->nrec++] = i;
 	}
 	struct dir_keys k = {lk, ll, f->nrec};
-	int ret = f->nrec ? g.ctx->svc.dir->lookup(r, &k, f->recs,
+	/* Nothing is looked up for a call already refused its staging. */
+	int ret = f->nrec && !f->refused
+			  ? g.ctx->svc.dir->lookup(r, &k, f->recs,
 						   fetch_looked_up, f)
 			  : -ENOENT;
 	free(lk);
@@ -756,14 +810,93 @@ static const struct kv_api kv_api = {
 
 /* ----------------------------------------------------------- kv.* methods */
 
+/*
+ * What a kv.* call holds per key while it is in flight, besides the page
+ * bytes kv.get stages: the directory record and page header a lookup
+ * fills, the operation's and its directory job's arrays, and two copies of
+ * the key (an estimate on the high side). Without it 65,536 one-byte keys
+ * (a 200 KB request) would hold ~40 MB, and a connection may have
+ * rpc_max_inflight calls in flight.
+ */
+#define KV_KEY_STATE (sizeof(struct dir_rec) + POOL_HDR_BYTES + 224)
+
+/* A kv.* call in flight and the staging its bookkeeping holds. */
+struct kv_call {
+	struct rpc_call *call;
+	uint64_t held;
+};
+
+static void refuse_busy(struct rpc_call *call, const char *what)
+{
+	met_inc(g.refused_busy);
+	PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "%s: %s refused: the node already "
+		  "holds kv_staging_max (%llu bytes) for other calls",
+		  rpc_call_peer(call), what, (unsigned long long)g.staging_max);
+	rpc_reply_error(call, RPC_E_BUSY, "the node already holds "
+			"kv_staging_max (%llu bytes) for other kv.* calls; "
+			"retry later", (unsigned long long)g.staging_max);
+}
+
+/*
+ * Take the staging a call of n keys (key_bytes in all) holds until it
+ * replies. NULL when it cannot: the call was answered (busy, or too_large
+ * when it alone exceeds kv_staging_max).
+ */
+static struct kv_call *call_hold(struct rpc_call *call, const char *what,
+				 unsigned n, uint64_t key_bytes)
+{
+	uint64_t need = (uint64_t)n * KV_KEY_STATE + 2 * key_bytes;
+	if (need > g.staging_max) {
+		met_inc(g.refused_large);
+		rpc_reply_error(call, RPC_E_TOO_LARGE, "%s of %u keys needs %llu"
+				" bytes of bookkeeping, over kv_staging_max "
+				"(%llu); send fewer keys per call", what, n,
+				(unsigned long long)need,
+				(unsigned long long)g.staging_max);
+		return NULL;
+	}
+	struct kv_call *kc = malloc(sizeof(*kc));
+	if (!kc) {
+		rpc_reply_error(call, RPC_E_BUSY, "out of memory");
+		return NULL;
+	}
+	if (__atomic_add_fetch(&g.staged, need, __ATOMIC_RELAXED) >
+	    g.staging_max) {
+		__atomic_sub_fetch(&g.staged, need, __ATOMIC_RELAXED);
+		free(kc);
+		refuse_busy(call, what);
+		return NULL;
+	}
+	kc->call = call;
+	kc->held = need;
+	return kc;
+}
+
+/* Give the staging back; the call, to reply to. */
+static struct rpc_call *call_release(struct kv_call *kc)
+{
+	struct rpc_call *call = kc->call;
+	__atomic_sub_fetch(&g.staged, kc->held, __ATOMIC_RELAXED);
+	free(kc);
+	return call;
+}
+
+static uint64_t keys_bytes(const struct keys *ks)
+{
+	uint64_t n = 0;
+	for (unsigned i = 0; i < ks->n; i++)
+		n += ks->len[i];
+	return n;
+}
+
 static void reply_bools(void *arg, const bool *ok, unsigned n)
 {
-	rpc_reply_bools(arg, ok, n);
+	rpc_reply_bools(call_release(arg), ok, n);
 }
 
 static void reply_count(void *arg, unsigned count)
 {
-	rpc_reply_uint(arg, count);
+	rpc_reply_uint(call_release(arg), count);
 }
 
 static void reply_existed(void *arg, const bool *ok, unsigned n)
@@ -771,7 +904,7 @@ static void reply_existed(void *arg, const bool *ok, unsigned n)
 	unsigned count = 0;
 	for (unsigned i = 0; i < n; i++)
 		count += ok[i];
-	rpc_reply_uint(arg, count);
+	rpc_reply_uint(call_release(arg), count);
 }
 
 static void m_set(struct rpc_call *call, struct mp_rd *p)
@@ -783,11 +916,19 @@ static void m_set(struct rpc_call *call, struct mp_rd *p)
 				"; %s", keys_help);
 		return;
 	}
-	for (uint32_t i = 0; i < nk; i++)
+	/* The keys' bytes: what the call's bookkeeping copies of them. */
+	uint64_t key_bytes = 0;
+	for (uint32_t i = 0; i < nk; i++) {
+		const uint8_t *before = p->p;
 		mp_skip(p);
+		key_bytes += (uint64_t)(p->p - before);
+	}
+	struct kv_call *kc = call_hold(call, "kv.set", nk, key_bytes);
+	if (!kc)
+		return;
 	struct kv_item *it = calloc(nk, sizeof(*it));
 	if (!it) {
-		rpc_reply_error(call, RPC_E_BUSY, "out of memory");
+		rpc_reply_error(call_release(kc), RPC_E_BUSY, "out of memory");
 		return;
 	}
 	/* Items point into the request: publish copies before it returns. */
@@ -804,20 +945,39 @@ static void m_set(struct rpc_call *call, struct mp_rd *p)
 	}
 	if (bad) {
 		free(it);
-		rpc_reply_error(call, RPC_E_BAD_PARAMS, "expected [keys, values]"
-				" with one bin value per key; %s", keys_help);
+		rpc_reply_error(call_release(kc), RPC_E_BAD_PARAMS,
+				"expected [keys, values] with one bin value "
+				"per key; %s", keys_help);
 		return;
 	}
 	int ret = kv_publish(rpc_call_reactor(call), it, nk, false, reply_bools,
-			     call);
+			     kc);
 	free(it);
 	if (ret < 0)
-		rpc_reply_error(call, RPC_E_BUSY, "%s", strerror(-ret));
+		rpc_reply_error(call_release(kc), RPC_E_BUSY, "%s",
+				strerror(-ret));
 }
 
 static void get_reply(void *arg, struct fetch *f)
 {
-	struct rpc_call *call = arg;
+	struct rpc_call *call = call_release(arg);
+	if (f->refused == -E2BIG) {
+		met_inc(g.refused_large);
+		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "%s: kv.get of %u keys refused: "
+			  "its pages exceed %llu bytes per call (%s)",
+			  rpc_call_peer(call), f->n,
+			  (unsigned long long)g.get_call_max, g.get_call_limit);
+		rpc_reply_error(call, RPC_E_TOO_LARGE, "the pages of this kv.get "
+				"exceed %llu reply bytes per call (setting %s); "
+				"ask for fewer keys per call",
+				(unsigned long long)g.get_call_max,
+				g.get_call_limit);
+		return;
+	}
+	if (f->refused) {
+		refuse_busy(call, "kv.get");
+		return;
+	}
 	msgpack_packer *pk = rpc_reply_begin(call);
 	msgpack_pack_array(pk, f->n);
 	for (unsigned i = 0; i < f->n; i++) {
@@ -833,48 +993,52 @@ static void get_reply(void *arg, struct fetch *f)
 	rpc_reply_end(call);
 }
 
+/* Read [keys] and hold their bookkeeping: NULL when the call was answered. */
+static struct kv_call *keys_call(struct rpc_call *call, struct mp_rd *p,
+				 const char *what, struct keys *ks)
+{
+	if (keys_read(p, ks) < 0) {
+		rpc_reply_error(call, RPC_E_BAD_PARAMS, "expected [keys]; %s",
+				keys_help);
+		return NULL;
+	}
+	struct kv_call *kc = call_hold(call, what, ks->n, keys_bytes(ks));
+	if (!kc)
+		keys_free(ks);
+	return kc;
+}
+
+/* An operation did not start: free what it did not take, answer busy. */
+static void keys_call_failed(struct kv_call *kc, struct keys *ks)
+{
+	keys_free(ks);
+	rpc_reply_error(call_release(kc), RPC_E_BUSY, "out of memory");
+}
+
 static void m_get(struct rpc_call *call, struct mp_rd *p)
 {
 	struct keys ks;
-	if (keys_read(p, &ks) < 0) {
-		rpc_reply_error(call, RPC_E_BAD_PARAMS, "expected [keys]; %s",
-				keys_help);
-		return;
-	}
-	if (fetch_start(rpc_call_reactor(call), &ks, NULL, NULL, false,
-			get_reply, call) < 0) {
-		keys_free(&ks);
-		rpc_reply_error(call, RPC_E_BUSY, "out of memory");
-	}
+	struct kv_call *kc = keys_call(call, p, "kv.get", &ks);
+	if (kc && fetch_start(rpc_call_reactor(call), &ks, NULL, NULL, false,
+			      get_reply, kc) < 0)
+		keys_call_failed(kc, &ks);
 }
 
 static void m_exists(struct rpc_call *call, struct mp_rd *p)
 {
 	struct keys ks;
-	if (keys_read(p, &ks) < 0) {
-		rpc_reply_error(call, RPC_E_BAD_PARAMS, "expected [keys]; %s",
-				keys_help);
-		return;
-	}
-	if (exists_start(rpc_call_reactor(call), &ks, reply_count, call) < 0) {
-		keys_free(&ks);
-		rpc_reply_error(call, RPC_E_BUSY, "out of memory");
-	}
+	struct kv_call *kc = keys_call(call, p, "kv.exists", &ks);
+	if (kc && exists_start(rpc_call_reactor(call), &ks, reply_count, kc) < 0)
+		keys_call_failed(kc, &ks);
 }
 
 static void m_delete(struct rpc_call *call, struct mp_rd *p)
 {
 	struct keys ks;
-	if (keys_read(p, &ks) < 0) {
-		rpc_reply_error(call, RPC_E_BAD_PARAMS, "expected [keys]; %s",
-				keys_help);
-		return;
-	}
-	if (remove_start(rpc_call_reactor(call), &ks, reply_existed, call) <
-	    0) {
-		keys_free(&ks);
-		rpc_reply_error(call, RPC_E_BUSY, "out of memory");
-	}
+	struct kv_call *kc = keys_call(call, p, "kv.delete", &ks);
+	if (kc && remove_start(rpc_call_reactor(call), &ks, reply_existed, kc) <
+			  0)
+		keys_call_failed(kc, &ks);
 }
 
 static const struct rpc_method kv_methods[] = {
@@ -916,6 +1080,12 @@ static double pool_stat(void *arg)
 
 #define POOL_STAT(f) ((void *)offsetof(struct pool_stats, f))
 
+static double staged_fn(void *arg)
+{
+	(void)arg;
+	return (double)__atomic_load_n(&g.staged, __ATOMIC_RELAXED);
+}
+
 static int kv_init(struct pc_ctx *ctx)
 {
 	const struct pc_settings *s = ctx->cfg;
@@ -923,6 +1093,19 @@ static int kv_init(struct pc_ctx *ctx)
 	g.ctx = ctx;
 	g.checksums = s->page_checksums;
 	g.read_timeout_ms = (unsigned)s->rpc_timeout_ms;
+	/* A kv.get reply must fit one message, the connection's output cap
+	 * and the node's staging budget: the smallest names the limit. */
+	g.staging_max = s->kv_staging_max;
+	g.get_call_max = s->rpc_max_message_bytes;
+	g.get_call_limit = "rpc_max_message_bytes";
+	if (s->conn_out_max < g.get_call_max) {
+		g.get_call_max = s->conn_out_max;
+		g.get_call_limit = "conn_out_max";
+	}
+	if (s->kv_staging_max < g.get_call_max) {
+		g.get_call_max = s->kv_staging_max;
+		g.get_call_limit = "kv_staging_max";
+	}
 	if (!ctx->svc.dir || !ctx->svc.tp || !ctx->svc.tp_register) {
 		PC_LOGE(LOG_MOD, "the directory and transport modules must come "
 			"before kv in the module list");
@@ -983,6 +1166,16 @@ static int kv_init(struct pc_ctx *ctx)
 	    "remote page bytes received straight into their destination (no "
 	    "CPU copy by the node)");
 #undef CTR
+	static const char refused_help[] =
+		"kv.* calls refused for memory (kv_staging_max, or a kv.get "
+		"reply over its cap), by reason";
+	g.refused_large = met_register(MET_COUNTER, "peercache_kv_refused_total",
+				       refused_help, "reason=\"too_large\"");
+	g.refused_busy = met_register(MET_COUNTER, "peercache_kv_refused_total",
+				  refused_help, "reason=\"busy\"");
+	met_register_fn("peercache_kv_staged_bytes",
+			"bytes kv.* calls in flight hold now: kv.get's pages "
+			"and every call's per-key state", NULL, staged_fn, NULL);
 	static const char copy_help[] =
 		"page bytes the node copied with its CPU, by operation";
 	g.copy_set = met_register(MET_COUNTER, "peercache_copy_bytes_total",
