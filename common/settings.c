@@ -134,7 +134,8 @@ static const struct pc_cfg_key keys[] = {
 	 "deepest nesting of arrays and maps in a message"},
 	{"rpc_max_connections", PC_CFG_INT, "4096", 1, 1 << 20, NULL,
 	 OFF(rpc_max_connections), 0,
-	 "RPC connections (TCP and Unix) served at once"},
+	 "authenticated TCP connections served at once (the Unix socket and "
+	 "pre-auth TCP have their own caps)"},
 	{"rpc_max_inflight", PC_CFG_INT, "1024", 1, 65536, NULL,
 	 OFF(rpc_max_inflight), 0,
 	 "calls awaiting a reply per connection before reading pauses"},

@@ -1010,8 +1010,11 @@ static void out_consume(struct rx_conn *c, size_t res)
 		c->out_bytes -= take;
 		if (ch->head < ch->tail)
 			break;
-		if (ch == c->out_tail && ch->cap) {
-			ch->head = ch->tail = 0; /* reuse the tail chunk */
+		if (ch == c->out_tail && ch->cap == RX_CHUNK_BYTES) {
+			/* Reuse a default tail chunk; a big one (one large
+			 * reply) goes, or every connection that ever sent a
+			 * big reply would keep its memory. */
+			ch->head = ch->tail = 0;
 			break;
 		}
 		c->out_head = ch->next;

@@ -92,6 +92,10 @@ def memory_cgroup(pid, limit):
         os.mkdir(path)
         with open(os.path.join(path, "memory.limit_in_bytes"), "w") as f:
             f.write(str(limit))
+        # With swap, RAM alone is no bound: limit memory+swap as well.
+        with contextlib.suppress(OSError):
+            with open(os.path.join(path, "memory.memsw.limit_in_bytes"), "w") as f:
+                f.write(str(limit))
         with open(os.path.join(path, "cgroup.procs"), "w") as f:
             f.write(str(pid))
     except (OSError, TypeError):
@@ -142,6 +146,10 @@ def test_preauth_huge_messages_cannot_exhaust_memory(node_factory):
         for t in threads:
             t.join(120)
         assert n.proc.poll() is None, "node died (cgroup %s):\n%s" % (cg, n.text()[-2000:])
+        if cg and not SANITIZED:
+            with open(os.path.join(cg, "memory.max_usage_in_bytes")) as f:
+                peak = int(f.read())
+            assert peak < 512 * MiB, "the node's memory peaked at %d MiB" % (peak >> 20)
         assert good.call("node.health")[0] is None
         assert authed_client(n).call("node.info")[0] is None
         assert "rpc_preauth_max_bytes" in n.text()
