@@ -11,8 +11,9 @@
  *
  * Limits: request head sizes (modules/http_parse.h), metrics_max_connections
  * connections and metrics_max_connections_per_host from one address (when
- * either is full, the oldest connection with nothing being sent is dropped
- * for the new one, so idle connections can never lock a scrape out),
+ * either is full, the oldest connection with nothing being sent, if it is
+ * over EVICT_GRACE_MS old, is dropped for the new one, so idle connections
+ * can never lock a scrape out),
  * HEAD_TIMEOUT_MS for a request head to arrive (slow clients are answered
  * 408 and closed), IDLE_TIMEOUT_MS between keep-alive requests.
  * Bodies, methods other than GET/HEAD, and anything malformed get a 4xx (or
@@ -37,6 +38,9 @@
 #define HEAD_TIMEOUT_MS 10000
 #define IDLE_TIMEOUT_MS 30000
 #define ROUTES_MAX 64
+/* A new connection is never dropped for a newer one before this age: it
+ * gets the chance to send its request even in a burst of accepts. */
+#define EVICT_GRACE_MS 100
 
 extern const unsigned char pc_dashboard_html[];
 extern const unsigned long pc_dashboard_html_len;
@@ -46,6 +50,7 @@ struct hconn {
 	struct rx_timer timer; /* head timeout, then idle timeout */
 	bool timing_head;
 	bool linked;           /* on the list and counted */
+	uint64_t accepted_ns;
 	uint8_t addr[16];      /* source address (IPv4 v4-mapped) */
 	struct hconn *prev, *next; /* accept order, oldest first */
 };
@@ -368,7 +373,10 @@ static void peer_addr(int fd, uint8_t addr[16])
  * to make room for a new one. false: none can go. */
 static bool evict_idle(const uint8_t *addr)
 {
+	uint64_t born_before = pc_now_ns() - RX_MS(EVICT_GRACE_MS);
 	for (struct hconn *v = g.oldest; v; v = v->next) {
+		if (v->accepted_ns > born_before)
+			break; /* oldest first: the rest are younger still */
 		if (rx_conn_out_bytes(v->c) ||
 		    (addr && memcmp(v->addr, addr, 16) != 0))
 			continue;
@@ -414,6 +422,7 @@ static void on_accept(struct rx_listener *l, int fd, void *arg)
 		return;
 	}
 	memcpy(h->addr, addr, 16);
+	h->accepted_ns = pc_now_ns();
 	int err;
 	h->c = rx_conn_attach(rx_listener_reactor(l), fd, &h_ops, h, &err);
 	if (!h->c) {

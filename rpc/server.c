@@ -67,6 +67,9 @@
 #define LOG_MOD "rpc"
 #define FD_QUEUE_MAX 16     /* descriptors held per connection */
 #define UNAUTH_STRIKES 3    /* calls before auth tolerated, then close */
+/* A new connection is never dropped for a newer one before this age: it
+ * gets the chance to send its first message even in a burst of accepts. */
+#define EVICT_GRACE_MS 100
 
 /* A method with its metric series. */
 struct rpc_entry {
@@ -576,12 +579,16 @@ static const char *const class_setting[SC__COUNT] = {
 
 /*
  * Drop the oldest unproven connection of reactor rs of class k (SC__COUNT:
- * any) and, when addr is set, from that address. false: none to drop.
+ * any) and, when addr is set, from that address, if it is older than
+ * EVICT_GRACE_MS. false: none to drop.
  */
 static bool evict_one(struct rpc_rstate *rs, enum sc_class k,
 		      const uint8_t *addr)
 {
+	uint64_t born_before = pc_now_ns() - RX_MS(EVICT_GRACE_MS);
 	for (struct rpc_sconn *v = rs->young_head; v; v = v->ynext) {
+		if (v->accepted_ns > born_before)
+			break; /* oldest first: the rest are younger still */
 		if ((k != SC__COUNT && v->cls != k) ||
 		    (addr && memcmp(v->addr, addr, 16) != 0))
 			continue;
@@ -718,31 +725,36 @@ static void sc_arm(struct rpc_sconn *sc, uint64_t now)
 static void sc_timer_fired(struct rx_reactor *r, struct rx_timer *t)
 {
 	struct rpc_sconn *sc = t->arg;
-	uint64_t now = rx_now_ns(r);
+	/* Not rx_now_ns(): the loop's cached time may predate its wait. */
+	uint64_t now = pc_now_ns();
 	enum sc_due due;
+	(void)r;
 	if (sc_deadline(sc, now, &due) > now || due == DUE_CHECK) {
 		sc_arm(sc, now);
 		return;
 	}
 	RX_STAT_INC(sc->st->conns_timed_out);
 	uint64_t n = pc_ratelimit_pass(&due_rl[due], 10000);
-	if (n)
+	if (n > 1)
 		PC_LOGI(LOG_MOD, "%s: %s; closing (+%llu similar suppressed)",
 			sc->peer, due_text[due], (unsigned long long)(n - 1));
+	else if (n == 1)
+		PC_LOGI(LOG_MOD, "%s: %s; closing", sc->peer, due_text[due]);
 	sc_uncount(sc);
 	rx_conn_close(sc->c, RX_CLOSE_NOW, -ETIMEDOUT);
 }
 
-/* Note whether input ended inside a message: its deadline starts with it. */
-static void sc_note_partial(struct rpc_sconn *sc, bool partial)
+/* Note whether input ended inside a message: its deadline starts with it.
+ * fresh: that message began in this batch (an earlier one completed). */
+static void sc_note_partial(struct rpc_sconn *sc, bool partial, bool fresh)
 {
 	if (!partial) {
 		sc->partial_ns = 0; /* the timer finds nothing due and re-arms */
 		return;
 	}
-	if (sc->partial_ns)
+	if (sc->partial_ns && !fresh)
 		return;
-	uint64_t now = rx_now_ns(sc->r);
+	uint64_t now = pc_now_ns();
 	sc->partial_ns = now;
 	enum sc_due due;
 	if (!rx_timer_armed(&sc->timer) ||
@@ -872,7 +884,7 @@ static void call_free(struct rpc_call *call)
 	if (call->reserved)
 		rpc_call_budget_give(call, call->reserved);
 	if (--sc->inflight == 0)
-		sc->last_act_ns = rx_now_ns(sc->r);
+		sc->last_act_ns = pc_now_ns();
 	if (sc->drain_err && sc->c && sc->inflight == 0)
 		rx_conn_close(sc->c, RX_CLOSE_FLUSH, sc->drain_err);
 	else if (sc->paused && sc->c && !sc->drain_err &&
@@ -1021,7 +1033,7 @@ static ssize_t on_data(struct rx_conn *c, const uint8_t *data, size_t len)
 		if (sniff(sc, data, len))
 			return -EPROTO;
 	}
-	sc->last_act_ns = rx_now_ns(sc->r);
+	sc->last_act_ns = pc_now_ns();
 	if (len < sc->need)
 		return 0; /* a partial message still short of what it needs */
 	size_t used = 0;
@@ -1066,7 +1078,7 @@ static ssize_t on_data(struct rx_conn *c, const uint8_t *data, size_t len)
 			rx_conn_pause(c);
 		}
 	}
-	sc_note_partial(sc, partial);
+	sc_note_partial(sc, partial, used > 0);
 	return (ssize_t)used;
 }
 
@@ -1159,7 +1171,7 @@ void rpc_server_accept(struct rpc_server *s, struct rx_reactor *r, int fd,
 	/* The class follows the authentication state at accept. */
 	sc->cls = is_unix ? SC_LOCAL : sc->authed ? SC_TCP : SC_PREAUTH;
 	sc->mpl = sc->authed ? &s->mpl : &s->mpl_preauth;
-	sc->accepted_ns = sc->last_act_ns = rx_now_ns(r);
+	sc->accepted_ns = sc->last_act_ns = pc_now_ns();
 	rx_timer_init(&sc->timer, sc_timer_fired, sc);
 	if (sc_admit(sc) < 0) {
 		RX_STAT_INC(st->conns_refused);
