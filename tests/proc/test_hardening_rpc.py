@@ -160,6 +160,33 @@ def test_preauth_huge_messages_cannot_exhaust_memory(node_factory):
         assert n.stop() == 0
 
 
+def test_incomplete_messages_of_all_clients_share_one_bound(node_factory):
+    """Authenticated clients (no secret here) sending most of big messages:
+    the input the node holds for them is bounded as a whole, the client
+    that would go over is closed, and the others are served."""
+    n = node_factory("--rpc-max-buffered-bytes", "48mb", "--pool-size", "64mb")
+    addr = addr_of(n)
+    header = b"\x94\x00\x01" + msgpack.packb("node.info") + b"\x91\xc6" + \
+        struct.pack(">I", 20 * MiB)
+    held = []
+    for _ in range(8):
+        s = socket.create_connection(addr, timeout=10)
+        with contextlib.suppress(OSError):
+            s.sendall(header)
+            for _ in range(16):
+                s.sendall(b"\0" * MiB)
+        held.append(s)
+    time.sleep(0.3)
+    m = metrics_of(n)
+    assert m["peercache_rpc_buffer_closes_total"] >= 1
+    assert m["peercache_rpc_buffered_bytes"] <= 48 * MiB
+    assert RpcClient(n.endpoint("rpc")).call("node.health")[0] is None
+    assert "incomplete input" in n.text()
+    for s in held:
+        s.close()
+    assert n.stop() == 0
+
+
 def test_pipelined_big_replies_are_not_all_held(node_factory):
     """A client pipelining 64 requests for an 8 MiB page without reading
     made the node queue replies until the 64 MiB cap closed it; now reading
