@@ -685,8 +685,11 @@ static uint64_t sc_deadline(const struct rpc_sconn *sc, uint64_t now,
 	const struct rpc_guard *l = &sc->srv->gd;
 	uint64_t d = UINT64_MAX;
 	*due = DUE_CHECK;
+	/* A client authenticated at accept whose first message has begun is
+	 * under the message deadline instead (a big first request may take
+	 * longer than the handshake deadline to arrive). */
 	if (!sc->proven && (!sc->is_unix || sc->refusal) &&
-	    l->handshake_timeout_ms) {
+	    !(sc->authed && sc->partial_ns) && l->handshake_timeout_ms) {
 		d = sc->accepted_ns + RX_MS(l->handshake_timeout_ms);
 		*due = sc->authed ? DUE_HANDSHAKE : DUE_AUTH;
 	}
