@@ -17,9 +17,9 @@
  * client that never reads. Memory: a connection may account its kept input
  * and owned output chunks in a shared rx_budget (per buffer growth, atomics);
  * over the input budget it is closed, over the output budget it stops
- * reading like above its high watermark. Teardown: close cancels every op on the fd, and
- * the struct is freed on the pending list once no op references it, so a
- * callback may close its own connection at any point.
+ * reading like above its high watermark. Teardown: close cancels every op
+ * on the fd, and the struct is freed on the pending list once no op
+ * references it, so a callback may close its own connection at any point.
  */
 #include <errno.h>
 #include <netinet/in.h>
