@@ -68,6 +68,18 @@ struct pc_settings {
 	int64_t rpc_max_connections;
 	int64_t rpc_max_inflight;
 	uint64_t rpc_timeout_ms;
+	/* rpc connection classes, deadlines, memory budget */
+	int64_t rpc_max_preauth_connections;
+	int64_t rpc_max_local_connections;
+	int64_t rpc_max_connections_per_host;
+	uint64_t rpc_preauth_max_bytes;
+	uint64_t rpc_max_buffered_bytes;
+	uint64_t rpc_max_reply_bytes;
+	uint64_t rpc_handshake_timeout_ms;
+	uint64_t rpc_message_timeout_ms;
+	uint64_t rpc_idle_timeout_ms;
+	int64_t metrics_max_connections;
+	int64_t metrics_max_connections_per_host;
 	char *socket_group;
 	/* reactor */
 	int64_t reactor_sq_entries;

@@ -9,13 +9,19 @@
  * connection live on reactor 0 — metrics traffic is light and must not
  * compete with the data path of the other reactors.
  *
- * Limits: request head sizes (modules/http_parse.h), METRICS_CONNS_MAX
- * connections, HEAD_TIMEOUT_MS for a request head to arrive (slow clients are
- * answered 408 and closed), IDLE_TIMEOUT_MS between keep-alive requests.
+ * Limits: request head sizes (modules/http_parse.h), metrics_max_connections
+ * connections and metrics_max_connections_per_host from one address (when
+ * either is full, the oldest connection with nothing being sent, if it is
+ * over EVICT_GRACE_MS old, is dropped for the new one, so idle connections
+ * can never lock a scrape out),
+ * HEAD_TIMEOUT_MS for a request head to arrive (slow clients are answered
+ * 408 and closed), IDLE_TIMEOUT_MS between keep-alive requests.
  * Bodies, methods other than GET/HEAD, and anything malformed get a 4xx (or
  * 5xx for unsupported versions) and a close; the node keeps serving.
  */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,10 +35,12 @@
 #include "reactor/group.h"
 
 #define LOG_MOD "metrics"
-#define METRICS_CONNS_MAX 64
 #define HEAD_TIMEOUT_MS 10000
 #define IDLE_TIMEOUT_MS 30000
 #define ROUTES_MAX 64
+/* A new connection is never dropped for a newer one before this age: it
+ * gets the chance to send its request even in a burst of accepts. */
+#define EVICT_GRACE_MS 100
 
 extern const unsigned char pc_dashboard_html[];
 extern const unsigned long pc_dashboard_html_len;
@@ -41,12 +49,19 @@ struct hconn {
 	struct rx_conn *c;
 	struct rx_timer timer; /* head timeout, then idle timeout */
 	bool timing_head;
+	bool linked;           /* on the list and counted */
+	uint64_t accepted_ns;
+	uint8_t addr[16];      /* source address (IPv4 v4-mapped) */
+	struct hconn *prev, *next; /* accept order, oldest first */
 };
 
 static struct {
 	struct pc_ctx *ctx;
 	struct rx_listener *l;
-	unsigned conns;
+	unsigned conns;                   /* linked connections */
+	struct hconn *oldest, *newest;
+	unsigned max_conns, max_per_host;
+	met_id evicted, refused;
 	const struct http_route *routes[ROUTES_MAX];
 	unsigned nroutes;
 	struct http_limits lim;
@@ -298,24 +313,106 @@ static ssize_t h_data(struct rx_conn *c, const uint8_t *data, size_t len)
 	return (ssize_t)used;
 }
 
+static void h_unlink(struct hconn *h)
+{
+	if (!h->linked)
+		return;
+	if (h->prev)
+		h->prev->next = h->next;
+	else
+		g.oldest = h->next;
+	if (h->next)
+		h->next->prev = h->prev;
+	else
+		g.newest = h->prev;
+	h->linked = false;
+	g.conns--;
+}
+
+static void h_link(struct hconn *h)
+{
+	h->prev = g.newest;
+	h->next = NULL;
+	if (g.newest)
+		g.newest->next = h;
+	else
+		g.oldest = h;
+	g.newest = h;
+	h->linked = true;
+	g.conns++;
+}
+
 static void h_close(struct rx_conn *c, int err)
 {
 	struct hconn *h = rx_conn_udata(c);
 	(void)err;
 	rx_timer_stop(rx_conn_reactor(c), &h->timer);
-	g.conns--;
+	h_unlink(h);
 	free(h);
 }
 
 static const struct rx_conn_ops h_ops = {.on_data = h_data,
 					 .on_close = h_close};
 
+static void peer_addr(int fd, uint8_t addr[16])
+{
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	memset(addr, 0, 16);
+	if (getpeername(fd, (struct sockaddr *)&ss, &sl) < 0)
+		return;
+	if (ss.ss_family == AF_INET) {
+		addr[10] = addr[11] = 0xff;
+		memcpy(addr + 12, &((struct sockaddr_in *)&ss)->sin_addr, 4);
+	} else if (ss.ss_family == AF_INET6) {
+		memcpy(addr, &((struct sockaddr_in6 *)&ss)->sin6_addr, 16);
+	}
+}
+
+/* Drop the oldest connection (from addr, if set) with nothing being sent,
+ * to make room for a new one. false: none can go. */
+static bool evict_idle(const uint8_t *addr)
+{
+	uint64_t born_before = pc_now_ns() - RX_MS(EVICT_GRACE_MS);
+	for (struct hconn *v = g.oldest; v; v = v->next) {
+		if (v->accepted_ns > born_before)
+			break; /* oldest first: the rest are younger still */
+		if (rx_conn_out_bytes(v->c) ||
+		    (addr && memcmp(v->addr, addr, 16) != 0))
+			continue;
+		met_inc(g.evicted);
+		PC_LOG_RL(PC_LOG_INFO, LOG_MOD, "dropped an idle HTTP "
+			  "connection for a new one (%s)",
+			  addr ? "metrics_max_connections_per_host"
+			       : "metrics_max_connections");
+		h_unlink(v);
+		rx_conn_close(v->c, RX_CLOSE_NOW, -ECONNABORTED);
+		return true;
+	}
+	return false;
+}
+
+/* Room for a connection from addr: under both caps, or made by eviction. */
+static bool admit(const uint8_t *addr)
+{
+	unsigned same = 0;
+	for (struct hconn *v = g.oldest; v; v = v->next)
+		same += memcmp(v->addr, addr, 16) == 0;
+	if (same >= g.max_per_host && !evict_idle(addr))
+		return false;
+	return g.conns < g.max_conns || evict_idle(NULL);
+}
+
 static void on_accept(struct rx_listener *l, int fd, void *arg)
 {
 	(void)arg;
-	if (g.conns >= METRICS_CONNS_MAX) {
+	uint8_t addr[16];
+	peer_addr(fd, addr);
+	if (!admit(addr)) {
+		met_inc(g.refused);
 		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "refusing an HTTP connection: "
-			  "%d is the limit", METRICS_CONNS_MAX);
+			  "%u connections (%u per address) are the limit and "
+			  "all are busy", g.max_conns, g.max_per_host);
 		close(fd);
 		return;
 	}
@@ -324,13 +421,15 @@ static void on_accept(struct rx_listener *l, int fd, void *arg)
 		close(fd);
 		return;
 	}
+	memcpy(h->addr, addr, 16);
+	h->accepted_ns = pc_now_ns();
 	int err;
 	h->c = rx_conn_attach(rx_listener_reactor(l), fd, &h_ops, h, &err);
 	if (!h->c) {
 		free(h);
 		return;
 	}
-	g.conns++;
+	h_link(h);
 	rx_conn_set_limits(h->c, HTTP_HEAD_BYTES_MAX(&g.lim) + 4096, 0, 0, 0);
 	rx_timer_init(&h->timer, timer_fired, h);
 	arm_timer(h, true);
@@ -363,6 +462,16 @@ static int m_init(struct pc_ctx *ctx)
 	g.http_errors = met_register(MET_COUNTER, "peercache_http_errors_total",
 				     "metrics-port answers with status >= 400",
 				     NULL);
+	g.evicted = met_register(MET_COUNTER,
+				 "peercache_http_connections_evicted_total",
+				 "idle metrics-port connections dropped for a "
+				 "new one", NULL);
+	g.refused = met_register(MET_COUNTER,
+				 "peercache_http_connections_refused_total",
+				 "metrics-port connections refused (all busy)",
+				 NULL);
+	g.max_conns = (unsigned)s->metrics_max_connections;
+	g.max_per_host = (unsigned)s->metrics_max_connections_per_host;
 	if (!s->metrics_enabled)
 		return 0;
 	g.routes[g.nroutes++] = metrics_routes;

@@ -86,13 +86,29 @@ static int rpc_init(struct pc_ctx *ctx)
 		.max_connections = (uint32_t)s->rpc_max_connections,
 		.max_fds = 8,
 	};
+	struct rpc_guard gd = {
+		.max_preauth = (uint32_t)s->rpc_max_preauth_connections,
+		.max_local = (uint32_t)s->rpc_max_local_connections,
+		.max_per_host = (uint32_t)s->rpc_max_connections_per_host,
+		.preauth_max_bytes = s->rpc_preauth_max_bytes,
+		.handshake_timeout_ms = (uint32_t)s->rpc_handshake_timeout_ms,
+		.message_timeout_ms = (uint32_t)s->rpc_message_timeout_ms,
+		.idle_timeout_ms = (uint32_t)s->rpc_idle_timeout_ms,
+		.max_buffered_bytes = s->rpc_max_buffered_bytes,
+		.max_reply_bytes = s->rpc_max_reply_bytes,
+		.conn_reply_bytes = s->conn_out_max,
+	};
 	g.tcp = calloc(ctx->threads, sizeof(*g.tcp));
 	if (!g.tcp)
 		return -ENOMEM;
 	int ret = rpc_server_new(&g.srv, &lim, tables,
 				 (unsigned)ctx->n_modules, s->cluster_secret,
 				 gid, ctx->threads);
+	if (ret == 0)
+		ret = rpc_server_set_guard(g.srv, &gd);
 	if (ret < 0) {
+		rpc_server_free(g.srv);
+		g.srv = NULL;
 		free(g.tcp);
 		return ret;
 	}

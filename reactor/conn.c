@@ -14,9 +14,12 @@
  * the kernel stopped. Backpressure: above out_high the connection stops
  * reading (its peer then blocks in TCP flow control) until the queue drains
  * below out_low; above out_max it is closed — memory stays bounded for a
- * client that never reads. Teardown: close cancels every op on the fd, and
- * the struct is freed on the pending list once no op references it, so a
- * callback may close its own connection at any point.
+ * client that never reads. Memory: a connection may account its kept input
+ * and owned output chunks in a shared rx_budget (per buffer growth, atomics);
+ * over the input budget it is closed, over the output budget it stops
+ * reading like above its high watermark. Teardown: close cancels every op
+ * on the fd, and the struct is freed on the pending list once no op
+ * references it, so a callback may close its own connection at any point.
  */
 #include <errno.h>
 #include <netinet/in.h>
@@ -156,6 +159,83 @@ void rx_chunks_fini(struct rx_reactor *r)
 		free(ch);
 	}
 	r->chunk_cache_n = 0;
+}
+
+/* ----------------------------------------------------------- budgets */
+
+int rx_budget_take(struct rx_budget *b, size_t bytes)
+{
+	size_t now = __atomic_add_fetch(&b->out_used, bytes, __ATOMIC_RELAXED);
+	if (b->out_max && now > b->out_max) {
+		__atomic_sub_fetch(&b->out_used, bytes, __ATOMIC_RELAXED);
+		return -ENOBUFS;
+	}
+	return 0;
+}
+
+void rx_budget_give(struct rx_budget *b, size_t bytes)
+{
+	size_t was = __atomic_fetch_sub(&b->out_used, bytes, __ATOMIC_RELAXED);
+	PC_ASSERT(was >= bytes);
+}
+
+void rx_conn_set_budget(struct rx_conn *c, struct rx_budget *b)
+{
+	PC_ASSERT(!c->in_cap && !c->out_owned);
+	c->budget = b;
+}
+
+bool rx_conn_backlogged(const struct rx_conn *c)
+{
+	return (c->flags & RXC_PAUSE_OUT) != 0;
+}
+
+/* Input buffer growth by delta bytes: false (and the connection closing)
+ * when the shared budget has no room. */
+static bool in_budget_grow(struct rx_conn *c, size_t delta)
+{
+	struct rx_budget *b = c->budget;
+	if (!b)
+		return true;
+	size_t now = __atomic_add_fetch(&b->in_used, delta, __ATOMIC_RELAXED);
+	if (!b->in_max || now <= b->in_max)
+		return true;
+	__atomic_sub_fetch(&b->in_used, delta, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&b->in_closes, 1, __ATOMIC_RELAXED);
+	PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "conn %llu: the node already holds "
+		  "%zu bytes of incomplete input (limit %zu); closing",
+		  (unsigned long long)c->id, now - delta, b->in_max);
+	rx_conn_close(c, RX_CLOSE_NOW, -ENOBUFS);
+	return false;
+}
+
+/* Free the kept-input buffer and give its bytes back. */
+static void in_release(struct rx_conn *c)
+{
+	if (c->budget && c->in_cap)
+		__atomic_sub_fetch(&c->budget->in_used, c->in_cap,
+				   __ATOMIC_RELAXED);
+	free(c->in);
+	c->in = NULL;
+	c->in_cap = 0;
+}
+
+/* An owned chunk now belongs to c: account it. */
+static void out_owned_add(struct rx_conn *c, struct rx_chunk *ch)
+{
+	if (!c->budget)
+		return;
+	c->out_owned += ch->cap;
+	__atomic_add_fetch(&c->budget->out_used, ch->cap, __ATOMIC_RELAXED);
+}
+
+static void conn_chunk_free(struct rx_conn *c, struct rx_chunk *ch)
+{
+	if (c->budget && ch->cap) {
+		c->out_owned -= ch->cap;
+		rx_budget_give(c->budget, ch->cap);
+	}
+	chunk_free(c->r, ch);
 }
 
 static void out_append(struct rx_conn *c, struct rx_chunk *ch)
@@ -400,9 +480,9 @@ static void conn_finalize(struct rx_conn *c)
 	while (c->out_head) {
 		struct rx_chunk *ch = c->out_head;
 		c->out_head = ch->next;
-		chunk_free(r, ch);
+		conn_chunk_free(c, ch);
 	}
-	free(c->in);
+	in_release(c);
 	RX_LIST_DEL(r->conns, c);
 	RX_STAT_ADD(r->st.conns_live, (uint64_t)-1);
 	RX_STAT_INC(r->st.conns_closed);
@@ -487,8 +567,14 @@ static bool in_append(struct rx_conn *c, const uint8_t *data, size_t len)
 		while (cap < c->in_len + len)
 			cap *= 2;
 		cap = PC_MIN(cap, limit);
+		if (!in_budget_grow(c, cap - c->in_cap))
+			return false;
 		uint8_t *p = realloc(c->in, cap);
 		if (!p) {
+			if (c->budget)
+				__atomic_sub_fetch(&c->budget->in_used,
+						   cap - c->in_cap,
+						   __ATOMIC_RELAXED);
 			rx_conn_close(c, RX_CLOSE_NOW, -ENOMEM);
 			return false;
 		}
@@ -511,11 +597,8 @@ static void conn_feed_in(struct rx_conn *c)
 	PC_ASSERT((size_t)n <= c->in_len);
 	if ((size_t)n == c->in_len) {
 		c->in_len = 0;
-		if (c->in_cap > 65536) { /* give back a burst's memory */
-			free(c->in);
-			c->in = NULL;
-			c->in_cap = 0;
-		}
+		if (c->in_cap > 65536) /* give back a burst's memory */
+			in_release(c);
 	} else if (n > 0) {
 		memmove(c->in, c->in + n, c->in_len - (size_t)n);
 		c->in_len -= (size_t)n;
@@ -805,9 +888,15 @@ static void conn_after_queue(struct rx_conn *c)
 		rx_conn_close(c, RX_CLOSE_NOW, -ENOBUFS);
 		return;
 	}
-	if (c->out_bytes > c->out_high && !(c->flags & RXC_PAUSE_OUT)) {
+	struct rx_budget *b = c->budget;
+	bool over_budget = b && b->out_max &&
+		__atomic_load_n(&b->out_used, __ATOMIC_RELAXED) > b->out_max;
+	if ((c->out_bytes > c->out_high || over_budget) &&
+	    !(c->flags & RXC_PAUSE_OUT)) {
 		c->flags |= RXC_PAUSE_OUT;
 		RX_STAT_INC(c->r->st.out_pauses);
+		if (c->out_bytes <= c->out_high)
+			__atomic_add_fetch(&b->out_pauses, 1, __ATOMIC_RELAXED);
 		conn_stop_reading(c);
 	}
 	conn_touch(c);
@@ -823,6 +912,7 @@ uint8_t *rx_conn_reserve(struct rx_conn *c, size_t len)
 	struct rx_chunk *ch = chunk_new(c->r, len);
 	if (!ch)
 		return NULL;
+	out_owned_add(c, ch);
 	out_append(c, ch);
 	return ch->storage;
 }
@@ -920,21 +1010,24 @@ static void out_consume(struct rx_conn *c, size_t res)
 		c->out_bytes -= take;
 		if (ch->head < ch->tail)
 			break;
-		if (ch == c->out_tail && ch->cap) {
-			ch->head = ch->tail = 0; /* reuse the tail chunk */
+		if (ch == c->out_tail && ch->cap == RX_CHUNK_BYTES) {
+			/* Reuse a default tail chunk; a big one (one large
+			 * reply) goes, or every connection that ever sent a
+			 * big reply would keep its memory. */
+			ch->head = ch->tail = 0;
 			break;
 		}
 		c->out_head = ch->next;
 		if (!c->out_head)
 			c->out_tail = NULL;
-		chunk_free(c->r, ch);
+		conn_chunk_free(c, ch);
 	}
 	/* Zero-length chunks left at the front (a reserve never committed). */
 	while (c->out_head && c->out_head != c->out_tail &&
 	       c->out_head->head == c->out_head->tail) {
 		struct rx_chunk *ch = c->out_head;
 		c->out_head = ch->next;
-		chunk_free(c->r, ch);
+		conn_chunk_free(c, ch);
 	}
 }
 

@@ -220,6 +220,37 @@ size_t rx_conn_out_bytes(const struct rx_conn *c);
 void rx_conn_set_limits(struct rx_conn *c, size_t in_max, size_t out_high,
 			size_t out_low, size_t out_max);
 
+/*
+ * A memory budget shared by connections of any reactor (e.g. every RPC
+ * connection of a node). Bytes of input kept for incomplete messages and of
+ * owned output chunks are taken from it when a buffer grows and given back
+ * when it is freed (atomics, touched per buffer growth, never per byte).
+ * Over in_max the growing connection is closed (-ENOBUFS, counted); over
+ * out_max a connection that queues more output stops reading until its own
+ * queue drains below its low watermark. Others may take reservations from
+ * out_used too (rx_budget_take). A limit of 0 means unbounded.
+ */
+struct rx_budget {
+	size_t in_max;
+	size_t out_max;
+	size_t in_used;       /* atomic */
+	size_t out_used;      /* atomic */
+	uint64_t in_closes;   /* atomic: connections closed over in_max */
+	uint64_t out_pauses;  /* atomic: reading paused over out_max */
+};
+
+/* Take bytes of output room: 0, or -ENOBUFS (nothing taken) when it would
+ * go over out_max. rx_budget_give returns them. Any thread. */
+int rx_budget_take(struct rx_budget *b, size_t bytes);
+void rx_budget_give(struct rx_budget *b, size_t bytes);
+
+/* Account this connection's buffers in b (NULL: none). Call right after
+ * attach, before anything is buffered; b must outlive the connection. */
+void rx_conn_set_budget(struct rx_conn *c, struct rx_budget *b);
+/* True while reading is paused because output is high (the connection's
+ * own watermark or the budget): stop taking new work from its input. */
+bool rx_conn_backlogged(const struct rx_conn *c);
+
 /* Queue bytes (copied). Returns 0, -EPIPE if closing, -ENOMEM. */
 int rx_conn_write(struct rx_conn *c, const void *data, size_t len);
 /*

@@ -118,6 +118,8 @@ struct rx_conn {
 	uint64_t id;                  /* unique per reactor, for logs */
 	const struct rx_conn_ops *ops;
 	void *udata;
+	struct rx_budget *budget;     /* shared memory budget, or NULL */
+	size_t out_owned;             /* owned chunk bytes taken from budget */
 	/* input kept between arrivals (unconsumed bytes) */
 	uint8_t *in;
 	size_t in_len, in_cap, in_max;

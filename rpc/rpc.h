@@ -59,8 +59,29 @@ struct rpc_limits {
 	uint32_t max_elements;
 	uint32_t max_depth;
 	uint32_t max_inflight;    /* calls per connection awaiting a reply */
-	uint32_t max_connections; /* per server (all reactors) */
+	uint32_t max_connections; /* authenticated TCP, per server */
 	uint32_t max_fds;         /* descriptors per message (Unix socket) */
+};
+
+/*
+ * Guards against one client starving the others (rpc_server_set_guard):
+ * connection classes, deadlines, memory. 0 means "no limit of its own" for
+ * every field.
+ */
+struct rpc_guard {
+	/* Connection classes: a flood of one never refuses the others. */
+	uint32_t max_preauth;     /* TCP still authenticating (oldest evicted) */
+	uint32_t max_local;       /* Unix-socket connections */
+	uint32_t max_per_host;    /* TCP from one source address */
+	size_t preauth_max_bytes; /* largest message before authentication */
+	/* Deadlines (0 = off). */
+	uint32_t handshake_timeout_ms; /* TCP: auth, or first request, within */
+	uint32_t message_timeout_ms;   /* a message whole within, from 1st byte */
+	uint32_t idle_timeout_ms;      /* TCP: no traffic and no call */
+	/* Memory, all connections together (0 = unbounded). */
+	size_t max_buffered_bytes;     /* input held for incomplete messages */
+	size_t max_reply_bytes;        /* reply bytes queued or reserved */
+	size_t conn_reply_bytes;       /* per connection: queued + reserved */
 };
 
 /* ------------------------------------------------------------ the server */
@@ -76,6 +97,8 @@ int rpc_server_new(struct rpc_server **out, const struct rpc_limits *lim,
 		   const struct rpc_method *const *tables, unsigned ntables,
 		   const char *secret, long allowed_gid, unsigned nreactors);
 void rpc_server_free(struct rpc_server *s);
+/* Set the guards; before the first accept (main thread). 0 or -ENOMEM. */
+int rpc_server_set_guard(struct rpc_server *s, const struct rpc_guard *g);
 
 /* Serve an accepted socket on reactor r; is_unix selects peer-credential
  * checks and descriptor passing. Closes fd on failure. */
@@ -114,6 +137,11 @@ struct rpc_stats {
 	uint64_t conns_live;
 	uint64_t auth_failures;
 	uint64_t late_replies;    /* replies for a client already gone */
+	uint64_t conns_evicted;   /* unproven connections dropped for new ones */
+	uint64_t conns_timed_out; /* closed by a handshake/message/idle deadline */
+	uint64_t conns_refused_host; /* over rpc_max_connections_per_host */
+	uint64_t budget_refusals; /* rpc_call_budget_take answered -ENOBUFS */
+	uint64_t conns_by_class[3]; /* gauges: pre-auth, TCP, Unix socket */
 };
 void rpc_server_stats(struct rpc_server *s, struct rpc_stats *out);
 
@@ -134,6 +162,21 @@ int rpc_call_take_fd(struct rpc_call *call);
 void *rpc_call_conn_data(const struct rpc_call *call);
 void rpc_call_set_conn_data(struct rpc_call *call, void *data,
 			    void (*cleanup)(void *data));
+
+/*
+ * Reply/staging memory budget. Before allocating a big buffer for a reply
+ * (or staging data for one), a handler takes its size from the budget:
+ * 0, or -ENOBUFS when it would put this connection over its share
+ * (conn_out_max, counting output already queued) or the node over
+ * rpc_max_reply_bytes — answer RPC_E_BUSY (retry later) then, or
+ * RPC_E_TOO_LARGE when bytes alone exceed the per-connection share. Every
+ * byte taken must be given back with rpc_call_budget_give (on the same call,
+ * before its reply ends, e.g. once the buffer was written to the connection,
+ * whose queue is accounted by itself); bytes still taken when the call's
+ * reply ends are given back then. Reactor thread of the call only.
+ */
+int rpc_call_budget_take(struct rpc_call *call, size_t bytes);
+void rpc_call_budget_give(struct rpc_call *call, size_t bytes);
 
 /* ---------------------------------------------------------------- replies */
 

@@ -6,12 +6,36 @@
  * struct rpc_call (one per request until its reply). Threading: the method
  * table and limits are read-only after rpc_server_new; a connection and its
  * calls belong to the reactor that accepted it; counters are per reactor
- * (relaxed stores, summed by rpc_server_stats); the connection count is the
- * only shared atomic (touched at accept and close, not per request).
+ * (relaxed stores, summed by rpc_server_stats); the connection counts per
+ * class, the per-host table (a mutex) and the memory budget are the shared
+ * state, touched at accept, authentication and close, and per buffer growth
+ * — never per request or per byte.
+ *
+ * Connection classes: pre-auth TCP (a secret is set and the client has not
+ * proven it), authenticated TCP, and Unix-socket clients each have their own
+ * cap, so a flood of one never refuses the others; TCP is also capped per
+ * source address. A TCP connection is "unproven" until it authenticates
+ * (or, when it was authenticated at accept, until its first request): a full
+ * class or host cap drops the oldest unproven connection of that reactor for
+ * the new one instead of refusing it, and an unproven connection has
+ * rpc_handshake_timeout to prove itself. A message must arrive whole within
+ * rpc_message_timeout of its first byte (slowloris), and a TCP connection
+ * without traffic or calls for rpc_idle_timeout is closed. All deadlines of a
+ * connection share one timer that re-arms itself lazily, so arrivals only
+ * store a timestamp.
+ *
+ * Memory: before authentication a client may send messages of at most
+ * rpc_preauth_max_bytes (a larger declared message is refused at once);
+ * input kept for incomplete messages and queued replies of every connection
+ * are accounted in one rx_budget (rpc_max_buffered_bytes,
+ * rpc_max_reply_bytes), and handlers reserve big reply buffers from it with
+ * rpc_call_budget_take(). A connection whose output is backlogged takes no
+ * new request from its input until it drains.
  *
  * Input: bytes are scanned (rpc/mp.c) before anything is read, so a message
  * declaring more than the limits is refused without allocating; a malformed
- * message closes the connection (its msgid cannot be trusted); a well-formed
+ * message closes the connection (its msgid cannot be trusted) once the
+ * replies to the requests before it are sent; a well-formed
  * message with a bad shape, an unknown method or bad params gets an error
  * reply and the connection goes on. HTTP and TLS on the RPC port are named
  * in the log and closed.
@@ -22,6 +46,7 @@
  */
 #include <errno.h>
 #include <grp.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +68,9 @@
 #define LOG_MOD "rpc"
 #define FD_QUEUE_MAX 16     /* descriptors held per connection */
 #define UNAUTH_STRIKES 3    /* calls before auth tolerated, then close */
+/* A new connection is never dropped for a newer one before this age: it
+ * gets the chance to send its first message even in a burst of accepts. */
+#define EVICT_GRACE_MS 100
 
 /* A method with its metric series. */
 struct rpc_entry {
@@ -53,9 +81,25 @@ struct rpc_entry {
 	char labels[96];
 };
 
+/* Connection classes (rpc_stats.conns_by_class[]). */
+enum sc_class { SC_PREAUTH, SC_TCP, SC_LOCAL, SC__COUNT };
+
+/* TCP connections from one source address (IPv4 as v4-mapped IPv6). */
+struct host_slot {
+	uint8_t addr[16];
+	uint32_t count; /* 0: empty slot */
+};
+
+/* Per reactor: its unproven TCP connections, oldest first. */
+struct rpc_rstate {
+	struct rpc_sconn *young_head, *young_tail;
+};
+
 struct rpc_server {
 	struct rpc_limits lim;
+	struct rpc_guard gd;             /* all 0 until rpc_server_set_guard */
 	struct mp_limits mpl;
+	struct mp_limits mpl_preauth;    /* before authentication */
 	struct rpc_entry **table;        /* open addressing, pow2 size */
 	unsigned table_mask;
 	struct rpc_entry *entries;       /* insertion order */
@@ -64,7 +108,14 @@ struct rpc_server {
 	struct rpc_local_rule local;     /* who may call without a secret */
 	unsigned nreactors;
 	struct rpc_stats *st;            /* one per reactor */
-	uint32_t conns;                  /* atomic: live connections */
+	struct rpc_rstate *rs;           /* one per reactor */
+	uint32_t cls[SC__COUNT];         /* atomic: live connections by class */
+	struct rx_budget budget;         /* input and reply bytes, all conns */
+	pthread_mutex_t hosts_lock;
+	struct host_slot *hosts;         /* open addressing, linear probing;
+					  * NULL: no per-host cap */
+	unsigned hosts_mask;
+	unsigned hosts_used;             /* addresses in the table */
 };
 
 struct rpc_sconn {
@@ -78,7 +129,21 @@ struct rpc_sconn {
 	bool authed;
 	bool seen_bytes;
 	bool nonce_issued;     /* auth.challenge answered, nonce below */
-	bool paused;           /* by us, for max_inflight */
+	bool paused;           /* by us, for max_inflight or draining */
+	bool counted;          /* holds a class slot (and a host slot if TCP) */
+	bool has_host;         /* holds a slot in the per-host table */
+	bool proven;           /* authenticated and sent a request */
+	bool young;            /* on the reactor's unproven list */
+	enum sc_class cls;
+	int drain_err;         /* set: close once the calls in flight end */
+	const struct mp_limits *mpl; /* scan limits for this connection */
+	struct rpc_sconn *yprev, *ynext; /* the unproven list */
+	struct rx_timer timer; /* handshake, message and idle deadlines */
+	uint64_t accepted_ns;
+	uint64_t last_act_ns;  /* last input, or last call ending */
+	uint64_t partial_ns;   /* first byte of a partial message; 0: none */
+	size_t reserved;       /* budget bytes taken by this conn's calls */
+	uint8_t addr[16];      /* TCP source address */
 	const char *refusal;   /* set: answer the first request with it */
 	uint8_t strikes;
 	uint8_t nonce[RPC_NONCE_BYTES];
@@ -95,6 +160,7 @@ struct rpc_call {
 	uint32_t msgid;
 	bool notify;
 	bool failed;            /* an error reply was sent */
+	size_t reserved;        /* rpc_call_budget_take bytes not given back */
 	struct rpc_entry *e;
 	uint64_t t0;            /* dispatch time (0 when metrics are off) */
 	msgpack_packer pk;
@@ -181,6 +247,9 @@ int rpc_server_new(struct rpc_server **out, const struct rpc_limits *lim,
 	/* Scan work is bounded by objects per message: one per byte at most. */
 	s->mpl.max_objects = (uint32_t)PC_MIN(lim->max_message_bytes,
 					      (size_t)UINT32_MAX);
+	s->mpl_preauth = s->mpl;
+	pthread_mutex_init(&s->hosts_lock, NULL);
+	s->rs = calloc(nreactors ? nreactors : 1, sizeof(*s->rs));
 	s->table_mask = (unsigned)pc_roundup_pow2(2u * n + 2) - 1;
 	s->table = calloc(s->table_mask + 1, sizeof(*s->table));
 	s->entries = calloc(n + 1, sizeof(*s->entries));
@@ -190,7 +259,7 @@ int rpc_server_new(struct rpc_server **out, const struct rpc_limits *lim,
 	if (secret && *secret)
 		s->secret = strdup(secret);
 	int ret = 0;
-	if (!s->table || !s->entries || !s->st ||
+	if (!s->table || !s->entries || !s->st || !s->rs ||
 	    (secret && *secret && !s->secret))
 		ret = -ENOMEM;
 	for (unsigned t = 0; t < ntables && !ret; t++)
@@ -218,7 +287,34 @@ void rpc_server_free(struct rpc_server *s)
 	free(s->table);
 	free(s->entries);
 	free(s->st);
+	free(s->rs);
+	free(s->hosts);
+	pthread_mutex_destroy(&s->hosts_lock);
 	free(s);
+}
+
+int rpc_server_set_guard(struct rpc_server *s, const struct rpc_guard *g)
+{
+	s->gd = *g;
+	s->mpl_preauth = s->mpl;
+	if (g->preauth_max_bytes && g->preauth_max_bytes < s->mpl.max_bytes) {
+		s->mpl_preauth.max_bytes = g->preauth_max_bytes;
+		s->mpl_preauth.max_objects = (uint32_t)g->preauth_max_bytes;
+	}
+	s->budget.in_max = g->max_buffered_bytes;
+	s->budget.out_max = g->max_reply_bytes;
+	free(s->hosts);
+	s->hosts = NULL;
+	if (!g->max_per_host)
+		return 0;
+	/* Sized for every TCP connection from its own address, at most half
+	 * full; host_add refuses beyond that (unbounded classes). */
+	size_t tcp_max = (size_t)s->lim.max_connections +
+			 (g->max_preauth ? g->max_preauth
+					 : s->lim.max_connections);
+	s->hosts_mask = (unsigned)pc_roundup_pow2(2 * tcp_max + 2) - 1;
+	s->hosts = calloc((size_t)s->hosts_mask + 1, sizeof(*s->hosts));
+	return s->hosts ? 0 : -ENOMEM;
 }
 
 unsigned rpc_server_methods(const struct rpc_server *s,
@@ -240,36 +336,82 @@ void rpc_server_stats(struct rpc_server *s, struct rpc_stats *out)
 		for (size_t k = 0; k < sizeof(*out) / sizeof(uint64_t); k++)
 			dst[k] += __atomic_load_n(&src[k], __ATOMIC_RELAXED);
 	}
+	for (unsigned k = 0; k < SC__COUNT; k++)
+		out->conns_by_class[k] = __atomic_load_n(&s->cls[k],
+							 __ATOMIC_RELAXED);
 }
 
 static void rpc_collector(struct met_writer *w, void *arg)
 {
+	struct rpc_server *s = arg;
 	struct rpc_stats st;
-	rpc_server_stats(arg, &st);
+	rpc_server_stats(s, &st);
+	/* Counters from rpc_stats, or (budget) from the shared rx_budget. */
 	static const struct {
 		const char *name, *help;
 		size_t off;
 		enum met_type type;
+		bool budget;
 	} rows[] = {
 		{"peercache_rpc_connections", "RPC connections open",
-		 offsetof(struct rpc_stats, conns_live), MET_GAUGE},
+		 offsetof(struct rpc_stats, conns_live), MET_GAUGE, false},
 		{"peercache_rpc_connections_total", "RPC connections accepted",
-		 offsetof(struct rpc_stats, conns_accepted), MET_COUNTER},
+		 offsetof(struct rpc_stats, conns_accepted), MET_COUNTER, false},
 		{"peercache_rpc_connections_refused_total",
 		 "RPC connections refused (limit or credentials)",
-		 offsetof(struct rpc_stats, conns_refused), MET_COUNTER},
+		 offsetof(struct rpc_stats, conns_refused), MET_COUNTER, false},
 		{"peercache_rpc_auth_failures_total",
 		 "calls or proofs refused for lack of authentication",
-		 offsetof(struct rpc_stats, auth_failures), MET_COUNTER},
+		 offsetof(struct rpc_stats, auth_failures), MET_COUNTER, false},
 		{"peercache_rpc_late_replies_total",
 		 "replies dropped because the client had left",
-		 offsetof(struct rpc_stats, late_replies), MET_COUNTER},
+		 offsetof(struct rpc_stats, late_replies), MET_COUNTER, false},
+		{"peercache_rpc_connections_evicted_total",
+		 "unproven connections dropped to admit a new one",
+		 offsetof(struct rpc_stats, conns_evicted), MET_COUNTER, false},
+		{"peercache_rpc_connections_timed_out_total",
+		 "connections closed by a handshake, message or idle deadline",
+		 offsetof(struct rpc_stats, conns_timed_out), MET_COUNTER, false},
+		{"peercache_rpc_connections_refused_host_total",
+		 "connections refused over rpc_max_connections_per_host",
+		 offsetof(struct rpc_stats, conns_refused_host), MET_COUNTER,
+		 false},
+		{"peercache_rpc_budget_refusals_total",
+		 "reply reservations refused over the memory budget",
+		 offsetof(struct rpc_stats, budget_refusals), MET_COUNTER, false},
+		{"peercache_rpc_buffered_bytes",
+		 "input held for incomplete messages, all connections",
+		 offsetof(struct rx_budget, in_used), MET_GAUGE, true},
+		{"peercache_rpc_reply_bytes",
+		 "reply bytes queued or reserved, all connections",
+		 offsetof(struct rx_budget, out_used), MET_GAUGE, true},
+		{"peercache_rpc_buffer_closes_total",
+		 "connections closed over rpc_max_buffered_bytes",
+		 offsetof(struct rx_budget, in_closes), MET_COUNTER, true},
+		{"peercache_rpc_reply_pauses_total",
+		 "connections paused over rpc_max_reply_bytes",
+		 offsetof(struct rx_budget, out_pauses), MET_COUNTER, true},
 	};
+	_Static_assert(sizeof(size_t) == sizeof(uint64_t), "u64 fields");
 	for (size_t i = 0; i < PC_ARRAY_LEN(rows); i++) {
-		uint64_t v;
-		memcpy(&v, (const char *)&st + rows[i].off, sizeof(v));
+		const char *base = rows[i].budget ? (const char *)&s->budget
+						  : (const char *)&st;
+		uint64_t v = __atomic_load_n(
+			(const uint64_t *)(base + rows[i].off),
+			__ATOMIC_RELAXED);
 		met_w_family(w, rows[i].name, rows[i].help, rows[i].type);
 		met_w_sample(w, rows[i].name, NULL, (double)(int64_t)v);
+	}
+	static const char *const class_names[SC__COUNT] = {
+		[SC_PREAUTH] = "preauth", [SC_TCP] = "tcp", [SC_LOCAL] = "unix"};
+	met_w_family(w, "peercache_rpc_connections_by_class",
+		     "RPC connections open, by class", MET_GAUGE);
+	for (unsigned k = 0; k < SC__COUNT; k++) {
+		char labels[32];
+		snprintf(labels, sizeof(labels), "class=\"%s\"",
+			 class_names[k]);
+		met_w_sample(w, "peercache_rpc_connections_by_class", labels,
+			     (double)st.conns_by_class[k]);
 	}
 	met_w_family(w, "peercache_rpc_rejected_total",
 		     "inputs refused on the RPC port, by reason", MET_COUNTER);
@@ -312,14 +454,340 @@ static int null_write(void *data, const char *buf, size_t len)
 	return 0;
 }
 
+/* ------------------------------------------------- per-host connection table */
+
+static struct host_slot *host_find(struct rpc_server *s, const uint8_t *addr,
+				   bool *found)
+{
+	for (uint64_t i = XXH3_64bits(addr, 16);; i++) {
+		struct host_slot *h = &s->hosts[i & s->hosts_mask];
+		*found = h->count && memcmp(h->addr, addr, 16) == 0;
+		if (!h->count || *found)
+			return h;
+	}
+}
+
+/* Count one more connection from addr; returns the new count, or 0 (and
+ * nothing counted) when the table is as full as it may get. */
+static uint32_t host_add(struct rpc_server *s, const uint8_t *addr)
+{
+	bool found;
+	uint32_t n = 0;
+	pthread_mutex_lock(&s->hosts_lock);
+	struct host_slot *h = host_find(s, addr, &found);
+	if (!found && s->hosts_used < (s->hosts_mask + 1) / 2) {
+		memcpy(h->addr, addr, 16);
+		s->hosts_used++;
+		found = true;
+	}
+	if (found)
+		n = ++h->count;
+	pthread_mutex_unlock(&s->hosts_lock);
+	return n;
+}
+
+/* One connection from addr less; an emptied slot is removed by shifting
+ * the entries of its probe run back (no tombstones). */
+static void host_del(struct rpc_server *s, const uint8_t *addr)
+{
+	bool found;
+	pthread_mutex_lock(&s->hosts_lock);
+	struct host_slot *h = host_find(s, addr, &found);
+	PC_ASSERT(found);
+	if (--h->count == 0) {
+		s->hosts_used--;
+		unsigned hole = (unsigned)(h - s->hosts);
+		for (unsigned j = (hole + 1) & s->hosts_mask;
+		     s->hosts[j].count; j = (j + 1) & s->hosts_mask) {
+			unsigned home = (unsigned)XXH3_64bits(s->hosts[j].addr,
+							      16) &
+					s->hosts_mask;
+			/* Movable when its home is not in (hole, j]. */
+			if (((j - home) & s->hosts_mask) >=
+			    ((j - hole) & s->hosts_mask)) {
+				s->hosts[hole] = s->hosts[j];
+				s->hosts[j].count = 0;
+				hole = j;
+			}
+		}
+	}
+	pthread_mutex_unlock(&s->hosts_lock);
+}
+
+/* --------------------------------------------------- classes and eviction */
+
+static void young_del(struct rpc_sconn *sc)
+{
+	if (!sc->young)
+		return;
+	struct rpc_rstate *rs = &sc->srv->rs[rx_reactor_id(sc->r)];
+	if (sc->yprev)
+		sc->yprev->ynext = sc->ynext;
+	else
+		rs->young_head = sc->ynext;
+	if (sc->ynext)
+		sc->ynext->yprev = sc->yprev;
+	else
+		rs->young_tail = sc->yprev;
+	sc->yprev = sc->ynext = NULL;
+	sc->young = false;
+}
+
+static void young_add(struct rpc_sconn *sc)
+{
+	struct rpc_rstate *rs = &sc->srv->rs[rx_reactor_id(sc->r)];
+	sc->yprev = rs->young_tail;
+	sc->ynext = NULL;
+	if (rs->young_tail)
+		rs->young_tail->ynext = sc;
+	else
+		rs->young_head = sc;
+	rs->young_tail = sc;
+	sc->young = true;
+}
+
+/* Give back the class and host slots (at close, or at once on eviction, so
+ * the slot is free before the connection's teardown completes). */
+static void sc_uncount(struct rpc_sconn *sc)
+{
+	young_del(sc);
+	if (!sc->counted)
+		return;
+	sc->counted = false;
+	__atomic_sub_fetch(&sc->srv->cls[sc->cls], 1, __ATOMIC_RELAXED);
+	if (sc->has_host) {
+		sc->has_host = false;
+		host_del(sc->srv, sc->addr);
+	}
+}
+
+/* The cap of class k; 0 in the limits means no cap of its own. */
+static uint32_t class_cap(const struct rpc_server *s, enum sc_class k)
+{
+	uint32_t cap = k == SC_PREAUTH ? s->gd.max_preauth
+		       : k == SC_TCP   ? s->lim.max_connections
+				       : s->gd.max_local;
+	return cap ? cap : UINT32_MAX;
+}
+
+static const char *const class_setting[SC__COUNT] = {
+	[SC_PREAUTH] = "rpc_max_preauth_connections",
+	[SC_TCP] = "rpc_max_connections",
+	[SC_LOCAL] = "rpc_max_local_connections",
+};
+
+/*
+ * Drop the oldest unproven connection of reactor rs of class k (SC__COUNT:
+ * any) and, when addr is set, from that address, if it is older than
+ * EVICT_GRACE_MS. false: none to drop.
+ */
+static bool evict_one(struct rpc_rstate *rs, enum sc_class k,
+		      const uint8_t *addr)
+{
+	uint64_t born_before = pc_now_ns() - RX_MS(EVICT_GRACE_MS);
+	for (struct rpc_sconn *v = rs->young_head; v; v = v->ynext) {
+		if (v->accepted_ns > born_before)
+			break; /* oldest first: the rest are younger still */
+		if ((k != SC__COUNT && v->cls != k) ||
+		    (addr && memcmp(v->addr, addr, 16) != 0))
+			continue;
+		RX_STAT_INC(v->st->conns_evicted);
+		PC_LOG_RL(PC_LOG_INFO, LOG_MOD, "%s: dropped unproven "
+			  "connection to admit a new one (%s)", v->peer,
+			  addr ? "rpc_max_connections_per_host"
+			       : class_setting[v->cls]);
+		sc_uncount(v);
+		rx_conn_close(v->c, RX_CLOSE_NOW, -ECONNABORTED);
+		return true;
+	}
+	return false;
+}
+
+/* Take a slot of class k, dropping an unproven connection when full. */
+static int class_take(struct rpc_server *s, struct rpc_rstate *rs,
+		      enum sc_class k)
+{
+	if (__atomic_add_fetch(&s->cls[k], 1, __ATOMIC_RELAXED) <=
+	    class_cap(s, k))
+		return 0;
+	if (k != SC_LOCAL && evict_one(rs, k, NULL))
+		return 0;
+	__atomic_sub_fetch(&s->cls[k], 1, __ATOMIC_RELAXED);
+	return -EMFILE;
+}
+
+/* Admit a new connection into its class (and host) or refuse it. */
+static int sc_admit(struct rpc_sconn *sc)
+{
+	struct rpc_server *s = sc->srv;
+	struct rpc_rstate *rs = &s->rs[rx_reactor_id(sc->r)];
+	if (!sc->is_unix && s->hosts) {
+		uint32_t n = host_add(s, sc->addr);
+		if (n > s->gd.max_per_host &&
+		    !evict_one(rs, SC__COUNT, sc->addr)) {
+			if (n)
+				host_del(s, sc->addr);
+			n = 0;
+		}
+		if (!n) {
+			RX_STAT_INC(sc->st->conns_refused_host);
+			PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "refusing %s: %u "
+				  "connections from one address is the limit "
+				  "(rpc_max_connections_per_host)", sc->peer,
+				  s->gd.max_per_host);
+			return -EMFILE;
+		}
+		sc->has_host = true;
+	}
+	if (class_take(s, rs, sc->cls) < 0) {
+		if (sc->has_host)
+			host_del(s, sc->addr);
+		sc->has_host = false;
+		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "refusing %s: %u connections "
+			  "is the limit (%s)", sc->peer, class_cap(s, sc->cls),
+			  class_setting[sc->cls]);
+		return -EMFILE;
+	}
+	sc->counted = true;
+	if (!sc->is_unix)
+		young_add(sc);
+	return 0;
+}
+
+/* The connection proved itself: no longer a candidate for eviction, no
+ * handshake deadline. */
+static void sc_prove(struct rpc_sconn *sc)
+{
+	sc->proven = true;
+	young_del(sc);
+}
+
+/* ---------------------------------------------------------------- deadlines */
+
+/* Which deadline is due (DUE_CHECK: only a time to look again). */
+enum sc_due { DUE_CHECK, DUE_HANDSHAKE, DUE_AUTH, DUE_MESSAGE, DUE_IDLE,
+	      DUE__COUNT };
+static const char *const due_text[DUE__COUNT] = {
+	[DUE_HANDSHAKE] = "no request within rpc_handshake_timeout",
+	[DUE_AUTH] = "not authenticated within rpc_handshake_timeout",
+	[DUE_MESSAGE] = "a message did not arrive whole within "
+			"rpc_message_timeout",
+	[DUE_IDLE] = "idle for rpc_idle_timeout",
+};
+/* One log limiter per reason, so a flood of one kind never hides another. */
+static struct pc_ratelimit due_rl[DUE__COUNT];
+
+/* The earliest deadline of sc and, in *due, which one it is. */
+static uint64_t sc_deadline(const struct rpc_sconn *sc, uint64_t now,
+			    enum sc_due *due)
+{
+	const struct rpc_guard *l = &sc->srv->gd;
+	uint64_t d = UINT64_MAX;
+	*due = DUE_CHECK;
+	/* A client authenticated at accept whose first message has begun is
+	 * under the message deadline instead (a big first request may take
+	 * longer than the handshake deadline to arrive). */
+	if (!sc->proven && (!sc->is_unix || sc->refusal) &&
+	    !(sc->authed && sc->partial_ns) && l->handshake_timeout_ms) {
+		d = sc->accepted_ns + RX_MS(l->handshake_timeout_ms);
+		*due = sc->authed ? DUE_HANDSHAKE : DUE_AUTH;
+	}
+	if (sc->partial_ns && l->message_timeout_ms &&
+	    sc->partial_ns + RX_MS(l->message_timeout_ms) < d) {
+		d = sc->partial_ns + RX_MS(l->message_timeout_ms);
+		*due = DUE_MESSAGE;
+	}
+	if (!sc->is_unix && l->idle_timeout_ms) {
+		uint64_t i = (sc->inflight ? now : sc->last_act_ns) +
+			     RX_MS(l->idle_timeout_ms);
+		if (i < d) {
+			d = i;
+			*due = sc->inflight ? DUE_CHECK : DUE_IDLE;
+		}
+	}
+	return d;
+}
+
+static void sc_arm(struct rpc_sconn *sc, uint64_t now)
+{
+	enum sc_due due;
+	uint64_t d = sc_deadline(sc, now, &due);
+	if (d == UINT64_MAX) {
+		rx_timer_stop(sc->r, &sc->timer);
+		return;
+	}
+	if (rx_timer_start(sc->r, &sc->timer, d > now ? d - now : 0, 0) < 0) {
+		/* No timer left: a connection without deadlines is not kept. */
+		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "%s: no timer for the "
+			  "connection's deadlines; closing", sc->peer);
+		rx_conn_close(sc->c, RX_CLOSE_NOW, -ENOSPC);
+	}
+}
+
+static void sc_timer_fired(struct rx_reactor *r, struct rx_timer *t)
+{
+	struct rpc_sconn *sc = t->arg;
+	/* Not rx_now_ns(): the loop's cached time may predate its wait. */
+	uint64_t now = pc_now_ns();
+	enum sc_due due;
+	(void)r;
+	if (sc_deadline(sc, now, &due) > now || due == DUE_CHECK) {
+		sc_arm(sc, now);
+		return;
+	}
+	RX_STAT_INC(sc->st->conns_timed_out);
+	uint64_t n = pc_ratelimit_pass(&due_rl[due], 10000);
+	if (n > 1)
+		PC_LOGI(LOG_MOD, "%s: %s; closing (+%llu similar suppressed)",
+			sc->peer, due_text[due], (unsigned long long)(n - 1));
+	else if (n == 1)
+		PC_LOGI(LOG_MOD, "%s: %s; closing", sc->peer, due_text[due]);
+	sc_uncount(sc);
+	rx_conn_close(sc->c, RX_CLOSE_NOW, -ETIMEDOUT);
+}
+
+/* Note whether input ended inside a message: its deadline starts with it.
+ * fresh: that message began in this batch (an earlier one completed). */
+static void sc_note_partial(struct rpc_sconn *sc, bool partial, bool fresh)
+{
+	if (!partial) {
+		sc->partial_ns = 0; /* the timer finds nothing due and re-arms */
+		return;
+	}
+	if (sc->partial_ns && !fresh)
+		return;
+	uint64_t now = pc_now_ns();
+	sc->partial_ns = now;
+	enum sc_due due;
+	if (!rx_timer_armed(&sc->timer) ||
+	    sc->timer.deadline_ns > sc_deadline(sc, now, &due))
+		sc_arm(sc, now);
+}
+
+/* Close once the calls in flight have replied (their replies go out first);
+ * no more input is read meanwhile. */
+static void sc_drain_close(struct rpc_sconn *sc, int err)
+{
+	if (sc->inflight == 0) {
+		rx_conn_close(sc->c, RX_CLOSE_FLUSH, err);
+		return;
+	}
+	sc->drain_err = err;
+	if (!sc->paused) {
+		sc->paused = true;
+		rx_conn_pause(sc->c);
+	}
+}
+
 static void on_close(struct rx_conn *c, int err)
 {
 	struct rpc_sconn *sc = rx_conn_udata(c);
 	PC_LOGD(LOG_MOD, "%s: connection closed (%s)", sc->peer,
 		err ? strerror(-err) : "orderly");
+	rx_timer_stop(sc->r, &sc->timer);
+	sc_uncount(sc);
 	sc->c = NULL;
 	RX_STAT_ADD(sc->st->conns_live, (uint64_t)-1);
-	__atomic_sub_fetch(&sc->srv->conns, 1, __ATOMIC_RELAXED);
 	sconn_unref(sc);
 }
 
@@ -399,6 +867,7 @@ static struct rpc_call *call_new(struct rpc_sconn *sc, uint32_t msgid,
 	call->msgid = msgid;
 	call->notify = notify;
 	call->failed = false;
+	call->reserved = 0;
 	call->e = e;
 	call->t0 = met_enabled ? pc_now_ns() : 0;
 	sc->refs++;
@@ -414,8 +883,14 @@ static void call_free(struct rpc_call *call)
 		met_inc(call->e->errors);
 	if (call->t0)
 		met_observe_ns(call->e->latency, pc_now_ns() - call->t0);
-	sc->inflight--;
-	if (sc->paused && sc->c && sc->inflight < sc->srv->lim.max_inflight) {
+	if (call->reserved)
+		rpc_call_budget_give(call, call->reserved);
+	if (--sc->inflight == 0)
+		sc->last_act_ns = pc_now_ns();
+	if (sc->drain_err && sc->c && sc->inflight == 0)
+		rx_conn_close(sc->c, RX_CLOSE_FLUSH, sc->drain_err);
+	else if (sc->paused && sc->c && !sc->drain_err &&
+		 sc->inflight < sc->srv->lim.max_inflight) {
 		sc->paused = false;
 		rx_conn_resume(sc->c);
 	}
@@ -455,6 +930,30 @@ static void early_error(struct rpc_sconn *sc, uint32_t msgid,
 	RX_STAT_INC(sc->st->errors);
 }
 
+/*
+ * Untrusted bytes for an error message: printable ASCII as is, every other
+ * byte (and '\\') as \xNN, so the text is valid UTF-8 whatever the client
+ * sent; cut with "..." to fit len (>= 8).
+ */
+static const char *show_bytes(const char *p, size_t n, char *buf, size_t len)
+{
+	size_t o = 0;
+	for (size_t i = 0; i < n; i++) {
+		unsigned char ch = (unsigned char)p[i];
+		bool plain = ch >= 0x20 && ch < 0x7f && ch != '\\';
+		if (o + (plain ? 1 : 4) + 4 > len) {
+			memcpy(buf + o, "...", 4);
+			return buf;
+		}
+		if (plain)
+			buf[o++] = (char)ch;
+		else
+			o += (size_t)snprintf(buf + o, len - o, "\\x%02x", ch);
+	}
+	buf[o] = '\0';
+	return buf;
+}
+
 /* Dispatch one complete message. false: the connection is closing. */
 static bool handle_message(struct rpc_sconn *sc, const uint8_t *p, size_t len)
 {
@@ -464,6 +963,7 @@ static bool handle_message(struct rpc_sconn *sc, const uint8_t *p, size_t len)
 	if (ret == -EBADMSG || (ret == 0 && m.type == RPC_RESPONSE)) {
 		reject(sc, RPC_REJ_NOT_RPC,
 		       ret ? why : "a response sent to the server");
+		sc_drain_close(sc, -EPROTO);
 		return false;
 	}
 	bool notify = m.type == RPC_NOTIFY;
@@ -483,10 +983,12 @@ static bool handle_message(struct rpc_sconn *sc, const uint8_t *p, size_t len)
 	struct rpc_entry *ent = find_entry(sc->srv, m.method, m.method_len);
 	const struct rpc_method *meth = ent ? ent->m : NULL;
 	if (!meth) {
+		char shown[64 * 4 + 4];
 		if (!notify)
 			early_error(sc, m.msgid, RPC_E_UNKNOWN_METHOD,
-				    "no method '%.*s'",
-				    (int)PC_MIN(m.method_len, 64u), m.method);
+				    "no method '%s'",
+				    show_bytes(m.method, m.method_len, shown,
+					       sizeof(shown)));
 		return true;
 	}
 	if (!sc->authed && !(meth->flags & RPC_PUBLIC)) {
@@ -520,6 +1022,8 @@ static bool handle_message(struct rpc_sconn *sc, const uint8_t *p, size_t len)
 	uint32_t nparams;
 	mp_rd_array(&m.params, &nparams); /* checked by rpc_msg_parse */
 	meth->fn(call, &m.params);
+	if (sc->authed && !sc->proven)
+		sc_prove(sc); /* auth.response, or the first request */
 	return sc->c && !rx_conn_closing(sc->c);
 }
 
@@ -531,19 +1035,28 @@ static ssize_t on_data(struct rx_conn *c, const uint8_t *data, size_t len)
 		if (sniff(sc, data, len))
 			return -EPROTO;
 	}
+	sc->last_act_ns = pc_now_ns();
 	if (len < sc->need)
 		return 0; /* a partial message still short of what it needs */
 	size_t used = 0;
-	while (used < len && !sc->paused) {
+	bool partial = false;
+	/* A backlogged connection takes no new work until its output drains:
+	 * the rest stays in its input and comes back on resume. */
+	while (used < len && !sc->paused && !rx_conn_backlogged(c)) {
 		size_t size;
-		int ret = mp_scan(data + used, len - used, &sc->srv->mpl, &size);
+		int ret = mp_scan(data + used, len - used, sc->mpl, &size);
 		if (ret == MP_NEED_MORE) {
 			sc->need = size;
+			partial = true;
 			break;
 		}
 		sc->need = 0;
 		if (ret < 0) {
-			if (ret == -EMSGSIZE)
+			if (ret == -EMSGSIZE && !sc->authed)
+				reject(sc, RPC_REJ_TOO_LARGE, "message over the "
+				       "size limit before authentication "
+				       "(rpc_preauth_max_bytes)");
+			else if (ret == -EMSGSIZE)
 				reject(sc, RPC_REJ_TOO_LARGE,
 				       "message over the size limit");
 			else if (ret == -E2BIG)
@@ -555,16 +1068,19 @@ static ssize_t on_data(struct rx_conn *c, const uint8_t *data, size_t len)
 			else
 				reject(sc, RPC_REJ_NOT_MSGPACK,
 				       "bytes that are not MessagePack");
-			return ret;
+			/* Replies to the requests before it still go out. */
+			sc_drain_close(sc, ret);
+			return (ssize_t)len;
 		}
 		if (!handle_message(sc, data + used, size))
-			return (ssize_t)(used + size);
+			return (ssize_t)len; /* closing: the rest is not read */
 		used += size;
 		if (sc->inflight >= sc->srv->lim.max_inflight && sc->c) {
 			sc->paused = true; /* resumes when calls complete */
 			rx_conn_pause(c);
 		}
 	}
+	sc_note_partial(sc, partial, used > 0);
 	return (ssize_t)used;
 }
 
@@ -639,10 +1155,13 @@ static void describe_tcp_peer(struct rpc_sconn *sc, int fd)
 			struct sockaddr_in *a = (struct sockaddr_in *)&ss;
 			inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
 			port = ntohs(a->sin_port);
+			sc->addr[10] = sc->addr[11] = 0xff; /* v4-mapped */
+			memcpy(sc->addr + 12, &a->sin_addr, 4);
 		} else if (ss.ss_family == AF_INET6) {
 			struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
 			inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
 			port = ntohs(a->sin6_port);
+			memcpy(sc->addr, &a->sin6_addr, 16);
 		}
 	}
 	snprintf(sc->peer, sizeof(sc->peer), "%s:%u", host, port);
@@ -652,19 +1171,9 @@ void rpc_server_accept(struct rpc_server *s, struct rx_reactor *r, int fd,
 		       bool is_unix)
 {
 	struct rpc_stats *st = &s->st[rx_reactor_id(r)];
-	uint32_t n = __atomic_add_fetch(&s->conns, 1, __ATOMIC_RELAXED);
-	if (n > s->lim.max_connections) {
-		__atomic_sub_fetch(&s->conns, 1, __ATOMIC_RELAXED);
-		RX_STAT_INC(st->conns_refused);
-		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "refusing a connection: %u "
-			  "connections is the limit (rpc_max_connections)",
-			  s->lim.max_connections);
-		close(fd);
-		return;
-	}
 	struct rpc_sconn *sc = calloc(1, sizeof(*sc));
 	if (!sc) {
-		__atomic_sub_fetch(&s->conns, 1, __ATOMIC_RELAXED);
+		RX_STAT_INC(st->conns_refused);
 		close(fd);
 		return;
 	}
@@ -682,24 +1191,66 @@ void rpc_server_accept(struct rpc_server *s, struct rx_reactor *r, int fd,
 		if (!s->secret)
 			check_tcp_peer(sc, fd);
 	}
+	/* A refused client is held as unproven until its first request gets
+	 * the refusal (or its handshake deadline passes). */
 	sc->authed = !sc->refusal && (is_unix || !s->secret);
-	int err;
-	sc->c = rx_conn_attach(r, fd, &rpc_conn_ops, sc, &err);
-	if (!sc->c) {
-		__atomic_sub_fetch(&s->conns, 1, __ATOMIC_RELAXED);
+	/* The class follows the authentication state at accept. */
+	sc->cls = is_unix ? SC_LOCAL : sc->authed ? SC_TCP : SC_PREAUTH;
+	sc->mpl = sc->authed ? &s->mpl : &s->mpl_preauth;
+	sc->accepted_ns = sc->last_act_ns = pc_now_ns();
+	rx_timer_init(&sc->timer, sc_timer_fired, sc);
+	if (sc_admit(sc) < 0) {
+		RX_STAT_INC(st->conns_refused);
+		close(fd);
 		free(sc);
 		return;
 	}
-	/* Room for one whole message plus the start of the next. */
-	rx_conn_set_limits(sc->c, s->lim.max_message_bytes + 65536, 0, 0, 0);
+	int err;
+	sc->c = rx_conn_attach(r, fd, &rpc_conn_ops, sc, &err);
+	if (!sc->c) {
+		sc_uncount(sc);
+		free(sc);
+		return;
+	}
+	rx_conn_set_budget(sc->c, &s->budget);
+	/* Room for one whole message plus the start of the next; before
+	 * authentication, for one small message only. */
+	rx_conn_set_limits(sc->c, sc->mpl->max_bytes +
+				  (sc->authed ? 65536 : 0), 0, 0, 0);
 	if (is_unix && s->lim.max_fds)
 		rx_conn_enable_fds(sc->c, s->lim.max_fds);
 	RX_STAT_INC(st->conns_accepted);
 	RX_STAT_INC(st->conns_live);
+	sc_arm(sc, sc->accepted_ns);
 	PC_LOGD(LOG_MOD, "%s: connected", sc->peer);
 }
 
 /* ------------------------------------------------------------------ calls */
+
+int rpc_call_budget_take(struct rpc_call *call, size_t bytes)
+{
+	struct rpc_sconn *sc = call->sc;
+	struct rpc_server *s = sc->srv;
+	size_t queued = sc->c ? rx_conn_out_bytes(sc->c) : 0;
+	if (!sc->c ||
+	    (s->gd.conn_reply_bytes &&
+	     sc->reserved + queued + bytes > s->gd.conn_reply_bytes) ||
+	    rx_budget_take(&s->budget, bytes) < 0) {
+		RX_STAT_INC(sc->st->budget_refusals);
+		return -ENOBUFS;
+	}
+	sc->reserved += bytes;
+	call->reserved += bytes;
+	return 0;
+}
+
+void rpc_call_budget_give(struct rpc_call *call, size_t bytes)
+{
+	PC_ASSERT(bytes <= call->reserved);
+	call->reserved -= bytes;
+	call->sc->reserved -= bytes;
+	rx_budget_give(&call->sc->srv->budget, bytes);
+}
 
 struct rx_reactor *rpc_call_reactor(const struct rpc_call *call)
 {
@@ -907,6 +1458,23 @@ static void m_auth_response(struct rpc_call *call, struct mp_rd *params)
 		rpc_reply_error_close(call, RPC_E_UNAUTHORIZED,
 				      "wrong proof: the cluster secrets differ");
 		return;
+	}
+	if (sc->cls == SC_PREAUTH) {
+		/* Move to the authenticated class, with the full limits. */
+		struct rpc_server *s = sc->srv;
+		if (class_take(s, &s->rs[rx_reactor_id(sc->r)], SC_TCP) < 0) {
+			PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "%s: %u authenticated "
+				  "connections is the limit "
+				  "(rpc_max_connections); closing", sc->peer,
+				  s->lim.max_connections);
+			rpc_reply_error_close(call, RPC_E_BUSY, "too many "
+					      "connections; retry later");
+			return;
+		}
+		__atomic_sub_fetch(&s->cls[SC_PREAUTH], 1, __ATOMIC_RELAXED);
+		sc->cls = SC_TCP;
+		sc->mpl = &s->mpl;
+		rx_conn_set_limits(sc->c, s->mpl.max_bytes + 65536, 0, 0, 0);
 	}
 	sc->authed = true;
 	sc->strikes = 0;

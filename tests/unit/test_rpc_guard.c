@@ -1,0 +1,191 @@
+/*
+ * tests/unit/test_rpc_guard.c — the reply memory budget handlers reserve
+ * from (rpc_call_budget_take / rpc_call_budget_give): node-wide and
+ * per-connection shares, reservations held by asynchronous calls, and
+ * bytes given back when a reply ends.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/buf.h"
+#include "reactor/group.h"
+#include "rpc/client.h"
+#include "rpc/msg.h"
+#include "rpc/rpc.h"
+#include "testutil.h"
+
+/* ["t.take", bytes, hold_ms]: reserve bytes, answer after hold_ms (0: at
+ * once, after giving half back by hand) with 0, or "busy". */
+struct held {
+	struct rx_timer t;
+	struct rpc_call *call;
+};
+
+static void held_fire(struct rx_reactor *r, struct rx_timer *t)
+{
+	struct held *h = t->arg;
+	(void)r;
+	rpc_reply_uint(h->call, 0); /* the reservation ends with the reply */
+	free(h);
+}
+
+static void m_take(struct rpc_call *call, struct mp_rd *p)
+{
+	uint64_t bytes, ms;
+	if (mp_rd_uint(p, &bytes) < 0 || mp_rd_uint(p, &ms) < 0) {
+		rpc_reply_error(call, RPC_E_BAD_PARAMS, "[bytes, ms]");
+		return;
+	}
+	if (rpc_call_budget_take(call, bytes) < 0) {
+		rpc_reply_error(call, RPC_E_BUSY, "over the reply budget");
+		return;
+	}
+	if (ms == 0) {
+		rpc_call_budget_give(call, bytes / 2);
+		rpc_reply_uint(call, 0);
+		return;
+	}
+	struct held *h = calloc(1, sizeof(*h));
+	h->call = call;
+	rx_timer_init(&h->t, held_fire, h);
+	rx_timer_start(rpc_call_reactor(call), &h->t, RX_MS(ms), 0);
+}
+
+static const struct rpc_method methods[] = {
+	{"t.take", m_take, 0, "reserve reply bytes"},
+	{NULL, NULL, 0, NULL},
+};
+
+static struct {
+	struct rpc_server *srv;
+	struct rx_group *g;
+	uint16_t port;
+} G;
+
+static void on_tcp(struct rx_listener *l, int fd, void *arg)
+{
+	(void)arg;
+	rpc_server_accept(G.srv, rx_listener_reactor(l), fd, false);
+}
+
+static int on_start(struct rx_reactor *r, void *arg)
+{
+	(void)arg;
+	int err;
+	struct rx_listener *l = rx_listen_tcp(r, "127.0.0.1", 0, false, 16,
+					      on_tcp, NULL, &err);
+	if (!l)
+		return err;
+	G.port = rx_listener_port(l);
+	return 0;
+}
+
+static void guard_up(const struct rpc_guard *gd)
+{
+	struct rpc_limits lim = {
+		.max_message_bytes = 1 << 20,
+		.max_elements = 1024,
+		.max_depth = 8,
+		.max_inflight = 16,
+		.max_connections = 16,
+		.max_fds = 1,
+	};
+	const struct rpc_method *tables[] = {methods};
+	cr_assert_eq(rpc_server_new(&G.srv, &lim, tables, 1, NULL, -1, 1), 0);
+	cr_assert_eq(rpc_server_set_guard(G.srv, gd), 0);
+	struct rx_params p;
+	rx_params_default(&p);
+	struct rx_group_hooks h = {.thread_start = on_start};
+	cr_assert_eq(rx_group_start(&G.g, 1, &p, &h), 0);
+}
+
+static struct rpc_stats guard_down(void)
+{
+	struct rpc_stats st;
+	rpc_server_stats(G.srv, &st);
+	rx_group_stop(G.g);
+	rx_group_join(G.g);
+	rpc_server_free(G.srv);
+	return st;
+}
+
+static void send_take(int fd, uint32_t msgid, uint64_t bytes, uint64_t ms)
+{
+	struct pc_wbuf w;
+	msgpack_packer pk;
+	pc_wbuf_init(&w, 0);
+	pc_wbuf_packer(&w, &pk);
+	rpc_pack_request(&pk, msgid, "t.take", 2);
+	msgpack_pack_uint64(&pk, bytes);
+	msgpack_pack_uint64(&pk, ms);
+	cr_assert_eq(send(fd, w.data, w.len, 0), (ssize_t)w.len);
+	pc_wbuf_free(&w);
+}
+
+/* The answer to the one request in flight on fd: true for 0, false for
+ * an error "busy". */
+static bool answer(int fd, uint32_t msgid)
+{
+	uint8_t buf[512];
+	size_t have = 0, size = 0;
+	static const struct mp_limits lim = {512, 16, 4, 512};
+	while (have == 0 || mp_scan(buf, have, &lim, &size) != MP_COMPLETE) {
+		ssize_t n = recv(fd, buf + have, sizeof(buf) - have, 0);
+		cr_assert_gt(n, 0, "the node closed the connection");
+		have += (size_t)n;
+	}
+	struct rpc_msg m;
+	const char *why;
+	cr_assert_eq(rpc_msg_parse(buf, size, &m, &why), 0);
+	cr_assert_eq(m.msgid, msgid);
+	struct rpc_result res;
+	rpc_result_from_response(&m, &res);
+	if (res.err)
+		cr_assert_str_eq(res.code, RPC_E_BUSY);
+	return res.err == 0;
+}
+
+Test(rpc_guard, node_budget_counts_reservations_of_every_connection)
+{
+	struct rpc_guard gd = {.max_reply_bytes = 1 << 20};
+	guard_up(&gd);
+	int a = tu_connect(G.port), b = tu_connect(G.port);
+	send_take(a, 1, 800 << 10, 400); /* held for 400 ms */
+	usleep(100 * 1000);
+	send_take(b, 2, 400 << 10, 0);
+	cr_assert(!answer(b, 2), "800 + 400 KiB fit in a 1 MiB budget");
+	send_take(b, 3, 100 << 10, 0);
+	cr_assert(answer(b, 3));
+	cr_assert(answer(a, 1));
+	/* A's reservation ended with its reply: the room is back. */
+	send_take(b, 4, 900 << 10, 0);
+	cr_assert(answer(b, 4));
+	close(a);
+	close(b);
+	struct rpc_stats st = guard_down();
+	cr_assert_eq(st.budget_refusals, 1);
+}
+
+Test(rpc_guard, connection_share_counts_its_own_reservations)
+{
+	struct rpc_guard gd = {.conn_reply_bytes = 256 << 10};
+	guard_up(&gd);
+	int a = tu_connect(G.port), b = tu_connect(G.port);
+	send_take(a, 1, 200 << 10, 300);
+	usleep(100 * 1000);
+	send_take(a, 2, 100 << 10, 0); /* 200 + 100 KiB on one connection */
+	cr_assert(!answer(a, 2)); /* answered at once, before 1 */
+	cr_assert(answer(a, 1));
+	send_take(b, 3, 200 << 10, 0); /* another connection has its own */
+	cr_assert(answer(b, 3));
+	send_take(a, 4, 300 << 10, 0); /* alone over the share */
+	cr_assert(!answer(a, 4));
+	close(a);
+	close(b);
+	struct rpc_stats st = guard_down();
+	cr_assert_eq(st.budget_refusals, 2);
+}
