@@ -12,7 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -22,6 +24,21 @@
 extern char **environ;
 
 static char g_sock[108];
+static pid_t g_node; /* the running node, stopped by teardown on failure */
+
+/* Ready when the socket accepts: a socket file alone may be a stale one
+ * (a node of an earlier run with the same pid). */
+static bool node_ready(void)
+{
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_un a = {.sun_family = AF_UNIX};
+	snprintf(a.sun_path, sizeof(a.sun_path), "%s", g_sock);
+	bool ok = fd >= 0 &&
+		  connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+	if (fd >= 0)
+		close(fd);
+	return ok;
+}
 
 static pid_t node_start(void)
 {
@@ -30,14 +47,15 @@ static pid_t node_start(void)
 			"--pool-size", "64mb", "--log-level", "warn",
 			"--socket", g_sock, NULL};
 	pid_t pid;
+	unlink(g_sock);
 	cr_assert_eq(posix_spawn(&pid, argv[0], NULL, NULL, argv, environ), 0);
+	g_node = pid;
 	for (int i = 0; i < 500; i++) { /* wait for the socket */
-		struct stat st;
-		if (stat(g_sock, &st) == 0)
+		if (node_ready())
 			return pid;
 		usleep(10000);
 	}
-	cr_assert_fail("peercached did not create %s", g_sock);
+	cr_assert_fail("peercached did not listen on %s", g_sock);
 	return -1;
 }
 
@@ -45,6 +63,7 @@ static void node_stop(pid_t pid)
 {
 	int status;
 	kill(pid, SIGTERM);
+	g_node = 0;
 	cr_assert_eq(waitpid(pid, &status, 0), pid);
 	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
 		  "peercached did not stop cleanly (status 0x%x)", status);
@@ -64,7 +83,19 @@ static void setup(void)
 		 (int)getpid());
 }
 
-TestSuite(client, .init = setup);
+/* A failed assertion skips the test's node_stop: never leave the node
+ * running (it would hold the test runner's output open). */
+static void teardown(void)
+{
+	if (g_node > 0) {
+		kill(g_node, SIGKILL);
+		waitpid(g_node, NULL, 0);
+		g_node = 0;
+	}
+	unlink(g_sock);
+}
+
+TestSuite(client, .init = setup, .fini = teardown);
 
 enum { PAGE = 64 * 1024, PAGES = 32 };
 
