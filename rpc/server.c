@@ -18,7 +18,8 @@
  *
  * Lifetime: a connection holds one reference on its rpc_sconn and each live
  * call another, so an asynchronous reply after the client left finds the
- * sconn (marked gone) and is dropped.
+ * sconn (marked gone) and is dropped. A module's per-connection data gets
+ * mod_closed when the socket closes and mod_cleanup after the last call.
  */
 #include <errno.h>
 #include <grp.h>
@@ -87,6 +88,7 @@ struct rpc_sconn {
 	unsigned nfds;
 	void *mod_data;
 	void (*mod_cleanup)(void *data);
+	void (*mod_closed)(void *data); /* at close, calls maybe in flight */
 	char peer[64];
 };
 
@@ -319,6 +321,8 @@ static void on_close(struct rx_conn *c, int err)
 	PC_LOGD(LOG_MOD, "%s: connection closed (%s)", sc->peer,
 		err ? strerror(-err) : "orderly");
 	sc->c = NULL;
+	if (sc->mod_closed)
+		sc->mod_closed(sc->mod_data);
 	RX_STAT_ADD(sc->st->conns_live, (uint64_t)-1);
 	__atomic_sub_fetch(&sc->srv->conns, 1, __ATOMIC_RELAXED);
 	sconn_unref(sc);
@@ -720,6 +724,12 @@ void rpc_call_set_conn_data(struct rpc_call *call, void *data,
 {
 	call->sc->mod_data = data;
 	call->sc->mod_cleanup = cleanup;
+}
+
+void rpc_call_set_conn_closed(struct rpc_call *call,
+			      void (*closed)(void *data))
+{
+	call->sc->mod_closed = closed;
 }
 
 
