@@ -28,7 +28,9 @@ import time
 import msgpack
 import pytest
 
-from conftest import RpcClient, metrics_of
+from conftest import BUILD, RpcClient, metrics_of
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 SEED = int(os.environ.get("PEERCACHE_TEST_SEED", random.randrange(1 << 32)))
 REGION = 4 << 20   # bytes of each client's memfd
@@ -267,9 +269,9 @@ def check_node_sound(node, remote):
         assert wait_metric(node, name) == 0, (name, metrics_of(node))
     c = Client(node.endpoint("socket"))
     assert c.register() == {"sealed": False}
-    sizes = sorted(remote.items())
-    items = items_at(sizes)
-    assert c.call("session.get", [c.rid, items]) == [True] * len(items)
+    items = items_at(sorted(remote.items()))
+    if items:
+        assert c.call("session.get", [c.rid, items]) == [True] * len(items)
     for k, off, size in items:
         assert bytes(c.mem[off:off + size]) == page_bytes(k, size), k
     own = [("fresh-%d-%d" % (SEED, i), 16384) for i in range(4)]
@@ -435,4 +437,108 @@ def test_late_pages_never_land_in_memory_given_up(cluster, give_up):
     assert m["peercache_session_regions_detached_total"] == 1, m
     assert m["peercache_bytes_landed_total"] > 0, m  # they did arrive
     check_node_sound(target, remote)
+    stop_all(nodes)
+
+
+# ------------------------------------------------ SGLang shim processes
+# These load libpeercache, so this file runs in the shim_tests entry (the
+# sanitizer tree preloads the ASan runtime there; tests/CMakeLists.txt).
+
+SHIM_PAGES = 48
+
+
+def _shim(node, **extra):
+    sys.path.insert(0, os.path.join(ROOT, "python"))
+    from peercache._hicache import HiCacheStorageConfig
+    from peercache.store import PeerCacheStore
+    cfg = HiCacheStorageConfig(tp_rank=0, tp_size=1, is_mla_model=False,
+                               model_name="test/model")
+    cfg.extra_config = {"backend_name": "peercache", "interface_v1": 1,
+                        "allocator": "shm", "socket": node.endpoint("socket"),
+                        **extra}
+    return PeerCacheStore(cfg, {})
+
+
+def _shim_keys(tag, n=SHIM_PAGES):
+    return ["%s%063d" % (tag, i) for i in range(n)]
+
+
+def _shim_client(node, seed, ready):
+    """A shim process busy with get (remote pages), exists and set in three
+    threads, until it is killed."""
+    from fake_pools import MHAPool, indices
+    rng = random.Random(seed)
+    s = _shim(node)
+    pool = MHAPool("page_first", pages=SHIM_PAGES, shm=True)
+    s.register_mem_pool_host(pool)
+    keys = _shim_keys("b")
+    idx = indices(SHIM_PAGES, pool.page_size)
+
+    def loop(kind):
+        n = 0
+        while True:
+            k = rng.randint(1, SHIM_PAGES)
+            if kind == "get":
+                s.batch_get_v1(keys[:k], idx[:k * pool.page_size])
+            elif kind == "exists":
+                s.batch_exists(keys[:k])
+            else:
+                n += 1
+                s.batch_set_v1(_shim_keys("n%d-%d-" % (seed % 100000, n), k),
+                               idx[:k * pool.page_size])
+
+    ts = [threading.Thread(target=loop, args=(k,), daemon=True)
+          for k in ("get", "exists", "set")]
+    for t in ts:
+        t.start()
+    ready.set()
+    for t in ts:
+        t.join()
+
+
+@pytest.mark.parametrize("peer_mode", ["healthy", "slow", "frozen"])
+def test_shim_processes_killed_mid_call(cluster, peer_mode):
+    import multiprocessing
+    os.environ.setdefault("PEERCACHE_LIBRARY",
+                          os.path.join(BUILD, "client", "libpeercache.so.0"))
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from fake_pools import MHAPool, indices
+    rng = rng_for("shim-" + peer_mode)
+    nodes = cluster(3, "--pool-size", "128mb", "--rpc-timeout", "300ms")
+    target, b, _ = nodes
+    sb = _shim(b)
+    pb = MHAPool("page_first", pages=SHIM_PAGES, shm=True)
+    sb.register_mem_pool_host(pb)
+    for p in range(SHIM_PAGES):
+        pb.fill_page(p, p + 7)
+    keys = _shim_keys("b")
+    idx = indices(SHIM_PAGES, pb.page_size)
+    assert sb.batch_set_v1(keys, idx) == [True] * SHIM_PAGES
+    sb.close()
+    ctx = multiprocessing.get_context("fork")
+    kills = 6
+    with Peer(b, peer_mode, rng) if peer_mode != "healthy" else _Nothing():
+        for i in range(kills):
+            ready = ctx.Event()
+            p = ctx.Process(target=_shim_client,
+                            args=(target, rng.randrange(1 << 30), ready))
+            p.start()
+            try:
+                assert ready.wait(30), "the shim process did not start"
+                time.sleep(rng.uniform(0.0, 0.4))
+            finally:
+                p.kill()
+                p.join(10)
+            assert target.proc.poll() is None, target.text()
+    print("shim %s: %d processes killed mid-call" % (peer_mode, kills))
+    check_node_sound(target, {})
+    # A fresh shim reads the peer's pages byte-identical.
+    sa = _shim(target)
+    pa = MHAPool("page_first", pages=SHIM_PAGES, shm=True)
+    sa.register_mem_pool_host(pa)
+    assert sa.batch_get_v1(keys, idx) == [True] * SHIM_PAGES
+    for p in range(SHIM_PAGES):
+        assert pa.page_bytes(p) == pb.page_bytes(p), "page %d differs" % p
+    sa.close()
+    assert wait_metric(target, "peercache_session_regions") == 0
     stop_all(nodes)
