@@ -5,10 +5,24 @@
  * Owns: per connection, the regions its client registered: memfds (or any
  * shared file) passed with SCM_RIGHTS, checked, mapped, and unmapped when the
  * client unregisters them or goes away. Threading: a session lives on the
- * reactor of its connection. A region is unmapped only when no operation
- * still uses it (per-region reference count), and the connection's state is
- * freed only after its last call ended (rpc/server.c keeps it alive), so a
- * client dying mid-call leaves no mapping, reservation or registration.
+ * reactor of its connection; every step of a move completes there.
+ *
+ * Lifetime (a client may vanish at any point of any call):
+ *  - a move (session.set/get) holds a reference on its region and one on
+ *    the session; the region stays mapped until its last move ended, and the
+ *    session is freed only when the connection's cleanup ran and no move is
+ *    left (whatever order rpc/server.c runs them in);
+ *  - the region reference is dropped before the reply, because the reply may
+ *    end the connection's last call;
+ *  - when the client gives a region up while moves still use it — it
+ *    unregisters it, or its connection closes (death, timeout, close) — the
+ *    client's pages are swapped out at once (region_detach): an anonymous
+ *    mapping replaces the shared one at the same address, so a remote page
+ *    still on its way lands in node memory, never in memory the client may
+ *    have reused, and the node never touches an unmapped address. The
+ *    detached mapping goes when the last move on it ends;
+ *  - publish copies (set) and local copies (get) run inside the call, so a
+ *    pool reservation or pin never outlives it (modules/kv.c).
  *
  * Copies (DESIGN §5): set is one copy, from the region into the publish
  * pool; get of a local page is one copy into the region; get of a remote
@@ -40,19 +54,23 @@
 struct region {
 	uint32_t id;
 	bool live;          /* registered; false once unregistered */
-	unsigned refs;      /* operations using it */
+	bool detached;      /* client pages swapped for node memory */
+	unsigned refs;      /* moves using it */
 	uint8_t *base;
 	uint64_t size;
 };
 
 struct session {
 	struct region regions[REGIONS_MAX];
+	unsigned moves;     /* moves in flight (each holds the session) */
+	bool gone;          /* the client left: no call can come any more */
+	bool released;      /* the connection's cleanup ran */
 	char peer[64];
 };
 
 static struct {
 	struct pc_ctx *ctx;
-	met_id regions, region_bytes, refused;
+	met_id regions, region_bytes, refused, moves, detached;
 } g;
 
 static void region_unmap(struct region *rg)
@@ -63,24 +81,77 @@ static void region_unmap(struct region *rg)
 	memset(rg, 0, sizeof(*rg));
 }
 
+/*
+ * The client gave up a region that moves still use: put anonymous memory in
+ * place of its pages (same address, one mmap), so what lands there later is
+ * the node's. Only pages touched by late receives take memory
+ * (MAP_NORESERVE). If the kernel refuses, the shared mapping stays: the node
+ * is still safe, the client may see late bytes in a slot it gave up.
+ */
+static void region_detach(struct session *s, struct region *rg)
+{
+	if (rg->detached)
+		return;
+	void *p = mmap(rg->base, rg->size, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE,
+		       -1, 0);
+	if (p == MAP_FAILED) {
+		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "%s: cannot detach region %u "
+			  "(%s); late pages may still land in it", s->peer,
+			  rg->id, strerror(errno));
+		return;
+	}
+	rg->detached = true;
+	met_inc(g.detached);
+}
+
+/* The client no longer wants the region: unmap now, or detach it and leave
+ * the unmapping to its last move. */
+static void region_drop(struct session *s, struct region *rg)
+{
+	rg->live = false;
+	if (rg->refs == 0)
+		region_unmap(rg);
+	else
+		region_detach(s, rg);
+}
+
 static void region_put(struct region *rg)
 {
+	PC_ASSERT(rg->refs > 0);
 	if (--rg->refs == 0 && !rg->live)
 		region_unmap(rg);
 }
 
-/* The connection is gone and so is every call on it. */
-static void session_free(void *arg)
+/* The client left (connection closed; calls may still be in flight). */
+static void session_gone(void *arg)
 {
 	struct session *s = arg;
-	for (unsigned i = 0; i < REGIONS_MAX; i++) {
-		struct region *rg = &s->regions[i];
-		if (rg->base) {
-			PC_ASSERT(rg->refs == 0);
-			region_unmap(rg);
-		}
-	}
+	if (s->gone)
+		return;
+	s->gone = true;
+	for (unsigned i = 0; i < REGIONS_MAX; i++)
+		if (s->regions[i].live)
+			region_drop(s, &s->regions[i]);
+}
+
+/* Free once the connection is released and the last move ended. */
+static void session_maybe_free(struct session *s)
+{
+	if (!s->released || s->moves)
+		return;
+	for (unsigned i = 0; i < REGIONS_MAX; i++)
+		PC_ASSERT(!s->regions[i].base);
 	free(s);
+}
+
+/* The connection's cleanup: it and every call on it are gone. */
+static void session_release(void *arg)
+{
+	struct session *s = arg;
+	session_gone(s);
+	s->released = true;
+	session_maybe_free(s);
 }
 
 static struct session *session_of(struct rpc_call *call, bool create)
@@ -88,7 +159,8 @@ static struct session *session_of(struct rpc_call *call, bool create)
 	struct session *s = rpc_call_conn_data(call);
 	if (!s && create && (s = calloc(1, sizeof(*s)))) {
 		snprintf(s->peer, sizeof(s->peer), "%s", rpc_call_peer(call));
-		rpc_call_set_conn_data(call, s, session_free);
+		rpc_call_set_conn_data(call, s, session_release);
+		rpc_call_set_conn_closed(call, session_gone);
 	}
 	return s;
 }
@@ -181,7 +253,7 @@ static void m_register(struct rpc_call *call, struct mp_rd *p)
 		rpc_reply_error(call, RPC_E_BAD_PARAMS, "%s", why);
 		return;
 	}
-	*slot = (struct region){(uint32_t)id, true, 0, base, size};
+	*slot = (struct region){(uint32_t)id, true, false, 0, base, size};
 	met_gauge_add(g.regions, 1);
 	met_gauge_add(g.region_bytes, (int64_t)size);
 	PC_LOGD(LOG_MOD, "%s: region %llu of %llu bytes mapped%s",
@@ -205,12 +277,10 @@ static void m_unregister(struct rpc_call *call, struct mp_rd *p)
 		rpc_reply_error(call, RPC_E_BAD_PARAMS, "expected [region_id]");
 		return;
 	}
-	struct region *rg = region_find(session_of(call, false), id);
-	if (rg) {
-		rg->live = false;
-		if (rg->refs == 0)
-			region_unmap(rg);
-	}
+	struct session *s = session_of(call, false);
+	struct region *rg = region_find(s, id);
+	if (rg)
+		region_drop(s, rg); /* no page lands in it after this reply */
 	rpc_reply_bool(call, rg != NULL);
 }
 
@@ -218,18 +288,43 @@ static void m_unregister(struct rpc_call *call, struct mp_rd *p)
 
 struct move {
 	struct rpc_call *call;
+	struct session *s;
 	struct region *rg;
 	struct kv_item *it;
 	unsigned n;
+	bool set;
 };
 
+static void move_free(struct move *m)
+{
+	free(m->it);
+	free(m);
+}
+
+/* Runs on the reactor, maybe inside move() (kv may finish at once). */
 static void move_done(void *arg, const bool *ok, unsigned n)
 {
 	struct move *m = arg;
-	rpc_reply_bools(m->call, ok, n);
+	struct session *s = m->s;
+	/* Pages of a get that the client gave up meanwhile landed in node
+	 * memory, not in its region: none of them is the client's. */
+	bool lost = !m->set && m->rg->detached;
 	region_put(m->rg);
-	free(m->it);
-	free(m);
+	if (lost) {
+		msgpack_packer *pk = rpc_reply_begin(m->call);
+		msgpack_pack_array(pk, n);
+		for (unsigned i = 0; i < n; i++)
+			msgpack_pack_false(pk);
+		rpc_reply_end(m->call);
+	} else {
+		rpc_reply_bools(m->call, ok, n);
+	}
+	/* The reply may have ended the connection's last call and run its
+	 * cleanup; the session waited for this move. */
+	move_free(m);
+	s->moves--;
+	met_gauge_add(g.moves, -1);
+	session_maybe_free(s);
 }
 
 /* Read [region_id, [[key, offset, len], ...]] into items inside the region
@@ -274,23 +369,29 @@ static void move(struct rpc_call *call, struct mp_rd *p, bool set)
 		return;
 	}
 	m->call = call;
+	m->set = set;
 	const char *bad = read_items(call, p, m);
 	if (bad) {
-		free(m->it);
-		free(m);
+		move_free(m);
 		rpc_reply_error(call, RPC_E_BAD_PARAMS, "%s", bad);
 		return;
 	}
-	m->rg->refs++; /* the region stays mapped until move_done */
+	/* The region stays mapped and the session allocated until move_done,
+	 * whatever happens to the connection meanwhile. */
+	m->s = session_of(call, false);
+	m->rg->refs++;
+	m->s->moves++;
+	met_gauge_add(g.moves, 1);
 	const struct kv_api *kv = g.ctx->svc.kv;
 	int ret = set ? kv->publish(rpc_call_reactor(call), m->it, m->n, true,
 				    move_done, m)
 		      : kv->fetch(rpc_call_reactor(call), m->it, m->n, true,
 				  move_done, m);
-	if (ret < 0) {
+	if (ret < 0) { /* nothing started: done did not run */
+		m->s->moves--;
+		met_gauge_add(g.moves, -1);
 		region_put(m->rg);
-		free(m->it);
-		free(m);
+		move_free(m);
 		rpc_reply_error(call, RPC_E_BUSY, "%s", strerror(-ret));
 	}
 }
@@ -332,6 +433,13 @@ static int s_init(struct pc_ctx *ctx)
 	g.region_bytes = met_register(MET_GAUGE,
 				      "peercache_session_region_bytes",
 				      "bytes of client memory mapped", NULL);
+	g.moves = met_register(MET_GAUGE, "peercache_session_moves",
+			       "session.set/get calls in flight", NULL);
+	g.detached = met_register(MET_COUNTER,
+				  "peercache_session_regions_detached_total",
+				  "regions given up (unregistered, client gone) "
+				  "while pages were still on their way into "
+				  "them", NULL);
 	g.refused = met_register(MET_COUNTER,
 				 "peercache_session_regions_refused_total",
 				 "regions refused (not shared memory, too "

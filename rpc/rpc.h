@@ -157,11 +157,17 @@ const char *rpc_call_peer(const struct rpc_call *call);
  * (-1 if none). The caller owns it. Unclaimed descriptors are closed when
  * the connection closes. */
 int rpc_call_take_fd(struct rpc_call *call);
-/* Per-connection state for modules (freed by the module's cleanup fn when
- * the connection closes). One slot per connection. */
+/* Per-connection state for modules (freed by the module's cleanup fn once
+ * the connection has closed and its last call has ended). One slot per
+ * connection. */
 void *rpc_call_conn_data(const struct rpc_call *call);
 void rpc_call_set_conn_data(struct rpc_call *call, void *data,
 			    void (*cleanup)(void *data));
+/* Optional: closed(data) runs once when the connection closes, while calls
+ * on it may still be in flight (their replies will be dropped); cleanup
+ * still runs after the last of them. */
+void rpc_call_set_conn_closed(struct rpc_call *call,
+			      void (*closed)(void *data));
 
 /*
  * Reply/staging memory budget. Before allocating a big buffer for a reply

@@ -42,7 +42,8 @@
  *
  * Lifetime: a connection holds one reference on its rpc_sconn and each live
  * call another, so an asynchronous reply after the client left finds the
- * sconn (marked gone) and is dropped.
+ * sconn (marked gone) and is dropped. A module's per-connection data gets
+ * mod_closed when the socket closes and mod_cleanup after the last call.
  */
 #include <errno.h>
 #include <grp.h>
@@ -152,6 +153,7 @@ struct rpc_sconn {
 	unsigned nfds;
 	void *mod_data;
 	void (*mod_cleanup)(void *data);
+	void (*mod_closed)(void *data); /* at close, calls maybe in flight */
 	char peer[64];
 };
 
@@ -787,6 +789,8 @@ static void on_close(struct rx_conn *c, int err)
 	rx_timer_stop(sc->r, &sc->timer);
 	sc_uncount(sc);
 	sc->c = NULL;
+	if (sc->mod_closed)
+		sc->mod_closed(sc->mod_data);
 	RX_STAT_ADD(sc->st->conns_live, (uint64_t)-1);
 	sconn_unref(sc);
 }
@@ -1292,6 +1296,12 @@ void rpc_call_set_conn_data(struct rpc_call *call, void *data,
 {
 	call->sc->mod_data = data;
 	call->sc->mod_cleanup = cleanup;
+}
+
+void rpc_call_set_conn_closed(struct rpc_call *call,
+			      void (*closed)(void *data))
+{
+	call->sc->mod_closed = closed;
 }
 
 
