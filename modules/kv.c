@@ -978,6 +978,20 @@ static void get_reply(void *arg, struct fetch *f)
 		refuse_busy(call, "kv.get");
 		return;
 	}
+	/* The reply is copied into the connection's output queue: the RPC
+	 * layer's reply budget (per connection and node-wide) must have room
+	 * for it first; the queue accounts for the bytes once written. */
+	size_t reply = (size_t)(f->staged + get_reply_overhead(f->n));
+	int ret = rpc_call_budget_take(call, reply);
+	if (ret < 0) {
+		met_inc(g.refused_busy);
+		rpc_reply_error(call, RPC_E_BUSY, "no room for a %zu-byte reply: "
+				"this connection's unread replies or all "
+				"connections' (rpc_max_reply_bytes) are at "
+				"their limit; read the replies, or retry later",
+				reply);
+		return;
+	}
 	msgpack_packer *pk = rpc_reply_begin(call);
 	msgpack_pack_array(pk, f->n);
 	for (unsigned i = 0; i < f->n; i++) {
@@ -990,6 +1004,7 @@ static void get_reply(void *arg, struct fetch *f)
 		met_add(g.rd_bytes, f->len[i]);
 		met_add(g.copy_reply, f->len[i]);
 	}
+	rpc_call_budget_give(call, reply);
 	rpc_reply_end(call);
 }
 
