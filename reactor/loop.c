@@ -619,6 +619,11 @@ int rx_reactor_run(struct rx_reactor *r)
 				strerror(-ret));
 			return ret;
 		}
+		/* The wait may have lasted long: completions must see the
+		 * time they arrived, not the time the pass began (a deadline
+		 * computed from a stale clock fires early). */
+		if (wait_ns)
+			r->now_ns = pc_now_ns();
 		reap(r);
 	}
 	return 0;
