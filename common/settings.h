@@ -67,6 +67,8 @@ struct pc_settings {
 	int64_t rpc_max_connections;
 	int64_t rpc_max_inflight;
 	uint64_t rpc_timeout_ms;
+	uint64_t request_deadline_ms;    /* one page call's whole budget */
+	uint64_t peer_probe_interval_ms; /* probes of suspect peers */
 	char *socket_group;
 	/* reactor */
 	int64_t reactor_sq_entries;

@@ -1,0 +1,54 @@
+/*
+ * modules/peer_health.h — which peers answer, for the modules that call them.
+ *
+ * Owns: the interface of the peer-health table (implemented by the cluster
+ * module, modules/cluster.c, which owns membership), offered through
+ * ctx->svc.health. Threading: every call is safe from any reactor thread;
+ * suspect() is one lookup in the immutable member list and one atomic load.
+ *
+ * A peer is named by its ring id ("host:rpc_port", as in directory records'
+ * `node`). It is healthy until a call to it gets no answer — an RPC timeout,
+ * a data-port read timeout, a connect timeout, refusal or reset — and then
+ * suspect from that first failure: users skip it (directory lookups ask the
+ * next replica, publishes store on the other owners, reads of its pages are
+ * misses at once) until it answers a probe (node.health, sent from reactor 0
+ * every peer_probe_interval while it is suspect). Each change of state is
+ * logged once.
+ */
+#ifndef PC_MODULES_PEER_HEALTH_H
+#define PC_MODULES_PEER_HEALTH_H
+
+#include <errno.h>
+#include <stdbool.h>
+
+struct ph_api {
+	/* True while peer is suspect. Unknown names (not members) and this
+	 * node itself are never suspect. */
+	bool (*suspect)(const char *peer);
+	/* A call to peer got no answer (err: a negative errno for which
+	 * ph_no_answer() holds); what names the call for the log ("dir.get",
+	 * "data read"). Marks the peer suspect; the first caller logs. */
+	void (*failed)(const char *peer, int err, const char *what);
+};
+
+/* Errors that mean the peer did not answer: as opposed to an answer that is
+ * an error (-EREMOTEIO), a refused handshake (-EACCES), a bad request of our
+ * own, or this node shutting down (-ESHUTDOWN). */
+static inline bool ph_no_answer(int err)
+{
+	switch (-err) {
+	case ETIMEDOUT:
+	case ECONNREFUSED:
+	case ECONNRESET:
+	case ECONNABORTED:
+	case EHOSTUNREACH:
+	case ENETUNREACH:
+	case EHOSTDOWN:
+	case EPIPE:
+		return true;
+	default:
+		return false;
+	}
+}
+
+#endif /* PC_MODULES_PEER_HEALTH_H */
