@@ -427,6 +427,7 @@ struct job_rpc {
 	unsigned *idx;  /* key indexes carried */
 	unsigned n;
 	unsigned owner; /* ring member asked */
+	unsigned timeout_ms;
 };
 
 struct job {
@@ -507,7 +508,8 @@ static void job_rpc_done(void *arg, const struct rpc_result *res)
 		char why[200];
 		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "a directory owner did not "
 			  "answer: %s", rpc_result_str(res, why, sizeof(why)));
-		if (g.ctx->svc.health)
+		if (g.ctx->svc.health && (res->err != -ETIMEDOUT ||
+					  jr->timeout_ms >= PH_EVIDENCE_MS))
 			g.ctx->svc.health->failed(ring_member(j->ring, jr->owner),
 						  res->err, job_methods[j->kind]);
 	}
@@ -686,6 +688,7 @@ static void job_round(struct job *j)
 		jr->job = j;
 		jr->idx = idx;
 		jr->owner = o;
+		jr->timeout_ms = timeout_ms;
 		for (unsigned k = 0; k < j->nkeys; k++) {
 			if (j->kind == JOB_LOOKUP) {
 				if (tgt[k] == o)

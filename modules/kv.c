@@ -406,6 +406,7 @@ struct fetch {
 	void *arg;
 	uint64_t t0;
 	uint64_t deadline;
+	unsigned read_ms;    /* the reads' timeout */
 };
 
 static void fetch_free(struct fetch *f)
@@ -492,7 +493,9 @@ static void fetch_read_done(void *arg, struct tp_read *reads, unsigned n)
 			met_inc(g.rd_fail);
 			PC_LOGD(LOG_MOD, "remote page from %s failed: %s",
 				r->data, strerror(-bad));
-			if (reads[j].res && g.ctx->svc.health)
+			if (reads[j].res && g.ctx->svc.health &&
+			    (reads[j].res != -ETIMEDOUT ||
+			     f->read_ms >= PH_EVIDENCE_MS))
 				g.ctx->svc.health->failed(r->node, reads[j].res,
 							  "data read");
 			continue;
@@ -543,11 +546,10 @@ static void fetch_looked_up(void *arg)
 		rd->dst = dst; /* the payload lands here: no copy */
 		f->readr[f->nreads++] = j;
 	}
+	f->read_ms = (unsigned)PC_MIN(left_ms, (uint64_t)g.read_timeout_ms);
 	if (f->nreads == 0 ||
 	    g.ctx->svc.tp->read_batch(g.ctx->svc.tp_clients[rx_reactor_id(f->r)],
-				      f->reads, f->nreads,
-				      (unsigned)PC_MIN(left_ms,
-						       (uint64_t)g.read_timeout_ms),
+				      f->reads, f->nreads, f->read_ms,
 				      fetch_read_done, f) < 0)
 		fetch_finish(f);
 }

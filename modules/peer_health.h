@@ -31,6 +31,10 @@ struct ph_api {
 	void (*failed)(const char *peer, int err, const char *what);
 };
 
+/* A timeout shorter than this says nothing about the peer (the caller's
+ * deadline had almost run out): callers do not report it. */
+#define PH_EVIDENCE_MS 50
+
 /* Errors that mean the peer did not answer: as opposed to an answer that is
  * an error (-EREMOTEIO), a refused handshake (-EACCES), a bad request of our
  * own, or this node shutting down (-ESHUTDOWN). */

@@ -13,11 +13,15 @@ Before the fix a call touching the frozen node blocked for the directory
 timeout plus the data timeout (5 s + 5 s) and nothing remembered the dead
 peer, so every call waited again.
 """
+import mmap
 import os
 import random
 import signal
+import socket
 import threading
 import time
+
+import msgpack
 
 from conftest import RpcClient, metrics_of
 from test_p2p import page as oracle_page   # bytes derived from the key
@@ -32,6 +36,27 @@ LIMIT_S = 2.5           # request_deadline is 1 s; slack for a noisy host
 
 def page(key):
     return oracle_page(key, PAGE)
+
+
+class Session(RpcClient):
+    """A local client of the Unix socket with one shared-memory region (as
+    the SGLang shim uses it, without the library)."""
+
+    def __init__(self, path, size):
+        super().__init__(path, timeout=60)
+        self.fd = os.memfd_create("frozen-test", os.MFD_CLOEXEC)
+        os.ftruncate(self.fd, size)
+        self.mem = mmap.mmap(self.fd, size)
+        self.msgid += 1
+        socket.send_fds(self.sock, [msgpack.packb(
+            [0, self.msgid, "session.register", [1, size]])], [self.fd])
+        msg = self.recv()
+        assert msg[2] is None, msg
+
+    def close(self):
+        super().close()
+        self.mem.close()
+        os.close(self.fd)
 
 
 def pct(values, q):
@@ -114,6 +139,41 @@ def test_frozen_peer_is_skipped_within_the_deadline(cluster):
         finally:
             c.close()
 
+    def shim(node, other, seed):
+        """session.get / session.set through shared memory."""
+        c = Session(node.endpoint("socket"), 64 * PAGE)
+        rnd = random.Random(seed)
+        try:
+            n = 0
+            while not stop.is_set():
+                slot = rnd.randrange(64) * PAGE
+                if rnd.random() < 0.3:
+                    kind, k = "session_set", "shm-%d-%d" % (seed, n)
+                    n += 1
+                    c.mem[slot:slot + PAGE] = page(k)
+                else:
+                    kind = "session_get"
+                    k = rnd.choice(keys[other] + keys[f] + keys[node])
+                    c.mem[slot:slot + PAGE] = bytes(PAGE)
+                t0 = time.monotonic()
+                err, res = c.call(kind.replace("_", "."),
+                                  [1, [[k, slot, PAGE]]])
+                t1 = time.monotonic()
+                assert err is None, err
+                with lock:
+                    calls.append((t0, t1, kind))
+                    if kind == "session_set":
+                        if res != [True]:
+                            set_failed.append((t0, k))
+                        else:
+                            new_keys.append((node, k))
+                    elif res[0] and c.mem[slot:slot + PAGE] != page(k):
+                        wrong.append(k)
+        except Exception as e:
+            errors.append(e)
+        finally:
+            c.close()
+
     suspect_at = []
 
     def monitor():
@@ -131,6 +191,7 @@ def test_frozen_peer_is_skipped_within_the_deadline(cluster):
                threading.Thread(target=client, args=(a, b, 2)),
                threading.Thread(target=client, args=(b, a, 3)),
                threading.Thread(target=client, args=(b, a, 4)),
+               threading.Thread(target=shim, args=(a, b, 5)),
                threading.Thread(target=monitor)]
     for t in threads:
         t.start()
@@ -140,7 +201,11 @@ def test_frozen_peer_is_skipped_within_the_deadline(cluster):
         t_freeze = time.monotonic()
         os.kill(f.proc.pid, signal.SIGSTOP)
         frozen = True
-        time.sleep(FREEZE_S)
+        time.sleep(FREEZE_S / 2)
+        c = RpcClient(a.endpoint("rpc"))
+        members = c.call("cluster.members")[1]
+        c.close()
+        time.sleep(FREEZE_S / 2)
     finally:
         if frozen:
             os.kill(f.proc.pid, signal.SIGCONT)
@@ -155,6 +220,9 @@ def test_frozen_peer_is_skipped_within_the_deadline(cluster):
     worst = max(lat)
     local = [t1 - t0 for t0, t1, k in calls
              if k == "get_local" and t_freeze <= t0 < t_thaw]
+    worst_of = {}
+    for t0, t1, k in calls:
+        worst_of[k] = max(worst_of.get(k, 0.0), t1 - t0)
     # Throughput per 250 ms bucket, by completion time.
     nb = int((t_thaw - t_freeze + WARM_S) / BUCKET_S) + 1
     t_base = t_freeze - WARM_S
@@ -186,11 +254,15 @@ def test_frozen_peer_is_skipped_within_the_deadline(cluster):
                   (first_ok - mark) if first_ok is not None else -1,
                   buckets[int(WARM_S / BUCKET_S) - 2:
                           int(WARM_S / BUCKET_S) + 12]))
+    report += "; max latency by kind: %s" % ", ".join(
+        "%s %.3f s" % kv for kv in sorted(worst_of.items()))
     print(report)
     assert not wrong, "wrong bytes for %d pages, e.g. %s" % (len(wrong), wrong[:3])
     assert worst <= LIMIT_S, report
     assert not set_failed, "sets refused: %s" % set_failed[:5]
     assert suspect_at, "no node marked the frozen peer suspect"
+    fid = "127.0.0.1:%d" % f.rpc_port()
+    assert [m["state"] for m in members if m["id"] == fid] == ["suspect"], members
     assert after_rate >= 0.3 * base_rate, report
     assert first_ok is not None and first_ok - mark <= 1.5, report
 
