@@ -96,6 +96,16 @@ def test_frozen_peer_is_skipped_within_the_deadline(cluster):
     set_failed = []
     new_keys = []   # published during the run, read back later
 
+    def note(t0, t1, kind, k, res, got):
+        """One call's outcome: res the reply, got the page bytes a get
+        returned (None for a miss)."""
+        with lock:
+            calls.append((t0, t1, kind))
+            if kind.endswith("set"):
+                (new_keys if res == [True] else set_failed).append(k)
+            elif got is not None and got != page(k):
+                wrong.append(k)
+
     def client(node, other, seed):
         c = RpcClient(node.endpoint("rpc"), timeout=60)
         rnd = random.Random(seed)
@@ -124,16 +134,8 @@ def test_frozen_peer_is_skipped_within_the_deadline(cluster):
                     err, res = c.call("kv.get", [[k]])
                 t1 = time.monotonic()
                 assert err is None, err
-                with lock:
-                    calls.append((t0, t1, kind))
-                    if kind == "set":
-                        if res != [True]:
-                            set_failed.append((t0, k))
-                        else:
-                            new_keys.append((node, k))
-                    elif kind.startswith("get") and res[0] is not None \
-                            and res[0] != page(k):
-                        wrong.append(k)
+                note(t0, t1, kind, k, res,
+                     res[0] if kind.startswith("get") else None)
         except Exception as e:  # surfaced by the main thread
             errors.append(e)
         finally:
@@ -160,15 +162,9 @@ def test_frozen_peer_is_skipped_within_the_deadline(cluster):
                                   [1, [[k, slot, PAGE]]])
                 t1 = time.monotonic()
                 assert err is None, err
-                with lock:
-                    calls.append((t0, t1, kind))
-                    if kind == "session_set":
-                        if res != [True]:
-                            set_failed.append((t0, k))
-                        else:
-                            new_keys.append((node, k))
-                    elif res[0] and c.mem[slot:slot + PAGE] != page(k):
-                        wrong.append(k)
+                note(t0, t1, kind, k, res,
+                     bytes(c.mem[slot:slot + PAGE])
+                     if kind == "session_get" and res[0] else None)
         except Exception as e:
             errors.append(e)
         finally:
@@ -282,7 +278,7 @@ def test_frozen_peer_is_skipped_within_the_deadline(cluster):
             "the thawed node's pages are hits again"
         assert c.call("kv.exists", [keys[f]])[1] == len(keys[f])
         # Pages set during the freeze read back right from either node.
-        sample = [k for _, k in new_keys[::7]]
+        sample = new_keys[::7]
         err, got = c.call("kv.get", [sample])
         bad = [(k, g is None) for g, k in zip(got, sample) if g != page(k)]
         assert err is None and not bad, (len(bad), len(sample), bad[:10])
