@@ -17,7 +17,9 @@
  * reactor 0 flips it back: its timer sends node.health to each suspect peer
  * every peer_probe_interval (one probe in flight per peer, on the module's
  * own RPC client, so probe timeouts never retire the directory's
- * connections), and an answer makes the peer healthy again.
+ * connections), and an answer makes the peer healthy again. A transition
+ * to suspect is posted to every reactor, where the on_suspect watchers
+ * (directory, kv) fail what still waits for the peer.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -29,12 +31,14 @@
 #include "common/settings.h"
 #include "modules/modules.h"
 #include "modules/peer_health.h"
+#include "reactor/group.h"
 #include "rpc/client.h"
 #include "rpc/rpc.h"
 #include "storage/ring.h"
 
 #define LOG_MOD "cluster"
 #define PEERS_MAX 1024
+#define WATCHERS_MAX 4
 
 enum { PH_HEALTHY = 0, PH_SUSPECT = 1 };
 
@@ -56,6 +60,8 @@ static struct {
 	unsigned probe_ms;
 	struct rx_timer probe_timer;  /* reactor 0 */
 	struct rpc_client *probe_cl;  /* reactor 0 */
+	void (*watchers[WATCHERS_MAX])(struct rx_reactor *r, const char *peer);
+	unsigned nwatchers;           /* set in init, read-only after */
 	met_id transitions, probes;
 } g;
 
@@ -127,6 +133,32 @@ static bool ph_suspect(const char *peer)
 	return h && __atomic_load_n(&h->state, __ATOMIC_ACQUIRE) == PH_SUSPECT;
 }
 
+/* On each reactor after member i became suspect: the watchers fail what
+ * still waits for it there. */
+static void notify_suspect(struct rx_reactor *r, void *arg)
+{
+	if (rx_reactor_stopping(r)) /* also: the node is being torn down */
+		return;
+	unsigned i = (unsigned)(uintptr_t)arg;
+	struct ring *ring = __atomic_load_n(&g.ctx->svc.ring, __ATOMIC_ACQUIRE);
+	if (!ring ||
+	    __atomic_load_n(&g.health[i].state, __ATOMIC_ACQUIRE) != PH_SUSPECT)
+		return; /* healthy again meanwhile */
+	for (unsigned w = 0; w < g.nwatchers; w++)
+		g.watchers[w](r, ring_member(ring, i));
+}
+
+static void broadcast_suspect(unsigned i)
+{
+	struct rx_group *grp = __atomic_load_n(&g.ctx->group, __ATOMIC_ACQUIRE);
+	for (unsigned t = 0; grp && g.nwatchers && t < rx_group_size(grp); t++)
+		if (rx_post(rx_group_reactor(grp, t), notify_suspect,
+			    (void *)(uintptr_t)i) < 0)
+			PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "cannot tell reactor %u "
+				  "about a suspect peer: its calls wait for "
+				  "their deadline", t);
+}
+
 static void ph_failed(const char *peer, int err, const char *what)
 {
 	struct health *h = health_of(peer, NULL);
@@ -139,11 +171,21 @@ static void ph_failed(const char *peer, int err, const char *what)
 	met_inc(g.transitions);
 	PC_LOGW(LOG_MOD, "peer %s is suspect (%s: %s): skipped until it answers "
 		"a probe", peer, what, strerror(-err));
+	broadcast_suspect((unsigned)(h - g.health));
+}
+
+static int ph_on_suspect(void (*fn)(struct rx_reactor *r, const char *peer))
+{
+	if (g.nwatchers == WATCHERS_MAX)
+		return -ENOSPC;
+	g.watchers[g.nwatchers++] = fn;
+	return 0;
 }
 
 static const struct ph_api health_api = {
 	.suspect = ph_suspect,
 	.failed = ph_failed,
+	.on_suspect = ph_on_suspect,
 };
 
 static double suspect_fn(void *arg)

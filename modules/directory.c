@@ -836,6 +836,15 @@ static double bytes_fn(void *arg)
 	return (double)(n * (sizeof(struct srec) + sizeof(void *)) + kb);
 }
 
+/* A peer became suspect: its calls from this reactor fail now (lookups go
+ * on to the next replica) instead of each waiting for its timeout. */
+static void on_suspect(struct rx_reactor *r, const char *peer)
+{
+	struct rpc_client *cl = g.clients[rx_reactor_id(r)];
+	if (cl)
+		rpc_client_fail_endpoint(cl, peer, -EHOSTDOWN);
+}
+
 static int d_init(struct pc_ctx *ctx)
 {
 	const struct pc_settings *s = ctx->cfg;
@@ -857,6 +866,8 @@ static int d_init(struct pc_ctx *ctx)
 	if (!g.clients)
 		return -ENOMEM;
 	ctx->svc.dir = &api;
+	if (ctx->svc.health && ctx->svc.health->on_suspect(on_suspect) < 0)
+		return -ENOSPC;
 	met_register_fn("peercache_directory_records",
 			"records in this node's directory shard", NULL,
 			records_fn, NULL);

@@ -544,6 +544,7 @@ static void fetch_looked_up(void *arg)
 		rd->hdr = f->hdr[i];
 		rd->hdr_len = POOL_HDR_BYTES;
 		rd->dst = dst; /* the payload lands here: no copy */
+		rd->node = r->node; /* f->recs outlive the batch */
 		f->readr[f->nreads++] = j;
 	}
 	f->read_ms = (unsigned)PC_MIN(left_ms, (uint64_t)g.read_timeout_ms);
@@ -980,6 +981,15 @@ static double pool_stat(void *arg)
 
 #define POOL_STAT(f) ((void *)offsetof(struct pool_stats, f))
 
+/* A producer became suspect: reads still waiting for it on this reactor
+ * fail now (misses) instead of at their deadline. */
+static void on_suspect(struct rx_reactor *r, const char *peer)
+{
+	struct tp_client *tc = g.ctx->svc.tp_clients[rx_reactor_id(r)];
+	if (tc)
+		g.ctx->svc.tp->fail_node(tc, peer, -EHOSTDOWN);
+}
+
 static int kv_init(struct pc_ctx *ctx)
 {
 	const struct pc_settings *s = ctx->cfg;
@@ -1018,6 +1028,8 @@ static int kv_init(struct pc_ctx *ctx)
 	}
 	ctx->svc.pool = g.pool;
 	ctx->svc.kv = &kv_api;
+	if (ctx->svc.health && (ret = ctx->svc.health->on_suspect(on_suspect)) < 0)
+		return ret;
 	if ((ret = pc_guard_init()) < 0)
 		return ret;
 	g.evqs = calloc(ctx->threads, sizeof(*g.evqs));

@@ -21,6 +21,8 @@
 #include <errno.h>
 #include <stdbool.h>
 
+#include "reactor/reactor.h"
+
 struct ph_api {
 	/* True while peer is suspect. Unknown names (not members) and this
 	 * node itself are never suspect. */
@@ -29,6 +31,11 @@ struct ph_api {
 	 * ph_no_answer() holds); what names the call for the log ("dir.get",
 	 * "data read"). Marks the peer suspect; the first caller logs. */
 	void (*failed)(const char *peer, int err, const char *what);
+	/* Register fn: it runs on every reactor, on its own thread, soon after
+	 * a peer becomes suspect, to fail at once what still waits for that
+	 * peer there. Main thread, in a module's init after the cluster's.
+	 * Returns 0 or -ENOSPC. */
+	int (*on_suspect)(void (*fn)(struct rx_reactor *r, const char *peer));
 };
 
 /* A timeout shorter than this says nothing about the peer (the caller's
@@ -37,7 +44,9 @@ struct ph_api {
 
 /* Errors that mean the peer did not answer: as opposed to an answer that is
  * an error (-EREMOTEIO), a refused handshake (-EACCES), a bad request of our
- * own, or this node shutting down (-ESHUTDOWN). */
+ * own, this node shutting down (-ESHUTDOWN), or a call cut short because the
+ * peer was already suspect (-EHOSTDOWN, from the on_suspect watchers: not
+ * news, and it must not undo a probe that just succeeded). */
 static inline bool ph_no_answer(int err)
 {
 	switch (-err) {
@@ -47,7 +56,6 @@ static inline bool ph_no_answer(int err)
 	case ECONNABORTED:
 	case EHOSTUNREACH:
 	case ENETUNREACH:
-	case EHOSTDOWN:
 	case EPIPE:
 		return true;
 	default:
