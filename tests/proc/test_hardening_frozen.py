@@ -290,3 +290,45 @@ def test_frozen_peer_is_skipped_within_the_deadline(cluster):
         assert "is suspect" in n.text() and "answers again" in n.text()
     for n in (a, b, f):
         assert n.stop() == 0
+
+
+def test_request_deadline_is_configurable_and_counted(cluster):
+    # One directory owner per key: the first call touching the frozen node
+    # always runs into the deadline (its lookup or its read waits for it).
+    a, b, f = cluster(3, "--pool-size", "64mb", "--request-deadline", "200ms",
+                      "--directory-replicas", "1")
+    fk = ["short-%d" % i for i in range(16)]
+    cf, ca = RpcClient(f.endpoint("rpc")), RpcClient(a.endpoint("rpc"))
+    assert cf.call("kv.set", [fk, [page(k) for k in fk]])[1] == [True] * 16
+    assert ca.call("kv.get", [fk])[1] == [page(k) for k in fk]
+    os.kill(f.proc.pid, signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        err, got = ca.call("kv.get", [fk[:1]])
+        first = time.monotonic() - t0
+        assert err is None and got == [None]
+        m = metrics_of(a)
+        assert m["peercache_request_deadline_exceeded_total"] == 1
+        assert m["peercache_peers_suspect"] == 1
+        # Skipped now: misses without waiting, for get and exists alike.
+        worst = 0.0
+        for k in fk[1:]:
+            t0 = time.monotonic()
+            assert ca.call("kv.get", [[k]])[1] == [None]
+            assert ca.call("kv.exists", [[k]])[1] == 0
+            worst = max(worst, time.monotonic() - t0)
+        m = metrics_of(a)
+        assert m["peercache_request_deadline_exceeded_total"] == 1, m
+        print("first call %.3f s (request_deadline 200 ms), then at most "
+              "%.3f s" % (first, worst))
+        # 200 ms, not the default 1 s (slack for a loaded host).
+        assert first < 0.9 and worst < 0.9
+    finally:
+        os.kill(f.proc.pid, signal.SIGCONT)
+    deadline = time.time() + 10
+    while time.time() < deadline and metrics_of(a)["peercache_peers_suspect"]:
+        time.sleep(0.05)
+    assert ca.call("kv.get", [fk])[1] == [page(k) for k in fk]
+    assert metrics_of(a)["peercache_peer_probes_total"] >= 1
+    for n in (a, b, f):
+        assert n.stop() == 0
