@@ -116,20 +116,19 @@ static double members_fn(void *arg)
 
 /* --------------------------------------------------------------- health */
 
-static struct health *health_of(const char *peer, const char **name)
+/* The entry of a member other than this node; NULL for anything else. */
+static struct health *health_of(const char *peer)
 {
 	struct ring *r = __atomic_load_n(&g.ctx->svc.ring, __ATOMIC_ACQUIRE);
 	int i = r && peer ? ring_find(r, peer) : -1;
 	if (i < 0 || (unsigned)i >= g.nhealth || i == g.self_idx)
 		return NULL;
-	if (name)
-		*name = ring_member(r, (unsigned)i);
 	return &g.health[i];
 }
 
 static bool ph_suspect(const char *peer)
 {
-	struct health *h = health_of(peer, NULL);
+	struct health *h = health_of(peer);
 	return h && __atomic_load_n(&h->state, __ATOMIC_ACQUIRE) == PH_SUSPECT;
 }
 
@@ -161,7 +160,7 @@ static void broadcast_suspect(unsigned i)
 
 static void ph_failed(const char *peer, int err, const char *what)
 {
-	struct health *h = health_of(peer, NULL);
+	struct health *h = health_of(peer);
 	uint32_t healthy = PH_HEALTHY;
 	if (!h || !ph_no_answer(err) ||
 	    !__atomic_compare_exchange_n(&h->state, &healthy, PH_SUSPECT, false,

@@ -24,6 +24,9 @@
  * and then the payload straight into the reader's destination
  * (rx_conn_read: no copy). A batch completes only when none of its reads can
  * still write into a destination (a timed-out channel is closed first).
+ * fail_node closes every channel to a node that stopped answering (kv calls
+ * it when the peer-health table marks the node suspect), so reads waiting
+ * on them fail now rather than at their batches' timeouts.
  */
 #include <endian.h>
 #include <errno.h>
