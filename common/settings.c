@@ -184,6 +184,15 @@ static const struct pc_cfg_key keys[] = {
 	{"metrics_max_connections_per_host", PC_CFG_INT, "16", 1, 65536, NULL,
 	 OFF(metrics_max_connections_per_host), 0,
 	 "metrics HTTP connections from one source address"},
+	/* frozen peers (issue 10, finding 7) */
+	{"request_deadline", PC_CFG_DURATION, "1s", 10, 10 * MIN, NULL,
+	 OFF(request_deadline_ms), 0,
+	 "budget of one page call (kv.get/set/exists, session.get/set): its "
+	 "directory round trips and data reads share it"},
+	{"peer_probe_interval", PC_CFG_DURATION, "250ms", 10, 1 * MIN, NULL,
+	 OFF(peer_probe_interval_ms), 0,
+	 "how often a suspect peer (one that did not answer) is probed with "
+	 "node.health"},
 	{"socket_group", PC_CFG_STRING, "", 0, 64, NULL, OFF(socket_group), 0,
 	 "group (name or gid) whose members may use the Unix socket, besides "
 	 "the node's user and root"},

@@ -80,6 +80,8 @@ struct pc_settings {
 	uint64_t rpc_idle_timeout_ms;
 	int64_t metrics_max_connections;
 	int64_t metrics_max_connections_per_host;
+	uint64_t request_deadline_ms;    /* one page call's whole budget */
+	uint64_t peer_probe_interval_ms; /* probes of suspect peers */
 	char *socket_group;
 	/* reactor */
 	int64_t reactor_sq_entries;

@@ -27,6 +27,17 @@
  * producer (a ring member) holds keeps its record. A producer announcing a
  * new incarnation has restarted: its records of earlier ones are dropped
  * from every stripe at once (at most once a second per producer).
+ *
+ * Frozen owners (ctx->svc.health): an owner that does not answer a dir.*
+ * call is reported and becomes suspect; while it is, lookups skip it (the
+ * next replica is asked at once; none left: a miss), and publishes and
+ * removes leave it out (a record stored on one live owner counts; the
+ * suspect owner misses that record, or keeps an older one, until it is
+ * published again — a reader that asks it first falls back on "not found",
+ * and a stale record only ever leads to a validated miss). Every job has a
+ * deadline (the caller's, or rpc_timeout): a lookup round that could still
+ * fall back gets half of what is left, so a first owner that freezes leaves
+ * time for the next one; no round outlives the deadline.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -42,6 +53,7 @@
 #include "common/sha256.h"
 #include "modules/directory.h"
 #include "modules/modules.h"
+#include "modules/peer_health.h"
 #include "rpc/client.h"
 #include "rpc/rpc.h"
 #include "storage/ring.h"
@@ -110,7 +122,7 @@ static struct {
 	struct rpc_client **clients;  /* per reactor */
 	uint64_t records;             /* atomic */
 	uint64_t bytes;               /* atomic: sum of the stripes' bytes */
-	met_id lookups, lookup_hits, fallbacks, puts, removes;
+	met_id lookups, lookup_hits, fallbacks, puts, removes, skipped;
 	met_id evicted, stale_dropped, put_refused, kept;
 } g;
 
@@ -777,6 +789,8 @@ struct job_rpc {
 	struct job *job;
 	unsigned *idx;  /* key indexes carried */
 	unsigned n;
+	unsigned owner; /* ring member asked */
+	unsigned timeout_ms;
 };
 
 struct job {
@@ -795,6 +809,7 @@ struct job {
 	char *node;          /* remove: producer (NULL = any) */
 	uint64_t *gens;
 	unsigned outstanding;
+	uint64_t deadline_ns; /* pc_now_ns() after which no round starts */
 	dir_done_fn done;
 	void *arg;
 	struct rx_timer timer; /* delivers an all-local job asynchronously */
@@ -817,6 +832,18 @@ static void job_free(struct job *j)
 }
 
 static void job_round(struct job *j);
+
+static const char *const job_methods[] = {"dir.get", "dir.put", "dir.del"};
+
+/* Is ring member o suspect (not answering)? Skipped ones are counted. */
+static bool owner_suspect(struct job *j, unsigned o)
+{
+	const struct ph_api *h = g.ctx->svc.health;
+	if (!h || !h->suspect(ring_member(j->ring, o)))
+		return false;
+	met_inc(g.skipped);
+	return true;
+}
 
 static void job_finish(struct job *j)
 {
@@ -844,6 +871,10 @@ static void job_rpc_done(void *arg, const struct rpc_result *res)
 		char why[200];
 		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "a directory owner did not "
 			  "answer: %s", rpc_result_str(res, why, sizeof(why)));
+		if (g.ctx->svc.health && (res->err != -ETIMEDOUT ||
+					  jr->timeout_ms >= PH_EVIDENCE_MS))
+			g.ctx->svc.health->failed(ring_member(j->ring, jr->owner),
+						  res->err, job_methods[j->kind]);
 	}
 	for (unsigned i = 0; i < jr->n; i++) {
 		unsigned k = jr->idx[i];
@@ -943,6 +974,11 @@ static void job_local(struct job *j, unsigned k)
  */
 static void job_round(struct job *j)
 {
+	uint64_t now = pc_now_ns();
+	if (now >= j->deadline_ns) { /* out of time: report what we have */
+		rx_timer_start(j->r, &j->timer, 0, 0);
+		return;
+	}
 	unsigned members = ring_size(j->ring);
 	unsigned self = (unsigned)ring_find(j->ring, g.ctx->svc.self_id);
 	unsigned *count = calloc(members ? members : 1, sizeof(unsigned));
@@ -956,9 +992,15 @@ static void job_round(struct job *j)
 		rx_timer_start(j->r, &j->timer, 0, 0); /* report what we have */
 		return;
 	}
+	bool more_after = false; /* lookup: a key could still fall back */
 	for (unsigned k = 0; k < j->nkeys; k++) {
 		if (j->kind == JOB_LOOKUP) {
 			tgt[k] = UINT32_MAX;
+			/* Suspect owners are passed over: the next replica. */
+			while (!j->done_key[k] && j->attempt[k] < j->nowners[k] &&
+			       j->owners[k][j->attempt[k]] != self &&
+			       owner_suspect(j, j->owners[k][j->attempt[k]]))
+				j->attempt[k]++;
 			if (j->done_key[k] || j->attempt[k] >= j->nowners[k])
 				continue;
 			unsigned o = j->owners[k][j->attempt[k]];
@@ -967,14 +1009,16 @@ static void job_round(struct job *j)
 			} else {
 				tgt[k] = o;
 				count[o]++;
+				more_after |= j->attempt[k] + 1 < j->nowners[k];
 			}
 			continue;
 		}
 		for (unsigned a = 0; a < j->nowners[k]; a++) {
-			if (j->owners[k][a] == self)
+			unsigned o = j->owners[k][a];
+			if (o == self)
 				job_local(j, k);
-			else
-				count[j->owners[k][a]]++;
+			else if (!owner_suspect(j, o))
+				count[o]++;
 		}
 	}
 	bool remote = false;
@@ -995,7 +1039,14 @@ static void job_round(struct job *j)
 		return;
 	}
 	struct rpc_client *cl = g.clients[rx_reactor_id(j->r)];
-	static const char *const methods[] = {"dir.get", "dir.put", "dir.del"};
+	/* This round's share of the deadline: half of what is left when an
+	 * owner that does not answer could still be replaced by the next. */
+	uint64_t left_ms = (j->deadline_ns - now) / 1000000u;
+	if (more_after)
+		left_ms /= 2;
+	unsigned timeout_ms = (unsigned)PC_MAX(PC_MIN(left_ms,
+						      (uint64_t)g.timeout_ms),
+					       (uint64_t)1);
 	for (unsigned o = 0; o < members; o++) {
 		if (!count[o])
 			continue;
@@ -1008,6 +1059,8 @@ static void job_round(struct job *j)
 		}
 		jr->job = j;
 		jr->idx = idx;
+		jr->owner = o;
+		jr->timeout_ms = timeout_ms;
 		for (unsigned k = 0; k < j->nkeys; k++) {
 			if (j->kind == JOB_LOOKUP) {
 				if (tgt[k] == o)
@@ -1019,9 +1072,9 @@ static void job_round(struct job *j)
 					idx[jr->n++] = k;
 		}
 		struct rpc_req *q = rpc_req_new(cl, ring_member(j->ring, o),
-						methods[j->kind],
+						job_methods[j->kind],
 						j->kind == JOB_PUBLISH ? 2 : 1,
-						g.timeout_ms, job_rpc_done, jr);
+						timeout_ms, job_rpc_done, jr);
 		if (!q) {
 			free(idx);
 			free(jr);
@@ -1040,8 +1093,8 @@ static void job_round(struct job *j)
 }
 
 static struct job *job_new(enum job_kind kind, struct rx_reactor *r,
-			   const struct dir_keys *k, dir_done_fn done,
-			   void *arg)
+			   const struct dir_keys *k, uint64_t deadline_ns,
+			   dir_done_fn done, void *arg)
 {
 	struct ring *ring = __atomic_load_n(&g.ctx->svc.ring, __ATOMIC_ACQUIRE);
 	if (!ring || k->n == 0 || k->n > DIR_BATCH_MAX)
@@ -1055,6 +1108,8 @@ static struct job *job_new(enum job_kind kind, struct rx_reactor *r,
 	j->nkeys = k->n;
 	j->done = done;
 	j->arg = arg;
+	j->deadline_ns = deadline_ns ? deadline_ns
+				     : pc_now_ns() + RX_MS(g.timeout_ms);
 	rx_timer_init(&j->timer, job_timer, j);
 	j->keys = calloc(k->n, sizeof(*j->keys));
 	j->klens = calloc(k->n, sizeof(*j->klens));
@@ -1083,9 +1138,10 @@ static struct job *job_new(enum job_kind kind, struct rx_reactor *r,
 }
 
 static int api_lookup(struct rx_reactor *r, const struct dir_keys *k,
-		      struct dir_rec *recs, dir_done_fn done, void *arg)
+		      struct dir_rec *recs, uint64_t deadline_ns,
+		      dir_done_fn done, void *arg)
 {
-	struct job *j = job_new(JOB_LOOKUP, r, k, done, arg);
+	struct job *j = job_new(JOB_LOOKUP, r, k, deadline_ns, done, arg);
 	if (!j)
 		return -EINVAL;
 	memset(recs, 0, k->n * sizeof(*recs));
@@ -1096,10 +1152,10 @@ static int api_lookup(struct rx_reactor *r, const struct dir_keys *k,
 }
 
 static int api_publish(struct rx_reactor *r, const struct dir_keys *k,
-		       const struct dir_rec *recs, bool *ok, dir_done_fn done,
-		       void *arg)
+		       const struct dir_rec *recs, bool *ok,
+		       uint64_t deadline_ns, dir_done_fn done, void *arg)
 {
-	struct job *j = job_new(JOB_PUBLISH, r, k, done, arg);
+	struct job *j = job_new(JOB_PUBLISH, r, k, deadline_ns, done, arg);
 	if (!j)
 		return -EINVAL;
 	memset(ok, 0, k->n * sizeof(*ok));
@@ -1112,9 +1168,9 @@ static int api_publish(struct rx_reactor *r, const struct dir_keys *k,
 
 static int api_remove(struct rx_reactor *r, const struct dir_keys *k,
 		      const char *node, const uint64_t *gens, bool *existed,
-		      dir_done_fn done, void *arg)
+		      uint64_t deadline_ns, dir_done_fn done, void *arg)
 {
-	struct job *j = job_new(JOB_REMOVE, r, k, done, arg);
+	struct job *j = job_new(JOB_REMOVE, r, k, deadline_ns, done, arg);
 	if (!j)
 		return -EINVAL;
 	if (existed)
@@ -1152,6 +1208,15 @@ static double bytes_fn(void *arg)
 	return (double)__atomic_load_n(&g.bytes, __ATOMIC_RELAXED);
 }
 
+/* A peer became suspect: its calls from this reactor fail now (lookups go
+ * on to the next replica) instead of each waiting for its timeout. */
+static void on_suspect(struct rx_reactor *r, const char *peer)
+{
+	struct rpc_client *cl = g.clients[rx_reactor_id(r)];
+	if (cl)
+		rpc_client_fail_endpoint(cl, peer, -EHOSTDOWN);
+}
+
 static int d_init(struct pc_ctx *ctx)
 {
 	const struct pc_settings *s = ctx->cfg;
@@ -1183,6 +1248,8 @@ static int d_init(struct pc_ctx *ctx)
 	if (!g.clients)
 		return -ENOMEM;
 	ctx->svc.dir = &api;
+	if (ctx->svc.health && ctx->svc.health->on_suspect(on_suspect) < 0)
+		return -ENOSPC;
 	met_register_fn("peercache_directory_records",
 			"records in this node's directory shard", NULL,
 			records_fn, NULL);
@@ -1221,6 +1288,10 @@ static int d_init(struct pc_ctx *ctx)
 	g.removes = met_register(MET_COUNTER,
 				 "peercache_directory_removes_total",
 				 "records removed by this node", NULL);
+	g.skipped = met_register(MET_COUNTER,
+				 "peercache_directory_suspect_skips_total",
+				 "directory calls not sent to an owner because "
+				 "it is suspect (did not answer)", NULL);
 	return 0;
 }
 

@@ -10,7 +10,12 @@
  * whether it is resident in memory. Each record is stored on the first
  * `directory_replicas` owners of its key on the ring. Lookups ask the
  * primary and fall back to the next replica both when an owner is
- * unreachable and when it answers "not found".
+ * unreachable and when it answers "not found". Owners the peer-health table
+ * holds suspect (modules/peer_health.h) are skipped.
+ *
+ * Deadlines: deadline_ns is a pc_now_ns() value after which the call stops
+ * waiting (no RPC of it outlives it) and reports what it has; 0 means
+ * rpc_timeout from now.
  */
 #ifndef PC_MODULES_DIRECTORY_H
 #define PC_MODULES_DIRECTORY_H
@@ -47,17 +52,18 @@ typedef void (*dir_done_fn)(void *arg);
 struct dir_api {
 	/* Find records; recs[i].found tells. done runs once, later. */
 	int (*lookup)(struct rx_reactor *r, const struct dir_keys *k,
-		      struct dir_rec *recs, dir_done_fn done, void *arg);
+		      struct dir_rec *recs, uint64_t deadline_ns,
+		      dir_done_fn done, void *arg);
 	/* Store records on every owner; ok[i] when at least one stored it. */
 	int (*publish)(struct rx_reactor *r, const struct dir_keys *k,
-		       const struct dir_rec *recs, bool *ok, dir_done_fn done,
-		       void *arg);
+		       const struct dir_rec *recs, bool *ok,
+		       uint64_t deadline_ns, dir_done_fn done, void *arg);
 	/* Delete records on every owner: only those of node with gens[i]
 	 * (node NULL: whatever they hold). existed[i] (may be NULL) tells if
 	 * an owner had one. done may be NULL (fire and forget). */
 	int (*remove)(struct rx_reactor *r, const struct dir_keys *k,
 		      const char *node, const uint64_t *gens, bool *existed,
-		      dir_done_fn done, void *arg);
+		      uint64_t deadline_ns, dir_done_fn done, void *arg);
 };
 
 #endif /* PC_MODULES_DIRECTORY_H */

@@ -30,6 +30,14 @@
  * the call's staging and it is answered with too_large or busy. Every kv.*
  * RPC call also holds its per-key state (KV_KEY_STATE) in g.staged from
  * its start to its reply (struct kv_call).
+ *
+ * Deadlines and frozen peers: every set, get, exists and delete (kv.* and
+ * the sessions' calls alike) gets one budget, request_deadline, from its
+ * start. The directory round trips and the data reads share it — a read
+ * gets what the lookup left, never a timeout of its own on top — so a call
+ * touching a peer that stopped answering returns within the budget. A page
+ * whose producer is suspect (ctx->svc.health) is a miss at once, and exists
+ * does not count it; a read that gets no answer reports its producer.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -44,6 +52,7 @@
 #include "modules/directory.h"
 #include "modules/kv.h"
 #include "modules/modules.h"
+#include "modules/peer_health.h"
 #include "modules/transport.h"
 #include "rpc/rpc.h"
 #include "storage/pool.h"
@@ -70,13 +79,15 @@ static struct {
 	struct evq *evqs;           /* per reactor */
 	bool checksums;
 	uint32_t rkey;              /* the pool's, for the records */
-	unsigned read_timeout_ms;
 	/* kv.get staging (the reply is built from buffers of the node's own) */
 	uint64_t get_call_max;      /* reply bytes one kv.get may build */
 	const char *get_call_limit; /* the setting that sets get_call_max */
 	uint64_t staging_max;       /* kv_staging_max: all kv.get calls */
 	uint64_t staged;            /* atomic: bytes staged now */
 	met_id refused_large, refused_busy;
+	unsigned read_timeout_ms;   /* rpc_timeout: a read never waits longer */
+	uint64_t deadline_ns;       /* request_deadline */
+	met_id deadline_hit, rd_suspect;
 	met_id rd_req, rd_hit, rd_miss, rd_local, rd_remote, rd_bytes, rd_fail;
 	met_id wr_req, wr_pages, wr_bytes, ex_req, ex_found, del_req;
 	met_id lat_read, lat_write, ev_pub;
@@ -115,7 +126,7 @@ static void evq_flush(struct rx_reactor *r, struct rx_timer *t)
 	q->gens = NULL;
 	q->n = q->cap = 0;
 	struct dir_keys k = {(const char *const *)b->keys, b->klens, b->n};
-	if (g.ctx->svc.dir->remove(r, &k, g.ctx->svc.self_id, b->gens, NULL,
+	if (g.ctx->svc.dir->remove(r, &k, g.ctx->svc.self_id, b->gens, NULL, 0,
 				   evq_sent, b) < 0)
 		evq_sent(b);
 }
@@ -240,6 +251,29 @@ static int copy_in(bool client_mem, void *dst, const void *src, size_t n)
 	return 0;
 }
 
+/* ------------------------------------------------------------ deadlines */
+
+/* The deadline of a call starting now (pc_now_ns() clock). */
+static uint64_t op_deadline(void)
+{
+	return pc_now_ns() + g.deadline_ns;
+}
+
+/* At the end of a call: count it when it ran into its deadline (within a
+ * millisecond: the steps' timeouts are whole milliseconds). */
+static void op_end(uint64_t deadline_ns)
+{
+	if (pc_now_ns() + RX_MS(1) >= deadline_ns)
+		met_inc(g.deadline_hit);
+}
+
+/* Is the producer of a record suspect (not answering)? */
+static bool producer_suspect(const struct dir_rec *r)
+{
+	const struct ph_api *h = g.ctx->svc.health;
+	return h && h->suspect(r->node);
+}
+
 /* -------------------------------------------------------------- publish */
 
 struct publish {
@@ -252,6 +286,7 @@ struct publish {
 	kv_done_fn done;
 	void *arg;
 	uint64_t t0;
+	uint64_t deadline;
 };
 
 static void publish_finish(struct publish *p)
@@ -259,6 +294,7 @@ static void publish_finish(struct publish *p)
 	for (unsigned i = 0; i < p->npub; i++)
 		p->ok[p->pub_idx[i]] = p->pub_ok[i];
 	met_observe_ns(g.lat_write, pc_now_ns() - p->t0);
+	op_end(p->deadline);
 	p->done(p->arg, p->ok, p->n);
 	free(p->ok);
 	free(p->recs);
@@ -334,6 +370,7 @@ static int kv_publish(struct rx_reactor *rr, const struct kv_item *it,
 	p->done = done;
 	p->arg = arg;
 	p->t0 = pc_now_ns();
+	p->deadline = op_deadline();
 	met_inc(g.wr_req);
 	for (unsigned i = 0; i < n; i++) {
 		if (it[i].klen == 0 || it[i].klen > KV_KEY_MAX)
@@ -350,8 +387,9 @@ static int kv_publish(struct rx_reactor *rr, const struct kv_item *it,
 	}
 	struct dir_keys k = {pk, pl, p->npub};
 	/* The directory copies the keys; the sources are free to go now. */
-	if (p->npub == 0 || g.ctx->svc.dir->publish(rr, &k, p->recs, p->pub_ok,
-						    publish_published, p) < 0) {
+	if (p->npub == 0 ||
+	    g.ctx->svc.dir->publish(rr, &k, p->recs, p->pub_ok, p->deadline,
+				    publish_published, p) < 0) {
 		memset(p->pub_ok, 0, n * sizeof(bool));
 		publish_finish(p); /* callers of publish accept an early done */
 	}
@@ -384,6 +422,8 @@ struct fetch {
 	uint64_t t0;
 	uint64_t staged;     /* bytes of own[] taken from the node's budget */
 	int refused;         /* -E2BIG (call over its cap), -EBUSY (node) */
+	uint64_t deadline;
+	unsigned read_ms;    /* the reads' timeout */
 };
 
 static void fetch_free(struct fetch *f)
@@ -414,6 +454,8 @@ static void fetch_finish(struct fetch *f)
 	met_add(g.rd_hit, hits);
 	met_add(g.rd_miss, f->n - hits);
 	met_observe_ns(g.lat_read, pc_now_ns() - f->t0);
+	if (f->nrec)
+		op_end(f->deadline); /* all local: no deadline to run into */
 	f->done(f->arg, f);
 	fetch_free(f);
 }
@@ -503,6 +545,11 @@ static void fetch_read_done(void *arg, struct tp_read *reads, unsigned n)
 			met_inc(g.rd_fail);
 			PC_LOGD(LOG_MOD, "remote page from %s failed: %s",
 				r->data, strerror(-bad));
+			if (reads[j].res && g.ctx->svc.health &&
+			    (reads[j].res != -ETIMEDOUT ||
+			     f->read_ms >= PH_EVIDENCE_MS))
+				g.ctx->svc.health->failed(r->node, reads[j].res,
+							  "data read");
 			continue;
 		}
 		f->ok[i] = true;
@@ -522,7 +569,11 @@ static void fetch_looked_up(void *arg)
 		fetch_finish(f);
 		return;
 	}
-	for (unsigned j = 0; j < f->nrec; j++) {
+	/* The reads get what the lookup left of the budget. */
+	uint64_t now = pc_now_ns();
+	uint64_t left_ms = now < f->deadline ? (f->deadline - now) / 1000000u
+					     : 0;
+	for (unsigned j = 0; j < f->nrec && left_ms; j++) {
 		struct dir_rec *r = &f->recs[j];
 		unsigned i = f->ridx[j];
 		/* Our own record but no page here: evicted since. No disk
@@ -530,6 +581,10 @@ static void fetch_looked_up(void *arg)
 		if (!r->found || !r->resident ||
 		    strcmp(r->node, g.ctx->svc.self_id) == 0)
 			continue;
+		if (producer_suspect(r)) { /* not answering: a miss now */
+			met_inc(g.rd_suspect);
+			continue;
+		}
 		void *dst = fetch_dest(f, i, r->len);
 		if (!dst)
 			continue;
@@ -541,11 +596,13 @@ static void fetch_looked_up(void *arg)
 		rd->hdr = f->hdr[i];
 		rd->hdr_len = POOL_HDR_BYTES;
 		rd->dst = dst; /* the payload lands here: no copy */
+		rd->node = r->node; /* f->recs outlive the batch */
 		f->readr[f->nreads++] = j;
 	}
+	f->read_ms = (unsigned)PC_MIN(left_ms, (uint64_t)g.read_timeout_ms);
 	if (f->nreads == 0 || f->refused ||
 	    g.ctx->svc.tp->read_batch(g.ctx->svc.tp_clients[rx_reactor_id(f->r)],
-				      f->reads, f->nreads, g.read_timeout_ms,
+				      f->reads, f->nreads, f->read_ms,
 				      fetch_read_done, f) < 0)
 		fetch_finish(f);
 }
@@ -586,6 +643,7 @@ static int fetch_start(struct rx_reactor *r, struct keys *ks, void **dst,
 	f->done = done;
 	f->arg = arg;
 	f->t0 = pc_now_ns();
+	f->deadline = op_deadline();
 	f->dst = calloc(n, sizeof(*f->dst));
 	f->own = calloc(n, sizeof(*f->own));
 	f->want = calloc(n, sizeof(*f->want));
@@ -619,7 +677,7 @@ static int fetch_start(struct rx_reactor *r, struct keys *ks, void **dst,
 	struct dir_keys k = {lk, ll, f->nrec};
 	/* Nothing is looked up for a call already refused its staging. */
 	int ret = f->nrec && !f->refused
-			  ? g.ctx->svc.dir->lookup(r, &k, f->recs,
+			  ? g.ctx->svc.dir->lookup(r, &k, f->recs, f->deadline,
 						   fetch_looked_up, f)
 			  : -ENOENT;
 	free(lk);
@@ -679,6 +737,7 @@ struct exists_op {
 	struct keys ks;
 	unsigned local;       /* leading keys found in the pool */
 	struct dir_rec *recs; /* for keys [local, n) */
+	uint64_t deadline;
 	void (*done)(void *arg, unsigned count);
 	void *arg;
 };
@@ -689,11 +748,15 @@ static void exists_done(void *arg)
 	unsigned count = e->local;
 	for (unsigned i = e->local; i < e->ks.n && e->recs; i++) {
 		struct dir_rec *r = &e->recs[i - e->local];
+		/* A suspect producer's page could not be read now. */
 		if (!r->found || !r->resident ||
-		    strcmp(r->node, g.ctx->svc.self_id) == 0)
+		    strcmp(r->node, g.ctx->svc.self_id) == 0 ||
+		    producer_suspect(r))
 			break;
 		count++;
 	}
+	if (e->recs)
+		op_end(e->deadline);
 	met_add(g.ex_found, count);
 	e->done(e->arg, count);
 	keys_free(&e->ks);
@@ -712,6 +775,7 @@ static int exists_start(struct rx_reactor *r, struct keys *ks,
 	memset(ks, 0, sizeof(*ks));
 	e->done = done;
 	e->arg = arg;
+	e->deadline = op_deadline();
 	met_inc(g.ex_req);
 	while (e->local < e->ks.n &&
 	       pool_contains(g.pool, e->ks.k[e->local], e->ks.len[e->local]))
@@ -723,7 +787,8 @@ static int exists_start(struct rx_reactor *r, struct keys *ks,
 	e->recs = calloc(e->ks.n - e->local, sizeof(*e->recs));
 	struct dir_keys k = dir_keys_of(&e->ks, e->local);
 	if (!e->recs ||
-	    g.ctx->svc.dir->lookup(r, &k, e->recs, exists_done, e) < 0) {
+	    g.ctx->svc.dir->lookup(r, &k, e->recs, e->deadline, exists_done,
+				   e) < 0) {
 		free(e->recs);
 		e->recs = NULL;
 		exists_done(e);
@@ -786,8 +851,8 @@ static int remove_start(struct rx_reactor *r, struct keys *ks,
 	for (unsigned i = 0; i < d->ks.n; i++)
 		d->local[i] = pool_delete(g.pool, d->ks.k[i], d->ks.len[i]) == 0;
 	struct dir_keys k = dir_keys_of(&d->ks, 0);
-	if (g.ctx->svc.dir->remove(r, &k, NULL, NULL, d->existed, del_done,
-				   d) < 0)
+	if (g.ctx->svc.dir->remove(r, &k, NULL, NULL, d->existed, op_deadline(),
+				   del_done, d) < 0)
 		del_done(d);
 	return 0;
 }
@@ -1101,6 +1166,15 @@ static double staged_fn(void *arg)
 	return (double)__atomic_load_n(&g.staged, __ATOMIC_RELAXED);
 }
 
+/* A producer became suspect: reads still waiting for it on this reactor
+ * fail now (misses) instead of at their deadline. */
+static void on_suspect(struct rx_reactor *r, const char *peer)
+{
+	struct tp_client *tc = g.ctx->svc.tp_clients[rx_reactor_id(r)];
+	if (tc)
+		g.ctx->svc.tp->fail_node(tc, peer, -EHOSTDOWN);
+}
+
 static int kv_init(struct pc_ctx *ctx)
 {
 	const struct pc_settings *s = ctx->cfg;
@@ -1121,6 +1195,7 @@ static int kv_init(struct pc_ctx *ctx)
 		g.get_call_max = s->kv_staging_max;
 		g.get_call_limit = "kv_staging_max";
 	}
+	g.deadline_ns = RX_MS(s->request_deadline_ms);
 	if (!ctx->svc.dir || !ctx->svc.tp || !ctx->svc.tp_register) {
 		PC_LOGE(LOG_MOD, "the directory and transport modules must come "
 			"before kv in the module list");
@@ -1151,6 +1226,8 @@ static int kv_init(struct pc_ctx *ctx)
 	}
 	ctx->svc.pool = g.pool;
 	ctx->svc.kv = &kv_api;
+	if (ctx->svc.health && (ret = ctx->svc.health->on_suspect(on_suspect)) < 0)
+		return ret;
 	if ((ret = pc_guard_init()) < 0)
 		return ret;
 	g.evqs = calloc(ctx->threads, sizeof(*g.evqs));
@@ -1180,6 +1257,12 @@ static int kv_init(struct pc_ctx *ctx)
 	CTR(g.landed, "peercache_bytes_landed_total",
 	    "remote page bytes received straight into their destination (no "
 	    "CPU copy by the node)");
+	CTR(g.deadline_hit, "peercache_request_deadline_exceeded_total",
+	    "page calls (set, get, exists) that ran into "
+	    "request_deadline (what was not done by then failed or missed)");
+	CTR(g.rd_suspect, "peercache_read_suspect_misses_total",
+	    "remote pages not read because their producer is suspect (misses "
+	    "at once)");
 #undef CTR
 	static const char refused_help[] =
 		"kv.* calls refused for memory (kv_staging_max, or a kv.get "

@@ -41,6 +41,8 @@ struct tp_region {
 /* One read of a batch. */
 struct tp_read {
 	char peer[160];   /* data endpoint "host:port" */
+	const char *node; /* the peer's ring id, for fail_node; may be NULL;
+			   * must stay valid until done runs */
 	uint32_t rkey;
 	uint64_t addr;
 	uint32_t len;     /* bytes read: hdr_len into hdr, the rest into dst */
@@ -65,6 +67,12 @@ struct tp_ops {
 	int (*read_batch)(struct tp_client *tc, struct tp_read *reads,
 			  unsigned n, unsigned timeout_ms, tp_done_fn done,
 			  void *arg);
+	/*
+	 * Node (a ring id, as in tp_read.node) does not answer: every read
+	 * still waiting for it on this client fails with err, soon (from the
+	 * reactor, never inside this call).
+	 */
+	void (*fail_node)(struct tp_client *tc, const char *node, int err);
 };
 
 /* Counters of the transport (all reactors). */

@@ -26,6 +26,9 @@
  * and then the payload straight into the reader's destination
  * (rx_conn_read: no copy). A batch completes only when none of its reads can
  * still write into a destination (a timed-out channel is closed first).
+ * fail_node closes every channel to a node that stopped answering (kv calls
+ * it when the peer-health table marks the node suspect), so reads waiting
+ * on them fail now rather than at their batches' timeouts.
  */
 #include <endian.h>
 #include <errno.h>
@@ -349,6 +352,7 @@ struct tp_chan {
 
 struct tp_peer {
 	char name[160];
+	char node[160];              /* ring id, when a read named it */
 	struct sockaddr_storage addr;
 	socklen_t addrlen;
 	int resolve_err;
@@ -683,6 +687,9 @@ static int tcp_read_batch(struct tp_client *tc, struct tp_read *reads,
 		p->id = ++tc->next_id;
 		struct tp_peer *peer = peer_get(tc, reads[i].peer);
 		struct tp_chan *ch = NULL;
+		if (peer && reads[i].node && !peer->node[0])
+			snprintf(peer->node, sizeof(peer->node), "%s",
+				 reads[i].node);
 		if (reads[i].len == 0 || reads[i].len > TP_READ_MAX ||
 		    reads[i].hdr_len > reads[i].len ||
 		    (reads[i].hdr_len && !reads[i].hdr))
@@ -716,9 +723,21 @@ static int tcp_read_batch(struct tp_client *tc, struct tp_read *reads,
 	return 0;
 }
 
+/* Close the channels to node's data endpoint; their reads fail with err
+ * when the closes complete. */
+static void tcp_fail_node(struct tp_client *tc, const char *node, int err)
+{
+	for (struct tp_peer *p = tc->peers; p; p = p->next)
+		if (strcmp(p->node, node) == 0)
+			for (struct tp_chan *ch = p->chans; ch; ch = ch->next)
+				if (ch->c)
+					rx_conn_close(ch->c, RX_CLOSE_NOW, err);
+}
+
 static const struct tp_ops tcp_ops = {
 	.name = "tcp",
 	.read_batch = tcp_read_batch,
+	.fail_node = tcp_fail_node,
 };
 
 /* After the reactor drained: every channel has closed (and removed itself

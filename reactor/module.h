@@ -42,6 +42,7 @@ struct tp_client;
 struct tp_region;
 struct dir_api;     /* modules/directory.h */
 struct kv_api;      /* modules/kv.h */
+struct ph_api;      /* modules/peer_health.h */
 
 /*
  * Services modules offer each other through the context, so that no module
@@ -58,6 +59,7 @@ struct pc_services {
 	struct ring *ring;
 	char self_id[160];               /* ring id: "host:rpc_port" */
 	char self_data[160];             /* data endpoint: "host:data_port" */
+	const struct ph_api *health;     /* peer health (suspect peers) */
 	/* directory module */
 	const struct dir_api *dir;
 	/* kv module */

@@ -509,6 +509,21 @@ void rpc_req_send(struct rpc_req *q)
 	ep_pump(ep);
 }
 
+void rpc_client_fail_endpoint(struct rpc_client *cl, const char *endpoint,
+			      int err)
+{
+	for (struct rpc_ep *ep = cl->eps; ep; ep = ep->next) {
+		if (strcmp(ep->name, endpoint) != 0)
+			continue;
+		ep_fail_waiting(ep, err);
+		/* The close is deferred: on_close fails the calls in flight. */
+		for (struct rpc_cconn *cc = ep->conns; cc; cc = cc->next)
+			if (cc->c)
+				rx_conn_close(cc->c, RX_CLOSE_NOW, err);
+		return;
+	}
+}
+
 /* ------------------------------------------------------------ auth exchange */
 
 static void auth_on_response(void *arg, const struct rpc_result *res);

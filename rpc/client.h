@@ -82,6 +82,15 @@ struct rpc_req *rpc_req_new(struct rpc_client *cl, const char *endpoint,
 msgpack_packer *rpc_req_packer(struct rpc_req *q);
 void rpc_req_send(struct rpc_req *q);
 
+/*
+ * Fail every call to endpoint with err now — those waiting for a connection
+ * and those in flight — and close its connections: for a peer known not to
+ * answer, whose calls would otherwise each wait for their own timeout.
+ * Completions run later (as for any failure), never inside this call.
+ */
+void rpc_client_fail_endpoint(struct rpc_client *cl, const char *endpoint,
+			      int err);
+
 struct rpc_client_stats {
 	uint64_t calls;
 	uint64_t timeouts;

@@ -645,3 +645,53 @@ Test(rpc, async_client_authenticates)
 	rx_reactor_destroy(r);
 	server_down();
 }
+
+/* A peer known not to answer (issue 10, frozen peers): every call to it,
+ * in flight or waiting for a connection, ends at once with the given error
+ * instead of at its own timeout. */
+static struct {
+	struct rpc_client *cl;
+	char ep[64];
+	struct rx_timer fail;
+} F;
+
+static void f_fail(struct rx_reactor *r, struct rx_timer *t)
+{
+	(void)r;
+	(void)t;
+	rpc_client_fail_endpoint(F.cl, "127.0.0.1:1", -EHOSTDOWN); /* unknown */
+	rpc_client_fail_endpoint(F.cl, F.ep, -EHOSTDOWN);
+}
+
+Test(rpc, async_client_fails_one_endpoint_at_once)
+{
+	server_up(1, NULL, NULL);
+	struct rx_reactor *r = tu_reactor(NULL);
+	struct rpc_client_opts o;
+	rpc_client_opts_default(&o);
+	o.conns_per_endpoint = 1;
+	o.inflight_per_conn = 2; /* the third call waits for a slot */
+	F.cl = rpc_client_new(r, &o);
+	snprintf(F.ep, sizeof(F.ep), "127.0.0.1:%u", S.port);
+	rx_timer_init(&F.fail, f_fail, NULL);
+	a_reset(3);
+	A.r = r;
+	for (uintptr_t i = 0; i < 3; i++)
+		a_call(F.cl, F.ep, i, "test.sleep", 1500, i, 10000);
+	rx_timer_start(r, &F.fail, RX_MS(100), 0);
+	uint64_t t0 = pc_now_ns();
+	tu_run(r, 5000);
+	/* Semantics, not speed: the calls would otherwise end after 1.5 s. */
+	cr_assert_lt(pc_now_ns() - t0, RX_MS(1400));
+	for (int i = 0; i < 3; i++)
+		cr_assert_eq(A.errs[i], -EHOSTDOWN, "call %d: %d", i, A.errs[i]);
+	/* The client still works for the endpoint afterwards. */
+	a_reset(1);
+	A.r = r;
+	a_call(F.cl, F.ep, 0, "test.echo", 7, 0, 2000);
+	tu_run(r, 5000);
+	cr_assert_eq(A.errs[0], 0);
+	rpc_client_free(F.cl);
+	rx_reactor_destroy(r);
+	server_down_after(1600);
+}

@@ -1,0 +1,66 @@
+/*
+ * modules/peer_health.h — which peers answer, for the modules that call them.
+ *
+ * Owns: the interface of the peer-health table (implemented by the cluster
+ * module, modules/cluster.c, which owns membership), offered through
+ * ctx->svc.health. Threading: every call is safe from any reactor thread;
+ * suspect() is one lookup in the immutable member list and one atomic load.
+ *
+ * A peer is named by its ring id ("host:rpc_port", as in directory records'
+ * `node`). It is healthy until a call to it gets no answer — an RPC timeout,
+ * a data-port read timeout, a connect timeout, refusal or reset — and then
+ * suspect from that first failure: users skip it (directory lookups ask the
+ * next replica, publishes store on the other owners, reads of its pages are
+ * misses at once) until it answers a probe (node.health, sent from reactor 0
+ * every peer_probe_interval while it is suspect). Each change of state is
+ * logged once.
+ */
+#ifndef PC_MODULES_PEER_HEALTH_H
+#define PC_MODULES_PEER_HEALTH_H
+
+#include <errno.h>
+#include <stdbool.h>
+
+#include "reactor/reactor.h"
+
+struct ph_api {
+	/* True while peer is suspect. Unknown names (not members) and this
+	 * node itself are never suspect. */
+	bool (*suspect)(const char *peer);
+	/* A call to peer got no answer (err: a negative errno for which
+	 * ph_no_answer() holds); what names the call for the log ("dir.get",
+	 * "data read"). Marks the peer suspect; the first caller logs. */
+	void (*failed)(const char *peer, int err, const char *what);
+	/* Register fn: it runs on every reactor, on its own thread, soon after
+	 * a peer becomes suspect, to fail at once what still waits for that
+	 * peer there. Main thread, in a module's init after the cluster's.
+	 * Returns 0 or -ENOSPC. */
+	int (*on_suspect)(void (*fn)(struct rx_reactor *r, const char *peer));
+};
+
+/* A timeout shorter than this says nothing about the peer (the caller's
+ * deadline had almost run out): callers do not report it. */
+#define PH_EVIDENCE_MS 50
+
+/* Errors that mean the peer did not answer: as opposed to an answer that is
+ * an error (-EREMOTEIO), a refused handshake (-EACCES), a bad request of our
+ * own, this node shutting down (-ESHUTDOWN), or a call cut short because the
+ * peer was already suspect (-EHOSTDOWN, from the on_suspect watchers: not
+ * news, and it must not undo a probe that just succeeded). */
+static inline bool ph_no_answer(int err)
+{
+	switch (-err) {
+	case ETIMEDOUT:
+	case ECONNREFUSED:
+	case ECONNRESET:
+	case ECONNABORTED:
+	case EHOSTUNREACH:
+	case ENETUNREACH:
+	case EPIPE:
+		return true;
+	default:
+		return false;
+	}
+}
+
+#endif /* PC_MODULES_PEER_HEALTH_H */
