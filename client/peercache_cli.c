@@ -198,7 +198,7 @@ static const char *unreachable_why(const struct cli *c, int err, char *buf,
 	case EACCES:
 		if (c->tcp)
 			snprintf(buf, len, "authentication failed (%s)",
-				 c->secret ? "wrong --secret / $PEERCACHE_SECRET,"
+				 c->secret ? "wrong secret (--secret-file, --secret),"
 					     " or the node has no cluster_secret"
 					   : "the node did not accept the "
 					     "connection");
@@ -246,11 +246,14 @@ static int cli_call(struct cli *c, const char *method,
 		return 0;
 	int err = ret < 0 ? ret : rep->res.err;
 	if (err == -EREMOTEIO) {
-		bool auth = strcmp(rep->res.code, "unauthorized") == 0;
+		/* The node asks for the secret only when it has one; a
+		 * refusal by user is not cured by a secret. */
+		bool auth = strcmp(rep->res.code, "unauthorized") == 0 &&
+			    strstr(rep->res.message, "authenticate first");
 		cli_err("%s: %s: %s%s", method, rep->res.code,
 			rep->res.message,
 			auth && c->tcp && !c->secret
-				? " (set --secret or $PEERCACHE_SECRET)"
+				? " (set --secret-file or $PEERCACHE_SECRET_FILE)"
 				: "");
 		rpc_sync_reply_free(rep);
 		return CLI_FAIL;
