@@ -12,7 +12,9 @@
  * Unix socket checks SO_PEERCRED; TCP has no such option, but for loopback
  * the client's socket lives in this kernel and sock_diag reports its owner
  * (the same answer `ss -tne` prints). A client whose owner cannot be found
- * (a lookup error, a non-loopback source) is refused: the rule fails closed.
+ * (a lookup error, a non-loopback source, a client socket already closed and
+ * orphaned — the kernel reports uid 0 for those) is refused: the rule fails
+ * closed.
  */
 #include <errno.h>
 #include <grp.h>
@@ -108,6 +110,36 @@ static int fill_id(int fd, struct inet_diag_req_v2 *req)
 	return -EAFNOSUPPORT;
 }
 
+/*
+ * The uid in an answer, if it may be trusted. A client that closed its end
+ * right after sending leaves an orphan socket (no file, inode 0) for which
+ * the kernel reports uid 0: that must not pass for root. So the answer must
+ * be the very socket asked for, still attached to a file, in a state a
+ * connected client can be in.
+ */
+static int owner_of(const struct inet_diag_msg *d,
+		    const struct inet_diag_sockid *want, uid_t *uid)
+{
+	if (d->id.idiag_sport != want->idiag_sport ||
+	    d->id.idiag_dport != want->idiag_dport ||
+	    memcmp(d->id.idiag_src, want->idiag_src, sizeof(want->idiag_src)) ||
+	    memcmp(d->id.idiag_dst, want->idiag_dst, sizeof(want->idiag_dst)))
+		return -ESRCH;
+	if (d->idiag_inode == 0)
+		return -ENOTCONN; /* orphaned: its owner is gone */
+	switch (d->idiag_state) {
+	case 1:  /* TCP_ESTABLISHED */
+	case 4:  /* TCP_FIN_WAIT1: shut down for writing, still owned */
+	case 5:  /* TCP_FIN_WAIT2 */
+	case 8:  /* TCP_CLOSE_WAIT */
+		break;
+	default:
+		return -ENOTCONN;
+	}
+	*uid = (uid_t)d->idiag_uid;
+	return 0;
+}
+
 int rpc_tcp_peer_uid(int fd, uid_t *uid)
 {
 	struct {
@@ -157,8 +189,7 @@ int rpc_tcp_peer_uid(int fd, uid_t *uid)
 		if (h->nlmsg_type == SOCK_DIAG_BY_FAMILY &&
 		    h->nlmsg_len >= NLMSG_LENGTH(sizeof(struct inet_diag_msg))) {
 			const struct inet_diag_msg *d = NLMSG_DATA(h);
-			*uid = (uid_t)d->idiag_uid;
-			return 0;
+			return owner_of(d, &msg.req.id, uid);
 		}
 		if (h->nlmsg_type == NLMSG_DONE)
 			break;
