@@ -69,6 +69,11 @@
 #define LOG_MOD "rpc"
 #define FD_QUEUE_MAX 16     /* descriptors held per connection */
 #define UNAUTH_STRIKES 3    /* calls before auth tolerated, then close */
+/* Messages of any kind before authentication: the handshake takes two
+ * (auth.challenge, auth.response); a few more leave room for a client that
+ * calls first and authenticates when told to. Beyond that a client is only
+ * making the node queue error replies: close it. */
+#define PREAUTH_MSGS_MAX 8
 /* A new connection is never dropped for a newer one before this age: it
  * gets the chance to send its first message even in a burst of accepts. */
 #define EVICT_GRACE_MS 100
@@ -147,6 +152,7 @@ struct rpc_sconn {
 	uint8_t addr[16];      /* TCP source address */
 	const char *refusal;   /* set: answer the first request with it */
 	uint8_t strikes;
+	uint8_t preauth_msgs;  /* messages received before authentication */
 	uint8_t nonce[RPC_NONCE_BYTES];
 	size_t need;           /* bytes a partial message needs first */
 	int fds[FD_QUEUE_MAX];
@@ -651,7 +657,7 @@ static int sc_admit(struct rpc_sconn *sc)
 		return -EMFILE;
 	}
 	sc->counted = true;
-	if (!sc->is_unix)
+	if (!sc->is_unix || sc->cls == SC_PREAUTH) /* unproven: evictable */
 		young_add(sc);
 	return 0;
 }
@@ -984,6 +990,13 @@ static bool handle_message(struct rpc_sconn *sc, const uint8_t *p, size_t len)
 		rx_conn_close(sc->c, RX_CLOSE_FLUSH, -EACCES);
 		return false;
 	}
+	if (!sc->authed && ++sc->preauth_msgs > PREAUTH_MSGS_MAX) {
+		RX_STAT_INC(sc->st->auth_failures);
+		reject(sc, RPC_REJ_UNAUTH, "too many messages before "
+		       "authentication");
+		rx_conn_close(sc->c, RX_CLOSE_FLUSH, -EACCES);
+		return false;
+	}
 	struct rpc_entry *ent = find_entry(sc->srv, m.method, m.method_len);
 	const struct rpc_method *meth = ent ? ent->m : NULL;
 	if (!meth) {
@@ -1198,8 +1211,14 @@ void rpc_server_accept(struct rpc_server *s, struct rx_reactor *r, int fd,
 	/* A refused client is held as unproven until its first request gets
 	 * the refusal (or its handshake deadline passes). */
 	sc->authed = !sc->refusal && (is_unix || !s->secret);
-	/* The class follows the authentication state at accept. */
-	sc->cls = is_unix ? SC_LOCAL : sc->authed ? SC_TCP : SC_PREAUTH;
+	/* The class follows the authentication state at accept. A refused
+	 * client (another user, on either transport) waits for its refusal
+	 * among the unproven, where it can be evicted: it never takes a slot
+	 * of the node's own local clients. */
+	sc->cls = sc->refusal ? SC_PREAUTH
+		: is_unix     ? SC_LOCAL
+		: sc->authed  ? SC_TCP
+			      : SC_PREAUTH;
 	sc->mpl = sc->authed ? &s->mpl : &s->mpl_preauth;
 	sc->accepted_ns = sc->last_act_ns = pc_now_ns();
 	rx_timer_init(&sc->timer, sc_timer_fired, sc);

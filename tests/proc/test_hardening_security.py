@@ -14,6 +14,7 @@ import shutil
 import socket
 import struct
 import subprocess
+import tempfile
 import textwrap
 import time
 
@@ -260,3 +261,69 @@ def test_a_client_that_closed_at_once_is_not_taken_for_root(node_factory):
     time.sleep(1.0)
     assert c.call("kv.get", [["victim"]]) == (None, [None])
     c.close()
+
+
+HOLD_UNIX = textwrap.dedent("""
+    import socket, sys, time
+    path, n = sys.argv[1], int(sys.argv[2])
+    socks = []
+    for i in range(n):
+        s = socket.socket(socket.AF_UNIX)
+        try:
+            s.connect(path)
+        except OSError:
+            break
+        socks.append(s)
+    print(len(socks), flush=True)
+    time.sleep(float(sys.argv[3]))
+""")
+
+
+def test_other_users_cannot_fill_the_local_client_slots(node_factory):
+    d = tempfile.mkdtemp(prefix="pc-sec-")
+    os.chmod(d, 0o755)
+    sock = os.path.join(d, "node.sock")
+    try:
+        n = node_factory("--pool-size", "64mb", "--socket", sock,
+                         "--rpc-max-local-connections", "64",
+                         "--rpc-max-preauth-connections", "64")
+        n.wait_for("ready")
+        flood = subprocess.Popen(
+            ["setpriv", "--reuid=%d" % NOBODY, "--regid=%d" % NOBODY,
+             "--clear-groups", "/usr/bin/python3", "-c", HOLD_UNIX, sock, "300", "8"],
+            stdout=subprocess.PIPE)
+        try:
+            assert int(flood.stdout.readline() or b"0") > 0
+            # The owner's local clients still get in, every one of them.
+            clients = [RpcClient(sock) for _ in range(32)]
+            for c in clients:
+                assert c.call("node.health", [])[0] is None
+                c.close()
+        finally:
+            flood.kill()
+            flood.wait()
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def test_before_authentication_only_a_few_messages_are_answered(node_factory):
+    """Public calls (auth.challenge) and unknown methods did not count: an
+    unauthenticated client could pipeline them and fill the reply budget."""
+    n = node_factory("--cluster-secret", "s3cret-pre")
+    n.wait_for("ready")
+    s = socket.create_connection(("127.0.0.1", n.rpc_port()), timeout=5)
+    s.sendall(b"".join(msgpack.packb([0, i, "auth.challenge", []]) for i in range(200)))
+    u = msgpack.Unpacker(raw=False)
+    replies = 0
+    while True:
+        try:
+            d = s.recv(65536)
+        except ConnectionResetError:
+            break
+        if not d:
+            break
+        u.feed(d)
+        replies += sum(1 for _ in u)
+    s.close()
+    assert 2 <= replies <= 8, replies
+    assert "too many messages before authentication" in n.text()
