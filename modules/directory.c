@@ -123,7 +123,7 @@ static struct {
 	uint64_t records;             /* atomic */
 	uint64_t bytes;               /* atomic: sum of the stripes' bytes */
 	met_id lookups, lookup_hits, fallbacks, puts, removes, skipped;
-	met_id evicted, stale_dropped, put_refused, kept;
+	met_id evicted, stale_dropped, put_refused;
 } g;
 
 static uint64_t key_hash(const char *k, size_t n)
@@ -232,22 +232,13 @@ static void recs_free(struct srec *list)
 	__atomic_sub_fetch(&g.bytes, bytes, __ATOMIC_RELAXED);
 }
 
-/* Does a record of another producer than node stand? It does while that
- * producer is a ring member: a key published is not taken over by another
- * node (whose bytes readers would then get); a departed producer's is. */
-static bool held_by_other(const struct srec *r, const char *node)
-{
-	if (strcmp(rec_node(r), node) == 0)
-		return false;
-	const struct ring *ring = __atomic_load_n(&g.ctx->svc.ring,
-						  __ATOMIC_ACQUIRE);
-	return ring && ring_find(ring, rec_node(r)) >= 0;
-}
-
 /*
- * Store a record of incarnation inc. A producer's later put of a key
- * replaces its earlier one; a key another live producer holds keeps that
- * record (the put still counts as stored: the key is published).
+ * Store a record of incarnation inc. The latest put of a key wins, whoever
+ * made it: a record another producer left behind (its delete was lost, it
+ * evicted the page while an owner was suspect) must not keep a key a live
+ * producer now holds unreadable. Readers validate what they read, so a
+ * record pointing at bytes that are not the page is a miss, never wrong
+ * bytes; and only trusted callers may put (docs/security.md).
  */
 static int shard_store(const char *key, size_t klen, const struct dir_rec *rec,
 		       uint64_t inc)
@@ -275,12 +266,6 @@ static int shard_store(const char *key, size_t klen, const struct dir_rec *rec,
 	pthread_mutex_lock(&s->lock);
 	struct srec **pp = slot_of(s, h, key, klen);
 	struct srec *old = *pp;
-	if (old && held_by_other(old, rec->node)) {
-		pthread_mutex_unlock(&s->lock);
-		free(n);
-		met_inc(g.kept);
-		return 0;
-	}
 	if (old) {
 		n->next = old->next;
 		*pp = n;
@@ -1269,9 +1254,6 @@ static int d_init(struct pc_ctx *ctx)
 		{&g.put_refused, "peercache_directory_put_refused_total",
 		 "dir.put calls refused: records of another producer than the "
 		 "caller"},
-		{&g.kept, "peercache_directory_put_kept_total",
-		 "records not stored because another live producer holds the "
-		 "key"},
 	};
 	for (size_t i = 0; i < PC_ARRAY_LEN(bounds); i++)
 		*bounds[i].id = met_register(MET_COUNTER, bounds[i].name,
