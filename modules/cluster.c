@@ -150,12 +150,16 @@ static void notify_suspect(struct rx_reactor *r, void *arg)
 static void broadcast_suspect(unsigned i)
 {
 	struct rx_group *grp = __atomic_load_n(&g.ctx->group, __ATOMIC_ACQUIRE);
-	for (unsigned t = 0; grp && g.nwatchers && t < rx_group_size(grp); t++)
-		if (rx_post(rx_group_reactor(grp, t), notify_suspect,
-			    (void *)(uintptr_t)i) < 0)
+	for (unsigned t = 0; grp && g.nwatchers && t < rx_group_size(grp); t++) {
+		/* A reactor that has ended (the node is stopping) is past
+		 * needing it. */
+		int ret = rx_group_post(grp, t, notify_suspect,
+					(void *)(uintptr_t)i);
+		if (ret < 0 && ret != -ESHUTDOWN)
 			PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "cannot tell reactor %u "
 				  "about a suspect peer: its calls wait for "
 				  "their deadline", t);
+	}
 }
 
 static void ph_failed(const char *peer, int err, const char *what)

@@ -852,7 +852,7 @@ static void job_rpc_done(void *arg, const struct rpc_result *res)
 	uint32_t n;
 	bool ok = res->err == 0 && (j->kind == JOB_PUBLISH ||
 				    (mp_rd_array(&r, &n) == 0 && n == jr->n));
-	if (!ok && res->err) {
+	if (!ok && res->err && res->err != -ESHUTDOWN) { /* not: we stop */
 		char why[200];
 		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "a directory owner did not "
 			  "answer: %s", rpc_result_str(res, why, sizeof(why)));

@@ -28,7 +28,9 @@
  * still write into a destination (a timed-out channel is closed first).
  * fail_node closes every channel to a node that stopped answering (kv calls
  * it when the peer-health table marks the node suspect), so reads waiting
- * on them fail now rather than at their batches' timeouts.
+ * on them fail now rather than at their batches' timeouts. When the reactor
+ * stops, it closes the channels at once: their reads fail with -ESHUTDOWN,
+ * and so does every read of a batch started afterwards.
  */
 #include <endian.h>
 #include <errno.h>
@@ -698,6 +700,8 @@ static int tcp_read_batch(struct tp_client *tc, struct tp_read *reads,
 			reads[i].res = -ENOMEM;
 		else if (peer->resolve_err)
 			reads[i].res = peer->resolve_err;
+		else if (rx_reactor_stopping(tc->r)) /* no new channel now */
+			reads[i].res = -ESHUTDOWN;
 		else if (!(ch = chan_pick(tc, peer)))
 			reads[i].res = -ECONNREFUSED;
 		if (!ch) {

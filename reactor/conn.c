@@ -313,6 +313,10 @@ struct rx_conn *rx_conn_connect(struct rx_reactor *r,
 		*err = -EINVAL;
 		return NULL;
 	}
+	if (r->state != RX_RUNNING) { /* nothing new while draining */
+		*err = -ESHUTDOWN;
+		return NULL;
+	}
 	int fd = socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK |
 						 SOCK_CLOEXEC, 0);
 	if (fd < 0) {
@@ -341,7 +345,7 @@ struct rx_conn *rx_conn_connect(struct rx_reactor *r,
 	}
 	io_uring_prep_connect(sqe, fd, (struct sockaddr *)&c->peer, addrlen);
 	rx_op_tag(r, sqe, idx);
-	c->flags |= RXC_CONNECTING;
+	c->flags |= RXC_CONNECTING | RXC_OUTGOING;
 	c->inflight++;
 	if (timeout_ms) {
 		if (rx_timer_start(r, &c->timer, RX_MS(timeout_ms), 0) < 0)
@@ -494,7 +498,11 @@ void rx_conns_stop(struct rx_reactor *r, bool now)
 {
 	for (struct rx_conn *c = r->conns, *next; c; c = next) {
 		next = c->next;
-		rx_conn_close(c, now ? RX_CLOSE_NOW : RX_CLOSE_FLUSH,
+		/* An outgoing connection closes at once: it stops reading
+		 * either way, so the answers to what it would flush (its
+		 * owner's calls) could never arrive; its owner fails them. */
+		bool out = c->flags & RXC_OUTGOING;
+		rx_conn_close(c, now || out ? RX_CLOSE_NOW : RX_CLOSE_FLUSH,
 			      -ESHUTDOWN);
 	}
 }

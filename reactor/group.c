@@ -205,6 +205,18 @@ int rx_group_join(struct rx_group *g)
 	return err;
 }
 
+int rx_group_post(struct rx_group *g, unsigned i,
+		  void (*fn)(struct rx_reactor *r, void *arg), void *arg)
+{
+	if (i >= g->n)
+		return -EINVAL;
+	pthread_mutex_lock(&g->lock);
+	struct rx_thread *t = &g->th[i];
+	int ret = t->alive ? rx_post(t->r, fn, arg) : -ESHUTDOWN;
+	pthread_mutex_unlock(&g->lock);
+	return ret;
+}
+
 unsigned rx_group_size(const struct rx_group *g)
 {
 	return g->n;

@@ -45,5 +45,11 @@ void rx_group_stats(struct rx_group *g, struct rx_stats *sum);
 /* The reactor of thread i; valid from start until join. Only for rx_post()
  * (and for reading its stats) from other threads. */
 struct rx_reactor *rx_group_reactor(const struct rx_group *g, unsigned i);
+/* rx_post() to thread i's reactor while that thread runs it: 0, or
+ * -ESHUTDOWN once it has finished (its reactor may be freed), -EINVAL for no
+ * such thread, -ENOMEM. Safe from any thread, also during shutdown, when
+ * reactors end one by one and rx_group_reactor() may already be NULL. */
+int rx_group_post(struct rx_group *g, unsigned i,
+		  void (*fn)(struct rx_reactor *r, void *arg), void *arg);
 
 #endif /* PC_REACTOR_GROUP_H */

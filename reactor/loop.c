@@ -559,7 +559,11 @@ static void check_drain(struct rx_reactor *r)
 		r->state = RX_DONE;
 		return;
 	}
-	if (r->conns || r->listeners || r->watches || r->pend_head)
+	/* A timer due now is a completion on its way (e.g. a call failed by
+	 * the stop, reported from a zero-delay timer): the loop runs it, and
+	 * whatever it finishes, before it may end. */
+	if (r->conns || r->listeners || r->watches || r->pend_head ||
+	    rx_timers_due(r))
 		return;
 	uint64_t msg_live = r->msg_op != RX_NO_OP ? 1 : 0;
 	if (r->st.ops_in_use > msg_live)

@@ -200,7 +200,10 @@ struct rx_conn *rx_conn_attach(struct rx_reactor *r, int fd,
 /*
  * Start an outbound TCP or Unix connection. on_connect fires on success; on
  * failure or after timeout_ms (0 = none), on_close(c, -errno). Writes made
- * before the connection is up are queued.
+ * before the connection is up are queued. While the reactor stops, no new
+ * connection starts (NULL, *err = -ESHUTDOWN), and the stop closes the
+ * outgoing ones at once (on_close(c, -ESHUTDOWN)), not after a flush: they
+ * stop reading either way, so no answer could come back on them.
  */
 struct rx_conn *rx_conn_connect(struct rx_reactor *r,
 				const struct sockaddr *addr, socklen_t addrlen,

@@ -107,6 +107,7 @@ struct rx_chunk {
 #define RXC_EOF 0x200u         /* peer closed its side */
 #define RXC_FINAL 0x400u       /* on_close ran */
 #define RXC_MANUAL 0x1000u     /* the owner reads with rx_conn_read */
+#define RXC_OUTGOING 0x2000u   /* opened by rx_conn_connect */
 
 struct rx_conn {
 	struct rx_reactor *r;
@@ -257,6 +258,8 @@ void rx_timers_fini(struct rx_reactor *r);
 void rx_timers_run(struct rx_reactor *r);
 /* Nanoseconds until the next deadline, or UINT64_MAX when none is armed. */
 uint64_t rx_timers_next_ns(const struct rx_reactor *r);
+/* A timer is due (armed to fire by now, e.g. a zero-delay completion). */
+bool rx_timers_due(const struct rx_reactor *r);
 
 /* conn.c */
 void rx_conn_on_recv(struct rx_reactor *r, struct rx_op *op,

@@ -174,3 +174,8 @@ uint64_t rx_timers_next_ns(const struct rx_reactor *r)
 	uint64_t now = pc_now_ns();
 	return d > now ? d - now : 0;
 }
+
+bool rx_timers_due(const struct rx_reactor *r)
+{
+	return r->heap_n > 0 && r->heap[0]->deadline_ns <= pc_now_ns();
+}

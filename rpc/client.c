@@ -10,6 +10,12 @@
  * recycled slot from the live one. Every call has a timer: its timeout, or a
  * zero-delay completion when it fails before reaching the network — so the
  * callback never runs inside rpc_req_send.
+ *
+ * Shutdown: when the reactor stops, it closes the client's connections at
+ * once (outgoing connections are not flushed), so every call on them fails
+ * with -ESHUTDOWN, and so do the calls waiting for a connection and every
+ * call sent afterwards; the reactor runs those zero-delay completions
+ * before its loop ends. Every done() thus runs within shutdown_grace.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -74,7 +80,8 @@ struct rpc_req {
 	bool internal;                /* auth exchange of a connection */
 	rpc_done_fn done;
 	void *arg;
-	struct rpc_req *next;         /* wait queue */
+	struct rpc_req *next;         /* wait queue, or the failing list */
+	struct rpc_req *prev;         /* the failing list */
 };
 
 struct rpc_client {
@@ -83,6 +90,8 @@ struct rpc_client {
 	struct mp_limits mpl;
 	char *secret;
 	struct rpc_ep *eps;
+	struct rpc_req *failing;      /* failed, done() not yet run */
+	bool freeing;                 /* rpc_client_free runs */
 	struct rpc_client_stats st;
 };
 
@@ -129,11 +138,23 @@ static void req_fail_now(struct rpc_req *q, int err)
 static void cc_retire(struct rpc_cconn *cc);
 static void ep_pump(struct rpc_ep *ep);
 
+static void failing_unlink(struct rpc_req *q)
+{
+	if (q->prev)
+		q->prev->next = q->next;
+	else
+		q->cl->failing = q->next;
+	if (q->next)
+		q->next->prev = q->prev;
+	q->next = q->prev = NULL;
+}
+
 static void req_timer_fired(struct rx_reactor *r, struct rx_timer *t)
 {
 	struct rpc_req *q = t->arg;
 	(void)r;
-	if (q->fail_err) { /* failed before it reached a connection */
+	if (q->fail_err) { /* failed: done() runs now */
+		failing_unlink(q);
 		req_fail_now(q, q->fail_err);
 		return;
 	}
@@ -170,13 +191,22 @@ static void req_timer_fired(struct rx_reactor *r, struct rx_timer *t)
 	req_fail_now(q, -ETIMEDOUT);
 }
 
-/* Fail asynchronously: the callback must not run inside rpc_req_send. */
+/* Fail asynchronously: the callback must not run inside rpc_req_send.
+ * Until it runs, q is on the client's failing list (rpc_client_free
+ * completes what is left there once the loop has ended). */
 static void req_fail_later(struct rpc_req *q, int err)
 {
 	q->fail_err = err;
 	q->cc = NULL;
-	if (rx_timer_start(q->cl->r, &q->timer, 0, 0) < 0)
+	if (rx_timer_start(q->cl->r, &q->timer, 0, 0) < 0) {
 		req_fail_now(q, err); /* no timer slot: rare; run it now */
+		return;
+	}
+	q->prev = NULL;
+	q->next = q->cl->failing;
+	if (q->next)
+		q->next->prev = q;
+	q->cl->failing = q;
 }
 
 struct rpc_req *rpc_req_new(struct rpc_client *cl, const char *endpoint,
@@ -328,7 +358,10 @@ static void cc_on_close(struct rx_conn *c, int err)
 		else
 			req_fail_later(q, fail);
 	}
-	if (never_ready) {
+	if (fail == -ESHUTDOWN) {
+		/* This node stops: not the endpoint's fault, no backoff. */
+		ep_fail_waiting(ep, fail);
+	} else if (never_ready) {
 		cl->st.conn_failures++;
 		ep->last_err = cc->state == CC_AUTH && err == 0 ? -EACCES : fail;
 		unsigned b = ep->backoff_ms ? ep->backoff_ms * 2
@@ -487,6 +520,11 @@ void rpc_req_send(struct rpc_req *q)
 	struct rpc_client *cl = q->cl;
 	struct rpc_ep *ep = q->ep;
 	cl->st.calls++;
+	/* No answer could be read now. */
+	if (cl->freeing || rx_reactor_stopping(cl->r)) {
+		req_fail_later(q, -ESHUTDOWN);
+		return;
+	}
 	if (ep->resolve_err) {
 		req_fail_later(q, ep->resolve_err);
 		return;
@@ -607,39 +645,61 @@ struct rpc_client *rpc_client_new(struct rx_reactor *r,
 	return cl;
 }
 
+/* rpc_client_free: fail ep's calls with -ESHUTDOWN, detach and free its
+ * connections. */
+static void ep_free_calls(struct rpc_ep *ep)
+{
+	struct rpc_client *cl = ep->cl;
+	while (ep->wait_head) {
+		struct rpc_req *q = ep->wait_head;
+		ep->wait_head = q->next;
+		req_fail_now(q, -ESHUTDOWN);
+	}
+	while (ep->conns) {
+		struct rpc_cconn *cc = ep->conns;
+		ep->conns = cc->next;
+		for (uint32_t i = 0; i < cl->o.inflight_per_conn; i++) {
+			struct rpc_req *q = cc->slots[i];
+			if (!q)
+				continue;
+			if (q->internal)
+				req_free(q);
+			else
+				req_fail_now(q, -ESHUTDOWN);
+		}
+		/* Detach: the connection closes without us. */
+		if (cc->c) {
+			rx_conn_set_udata(cc->c, NULL);
+			rx_conn_close(cc->c, RX_CLOSE_NOW, -ESHUTDOWN);
+		}
+		free(cc->slots);
+		free(cc);
+	}
+}
+
 void rpc_client_free(struct rpc_client *cl)
 {
 	if (!cl)
 		return;
-	while (cl->eps) {
-		struct rpc_ep *ep = cl->eps;
-		while (ep->wait_head) {
-			struct rpc_req *q = ep->wait_head;
-			ep->wait_head = q->next;
-			req_fail_now(q, -ESHUTDOWN);
+	/* A done() run here may send more calls (they fail at once), even to
+	 * a new endpoint: repeat until none is left. */
+	cl->freeing = true;
+	while (cl->eps || cl->failing) {
+		while (cl->eps) {
+			struct rpc_ep *ep = cl->eps;
+			ep_free_calls(ep);
+			struct rpc_ep **pp = &cl->eps; /* may have moved */
+			while (*pp != ep)
+				pp = &(*pp)->next;
+			*pp = ep->next;
+			free(ep);
 		}
-		while (ep->conns) {
-			struct rpc_cconn *cc = ep->conns;
-			ep->conns = cc->next;
-			for (uint32_t i = 0; i < cl->o.inflight_per_conn; i++) {
-				struct rpc_req *q = cc->slots[i];
-				if (!q)
-					continue;
-				if (q->internal)
-					req_free(q);
-				else
-					req_fail_now(q, -ESHUTDOWN);
-			}
-			/* Detach: the connection closes without us. */
-			if (cc->c) {
-				rx_conn_set_udata(cc->c, NULL);
-				rx_conn_close(cc->c, RX_CLOSE_NOW, -ESHUTDOWN);
-			}
-			free(cc->slots);
-			free(cc);
+		/* Failed calls whose completion had not run yet. */
+		while (cl->failing) {
+			struct rpc_req *q = cl->failing;
+			failing_unlink(q);
+			req_fail_now(q, q->fail_err);
 		}
-		cl->eps = ep->next;
-		free(ep);
 	}
 	if (cl->secret) {
 		explicit_bzero(cl->secret, strlen(cl->secret));

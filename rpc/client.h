@@ -13,7 +13,10 @@
  * its calls fail; a connection on which a call timed out is retired — no new
  * calls — and closed once its last call ends: a broken connection is never
  * reused. After a failed connect the endpoint backs off (doubling from
- * backoff_min_ms to backoff_max_ms), and calls fail fast meanwhile.
+ * backoff_min_ms to backoff_max_ms), and calls fail fast meanwhile. When
+ * the reactor stops, every call in flight or waiting, and every call sent
+ * afterwards, fails with -ESHUTDOWN at once (its done() runs before the
+ * reactor's loop ends), so nothing waits on a peer that will not answer.
  *
  * Blocking client (struct rpc_sync): thread-safe; a call leases an idle
  * connection (or opens one), returns it to the pool only after a successful
@@ -67,7 +70,10 @@ typedef void (*rpc_done_fn)(void *arg, const struct rpc_result *res);
 
 struct rpc_client *rpc_client_new(struct rx_reactor *r,
 				  const struct rpc_client_opts *o);
-/* Fail every outstanding call with -ESHUTDOWN and free the client. */
+/* Fail every outstanding call with -ESHUTDOWN (one that had already failed
+ * keeps its error) and free the client. A call a done() sends meanwhile
+ * fails too. Normally after the reactor's loop has ended (a module's exit
+ * hook): by then the stop has completed every call already. */
 void rpc_client_free(struct rpc_client *cl);
 
 /*

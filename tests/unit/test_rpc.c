@@ -504,15 +504,22 @@ static void a_done(void *arg, const struct rpc_result *res)
 		rx_reactor_stop(A.r);
 }
 
-static void a_call(struct rpc_client *cl, const char *ep, uintptr_t i,
-		   const char *m, uint64_t a, uint64_t b, unsigned timeout)
+static void a_call_to(struct rpc_client *cl, const char *ep, uintptr_t i,
+		      const char *m, uint64_t a, uint64_t b, unsigned timeout,
+		      rpc_done_fn done)
 {
-	struct rpc_req *q = rpc_req_new(cl, ep, m, 2, timeout, a_done,
+	struct rpc_req *q = rpc_req_new(cl, ep, m, 2, timeout, done,
 					(void *)i);
 	cr_assert(q);
 	msgpack_pack_uint64(rpc_req_packer(q), a);
 	msgpack_pack_uint64(rpc_req_packer(q), b);
 	rpc_req_send(q);
+}
+
+static void a_call(struct rpc_client *cl, const char *ep, uintptr_t i,
+		   const char *m, uint64_t a, uint64_t b, unsigned timeout)
+{
+	a_call_to(cl, ep, i, m, a, b, timeout, a_done);
 }
 
 static void a_reset(int want)
@@ -694,4 +701,63 @@ Test(rpc, async_client_fails_one_endpoint_at_once)
 	rpc_client_free(F.cl);
 	rx_reactor_destroy(r);
 	server_down_after(1600);
+}
+
+/* Shutdown (issue 10): calls pending on a peer that never answers — in
+ * flight, waiting for a connection, or sent by a completion during the stop
+ * — all end with -ESHUTDOWN as soon as the reactor stops, and the loop ends
+ * well within shutdown_grace with nothing left behind. */
+static struct {
+	struct rpc_client *cl;
+	char ep[64];
+	struct rx_timer stop;
+} Z;
+
+static void z_stop(struct rx_reactor *r, struct rx_timer *t)
+{
+	(void)t;
+	rx_reactor_stop(r);
+}
+
+static void z_first_done(void *arg, const struct rpc_result *res)
+{
+	a_done(arg, res);
+	/* As a lookup does: on to the next owner, during the stop. */
+	a_call(Z.cl, Z.ep, 3, "test.echo", 1, 0, 10000);
+}
+
+Test(rpc, async_client_fails_pending_calls_when_its_reactor_stops)
+{
+	/* A peer that never answers: the kernel completes the handshake,
+	 * nobody accepts or reads. */
+	int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_in sin = {.sin_family = AF_INET,
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	cr_assert_eq(bind(s, (struct sockaddr *)&sin, sizeof(sin)), 0);
+	cr_assert_eq(listen(s, 16), 0);
+	socklen_t sl = sizeof(sin);
+	getsockname(s, (struct sockaddr *)&sin, &sl);
+	snprintf(Z.ep, sizeof(Z.ep), "127.0.0.1:%u", ntohs(sin.sin_port));
+	struct rx_reactor *r = tu_reactor(NULL); /* shutdown_grace 5 s */
+	struct rpc_client_opts o;
+	rpc_client_opts_default(&o);
+	o.conns_per_endpoint = 1;
+	o.inflight_per_conn = 2; /* the third call waits for a slot */
+	Z.cl = rpc_client_new(r, &o);
+	rx_timer_init(&Z.stop, z_stop, NULL);
+	a_reset(4);
+	A.r = r;
+	a_call_to(Z.cl, Z.ep, 0, "test.echo", 1, 0, 10000, z_first_done);
+	for (uintptr_t i = 1; i < 3; i++)
+		a_call(Z.cl, Z.ep, i, "test.echo", 1, 0, 10000);
+	rx_timer_start(r, &Z.stop, RX_MS(200), 0);
+	uint64_t ms = tu_run(r, 12000);
+	cr_assert_eq(A.done, 4, "every call completed (%d)", A.done);
+	for (int i = 0; i < 4; i++)
+		cr_assert_eq(A.errs[i], -ESHUTDOWN, "call %d: %d", i, A.errs[i]);
+	/* Semantics, not speed: otherwise they wait for the grace (5 s). */
+	cr_assert_lt(ms, 2500, "the loop took %llu ms", (unsigned long long)ms);
+	rpc_client_free(Z.cl);
+	rx_reactor_destroy(r);
+	close(s);
 }
