@@ -191,12 +191,14 @@ def test_the_latest_put_wins_and_a_wrong_record_is_a_miss(cluster):
     assert ca.call("kv.set", [["k"], [val]]) == (None, [True])
     err, (orig,) = ca.call("dir.get", [["k"]])
     assert err is None and orig[0] == a.endpoint("rpc")
-    # Another producer publishes the same key to b (an owner) with a record
+    # Another producer publishes the same key to both owners with a record
     # pointing nowhere useful: readers on b get a clean miss.
     p, d = "127.0.0.1:3", "127.0.0.1:4"
-    other = RpcClient(b.endpoint("rpc"))
-    assert other.call("dir.put", [[["k", rec(p, d, length=4096)]],
-                                  announce(p, d, 9)]) == (None, 1)
+    for owner in (a, b):
+        other = RpcClient(owner.endpoint("rpc"))
+        assert other.call("dir.put", [[["k", rec(p, d, length=4096)]],
+                                      announce(p, d, 9)]) == (None, 1)
+        other.close()
     assert cb.call("dir.get", [["k"]]) == (None, [rec(p, d, length=4096)])
     assert cb.call("kv.get", [["k"]]) == (None, [None])
     # a publishes again: its record is back and readers get its bytes.
