@@ -124,6 +124,7 @@ static struct {
 	uint64_t bytes;               /* atomic: sum of the stripes' bytes */
 	met_id lookups, lookup_hits, fallbacks, puts, removes, skipped;
 	met_id evicted, stale_dropped, put_refused;
+	uint64_t last_sweep_ns;       /* atomic: the last restart sweep */
 } g;
 
 static uint64_t key_hash(const char *k, size_t n)
@@ -346,6 +347,21 @@ static bool shard_del(const char *key, size_t klen, const char *node,
 	if (match)
 		recs_free(r);
 	return match;
+}
+
+/*
+ * A sweep walks every record: at most one per DIR_SWEEP_GAP_NS for the whole
+ * node, whatever producer names callers announce, so announcing new names
+ * cannot keep reactors walking the shard. A restart whose sweep is skipped
+ * leaves its old records to be evicted or missed (validated misses).
+ */
+static bool sweep_allowed(void)
+{
+	uint64_t now = pc_now_ns();
+	uint64_t last = __atomic_load_n(&g.last_sweep_ns, __ATOMIC_RELAXED);
+	return (last == 0 || now - last >= DIR_SWEEP_GAP_NS) &&
+	       __atomic_compare_exchange_n(&g.last_sweep_ns, &last, now, false,
+					   __ATOMIC_RELAXED, __ATOMIC_RELAXED);
 }
 
 /* Drop node's records of any incarnation but inc (it restarted). */
@@ -670,7 +686,7 @@ static void m_put(struct rpc_call *call, struct mp_rd *p)
 						    : RPC_E_BUSY, "%s", why);
 		return;
 	}
-	if (inc && prod_announce(who.node, inc)) {
+	if (inc && prod_announce(who.node, inc) && sweep_allowed()) {
 		unsigned dropped = shard_drop_stale(who.node, inc);
 		met_add(g.stale_dropped, dropped);
 		PC_LOG_RL(PC_LOG_INFO, LOG_MOD, "producer %s restarted "
