@@ -179,7 +179,6 @@ struct dconn {
 
 /* One per reactor, touched only on its thread. */
 struct d_rstate {
-	struct rx_reactor *r;
 	struct rx_timer sweep;
 	struct dlist list[DL__COUNT];
 };
@@ -1140,7 +1139,6 @@ static int t_start(struct rx_reactor *r, struct pc_ctx *ctx)
 	tc->r = r;
 	ctx->svc.tp_clients[id] = tc;
 	struct d_rstate *rs = &g.rs[id];
-	rs->r = r;
 	rx_timer_init(&rs->sweep, d_sweep, rs);
 	/* Often enough that a deadline is met within a quarter of it. */
 	uint64_t every = PC_MAX(RX_MS(10), PC_MIN(RX_MS(1000),
