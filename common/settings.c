@@ -193,6 +193,19 @@ static const struct pc_cfg_key keys[] = {
 	 OFF(peer_probe_interval_ms), 0,
 	 "how often a suspect peer (one that did not answer) is probed with "
 	 "node.health"},
+	/* data-port connections (issue 10: the data port's guards) */
+	{"data_max_connections", PC_CFG_INT, "8192", 2, 1 << 20, NULL,
+	 OFF(data_max_connections), 0,
+	 "data-port connections at once, unproven ones included (32 peers x "
+	 "16 threads x 16 channels fit)"},
+	{"data_max_preauth_connections", PC_CFG_INT, "256", 1, 1 << 20, NULL,
+	 OFF(data_max_preauth_connections), 0,
+	 "data-port connections not yet authenticated (or, without a secret, "
+	 "without a first request); when full, the oldest one is dropped"},
+	{"data_max_buffered_bytes", PC_CFG_SIZE, "64mb", 1 * MB, 1024 * GB,
+	 NULL, OFF(data_max_buffered_bytes), 0,
+	 "input and copied reply bytes held by all data-port connections "
+	 "(page payloads are sent from the pool and not counted)"},
 	{"socket_group", PC_CFG_STRING, "", 0, 64, NULL, OFF(socket_group), 0,
 	 "group (name or gid) whose members may use the Unix socket, besides "
 	 "the node's user and root"},

@@ -82,6 +82,10 @@ struct pc_settings {
 	int64_t metrics_max_connections_per_host;
 	uint64_t request_deadline_ms;    /* one page call's whole budget */
 	uint64_t peer_probe_interval_ms; /* probes of suspect peers */
+	/* data-port connections */
+	int64_t data_max_connections;
+	int64_t data_max_preauth_connections;
+	uint64_t data_max_buffered_bytes;
 	char *socket_group;
 	/* reactor */
 	int64_t reactor_sq_entries;

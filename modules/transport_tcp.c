@@ -19,7 +19,11 @@
  * set, a connection must pass the same challenge-response as the RPC port
  * (rpc/auth.h) before any READ; without one, a connection is accepted only
  * from a loopback socket of the node's user, root or socket_group
- * (rpc/peercred.h), and closed at once otherwise.
+ * (rpc/peercred.h), and closed at once otherwise. Server connections are
+ * guarded like the RPC port's (see "Connection guards" below): one challenge
+ * and one response before authentication, small pre-auth buffers, a
+ * handshake deadline, caps on unproven and on all connections with eviction
+ * of the oldest unproven one, an idle timeout and a node-wide byte budget.
  *
  * Client: a read batch is spread over up to max_channels_per_peer channels
  * per peer; a channel pipelines requests and receives each response header
@@ -88,6 +92,14 @@ static struct {
 	unsigned connect_timeout_ms;
 	met_id reads, read_bytes, read_errors, served, served_bytes, refused;
 	met_id chans_open;
+	/* data-port connection guards (server side) */
+	struct d_rstate *rs;      /* per reactor */
+	uint32_t n_all, n_preauth; /* atomic: live connections */
+	uint32_t max_all, max_preauth;
+	uint64_t handshake_ns, idle_ns;
+	struct rx_budget budget;
+	met_id conns_open, conns_refused, conns_evicted, conns_timed_out;
+	met_id preauth_violations;
 } g;
 
 /* ------------------------------------------------------------------ regions */
@@ -121,12 +133,209 @@ static const struct tp_region *find_region(uint32_t rkey, uint64_t addr,
 
 /* ------------------------------------------------------------------- server */
 
+/*
+ * Connection guards (the data port's share of issue 10). Every connection
+ * starts unproven: it must authenticate (secret set) or, without a secret,
+ * send a first well-formed request within rpc_handshake_timeout. Unproven
+ * connections count against data_max_preauth_connections, all of them
+ * against data_max_connections (both node-wide, atomics); when a cap is
+ * full, the oldest unproven connection of the accepting reactor older than
+ * D_EVICT_GRACE_MS is dropped for the newcomer, else the newcomer is
+ * refused. Before authentication a connection may send one AUTH_CHALLENGE
+ * and one AUTH_RESPONSE, nothing else, with a few hundred bytes of input and
+ * 4 KiB of output. A proven connection without traffic or queued output for
+ * rpc_idle_timeout is closed. Input and copied output of all connections
+ * share one rx_budget (data_max_buffered_bytes); page payloads are
+ * references into the pool and are not counted. Each reactor keeps its
+ * connections on two lists (all, unproven; oldest first) walked by one
+ * sweep timer.
+ */
+#define D_EVICT_GRACE_MS 100
+#define D_PREAUTH_IN_MAX 256
+#define D_PREAUTH_OUT_MAX 4096
+
+enum { DL_ALL, DL_YOUNG, DL__COUNT };
+
+struct dconn;
+struct dlink {
+	struct dconn *prev, *next;
+	bool on;
+};
+struct dlist {
+	struct dconn *head, *tail;
+};
+
 struct dconn {
 	struct rx_conn *c;
-	bool authed;
+	struct d_rstate *rs;
+	bool authed;       /* may READ */
+	bool challenged;   /* sent its one AUTH_CHALLENGE */
 	bool nonce_issued;
+	bool counted;      /* holds a data_max_connections slot */
+	bool preauth;      /* holds a data_max_preauth_connections slot */
+	uint64_t accepted_ns, last_act_ns;
+	struct dlink link[DL__COUNT];
+	char peer[64];
 	uint8_t nonce[RPC_NONCE_BYTES];
 };
+
+/* One per reactor, touched only on its thread. */
+struct d_rstate {
+	struct rx_timer sweep;
+	struct dlist list[DL__COUNT];
+};
+
+static void dl_add(struct dlist *l, struct dconn *d, int k)
+{
+	struct dlink *n = &d->link[k];
+	n->prev = l->tail;
+	n->next = NULL;
+	if (l->tail)
+		l->tail->link[k].next = d;
+	else
+		l->head = d;
+	l->tail = d;
+	n->on = true;
+}
+
+static void dl_del(struct dlist *l, struct dconn *d, int k)
+{
+	struct dlink *n = &d->link[k];
+	if (!n->on)
+		return;
+	if (n->prev)
+		n->prev->link[k].next = n->next;
+	else
+		l->head = n->next;
+	if (n->next)
+		n->next->link[k].prev = n->prev;
+	else
+		l->tail = n->prev;
+	n->prev = n->next = NULL;
+	n->on = false;
+}
+
+/* Leave the unproven class (authenticated, first request, or closing). */
+static void d_prove(struct dconn *d)
+{
+	dl_del(&d->rs->list[DL_YOUNG], d, DL_YOUNG);
+	if (d->preauth) {
+		d->preauth = false;
+		__atomic_sub_fetch(&g.n_preauth, 1, __ATOMIC_RELAXED);
+	}
+}
+
+/* Give back every slot (at close, or at once when dropped, so the slot is
+ * free before the connection's teardown completes). */
+static void d_uncount(struct dconn *d)
+{
+	d_prove(d);
+	dl_del(&d->rs->list[DL_ALL], d, DL_ALL);
+	if (d->counted) {
+		d->counted = false;
+		__atomic_sub_fetch(&g.n_all, 1, __ATOMIC_RELAXED);
+		met_gauge_add(g.conns_open, -1);
+	}
+}
+
+enum d_why { D_EVICTED, D_HANDSHAKE, D_IDLE, D__WHY };
+static const char *const d_why_text[D__WHY] = {
+	[D_EVICTED] = "dropped while unproven to admit a new connection",
+	[D_HANDSHAKE] = "not authenticated (or no request) within "
+			"rpc_handshake_timeout",
+	[D_IDLE] = "idle for rpc_idle_timeout",
+};
+/* One log limiter per reason, so a flood of one kind never hides another. */
+static struct pc_ratelimit d_why_rl[D__WHY];
+
+static void d_drop(struct dconn *d, enum d_why why)
+{
+	met_inc(why == D_EVICTED ? g.conns_evicted : g.conns_timed_out);
+	uint64_t n = pc_ratelimit_pass(&d_why_rl[why], 10000);
+	if (n > 1)
+		PC_LOGI(LOG_MOD, "data connection from %s: %s; closing (+%llu "
+			"similar suppressed)", d->peer, d_why_text[why],
+			(unsigned long long)(n - 1));
+	else if (n == 1)
+		PC_LOGI(LOG_MOD, "data connection from %s: %s; closing",
+			d->peer, d_why_text[why]);
+	d_uncount(d);
+	rx_conn_close(d->c, RX_CLOSE_NOW,
+		      why == D_EVICTED ? -ECONNABORTED : -ETIMEDOUT);
+}
+
+/* Drop the oldest unproven connection of rs older than the grace period.
+ * false: none to drop. */
+static bool d_evict(struct d_rstate *rs)
+{
+	struct dconn *v = rs->list[DL_YOUNG].head;
+	if (!v || v->accepted_ns + RX_MS(D_EVICT_GRACE_MS) > pc_now_ns())
+		return false;
+	d_drop(v, D_EVICTED);
+	return true;
+}
+
+/* Take a slot of counter *n (cap max), dropping an unproven connection of
+ * this reactor when full. */
+static bool d_take(struct d_rstate *rs, uint32_t *n, uint32_t max)
+{
+	if (__atomic_add_fetch(n, 1, __ATOMIC_RELAXED) <= max || d_evict(rs))
+		return true;
+	__atomic_sub_fetch(n, 1, __ATOMIC_RELAXED);
+	return false;
+}
+
+static bool d_admit(struct dconn *d)
+{
+	const char *cap = NULL;
+	if (!d_take(d->rs, &g.n_all, g.max_all))
+		cap = "data_max_connections";
+	else if (!d_take(d->rs, &g.n_preauth, g.max_preauth)) {
+		__atomic_sub_fetch(&g.n_all, 1, __ATOMIC_RELAXED);
+		cap = "data_max_preauth_connections";
+	}
+	if (cap) {
+		met_inc(g.conns_refused);
+		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "refusing a data connection "
+			  "from %s: %s is reached and no unproven connection "
+			  "is old enough to drop", d->peer, cap);
+		return false;
+	}
+	d->counted = d->preauth = true;
+	met_gauge_add(g.conns_open, 1);
+	dl_add(&d->rs->list[DL_ALL], d, DL_ALL);
+	dl_add(&d->rs->list[DL_YOUNG], d, DL_YOUNG);
+	return true;
+}
+
+/* Handshake deadlines (unproven list, oldest first) and idle proven
+ * connections. */
+static void d_sweep(struct rx_reactor *r, struct rx_timer *t)
+{
+	struct d_rstate *rs = t->arg;
+	uint64_t now = pc_now_ns();
+	(void)r;
+	struct dconn *d;
+	while ((d = rs->list[DL_YOUNG].head) &&
+	       d->accepted_ns + g.handshake_ns <= now)
+		d_drop(d, D_HANDSHAKE);
+	if (!g.idle_ns)
+		return;
+	for (struct dconn *next, *v = rs->list[DL_ALL].head; v; v = next) {
+		next = v->link[DL_ALL].next;
+		if (!v->link[DL_YOUNG].on && v->last_act_ns + g.idle_ns <= now &&
+		    rx_conn_out_bytes(v->c) == 0)
+			d_drop(v, D_IDLE);
+	}
+}
+
+static void d_set_full_limits(struct rx_conn *c)
+{
+	/* Payloads are references into the region, not copies: a queue of
+	 * several large pages costs no memory, so allow a deep one. */
+	rx_conn_set_limits(c, 64 * 1024, 16u << 20, 4u << 20,
+			   (size_t)TP_READ_MAX + (16u << 20));
+}
 
 struct served {
 	const struct tp_region *region;
@@ -182,6 +391,68 @@ static void serve_read(struct dconn *d, const struct tp_req_wire *q)
 	met_add(g.served_bytes, len);
 }
 
+/* Before authentication: anything but one AUTH_CHALLENGE followed by one
+ * AUTH_RESPONSE closes the connection, counted and logged. */
+static ssize_t preauth_violation(struct dconn *d, const char *what)
+{
+	met_inc(g.preauth_violations);
+	PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "data connection from %s sent %s "
+		  "before authenticating; closing", d->peer, what);
+	return -EPROTO;
+}
+
+static ssize_t serve_challenge(struct dconn *d, uint64_t id)
+{
+	if (!g.secret) {
+		respond(d, id, -EOPNOTSUPP, NULL, 0);
+		return sizeof(struct tp_req_wire);
+	}
+	if (d->authed)
+		return -EPROTO;
+	if (d->challenged)
+		return preauth_violation(d, "a second AUTH_CHALLENGE");
+	d->challenged = true;
+	if (pc_random_bytes(d->nonce, sizeof(d->nonce))) {
+		respond(d, id, -EOPNOTSUPP, NULL, 0);
+		return sizeof(struct tp_req_wire);
+	}
+	d->nonce_issued = true;
+	respond(d, id, 0, d->nonce, sizeof(d->nonce));
+	return sizeof(struct tp_req_wire);
+}
+
+static ssize_t serve_response(struct dconn *d, const uint8_t *p, size_t avail,
+			      uint64_t id, uint32_t len)
+{
+	if (d->authed)
+		return -EPROTO;
+	if (!d->nonce_issued)
+		return preauth_violation(d, "AUTH_RESPONSE without a challenge");
+	if (len != PC_SHA256_BYTES + RPC_NONCE_BYTES)
+		return preauth_violation(d, "a malformed AUTH_RESPONSE");
+	if (avail < sizeof(struct tp_req_wire) + len)
+		return 0;
+	const uint8_t *proof = p + sizeof(struct tp_req_wire);
+	const uint8_t *cnonce = proof + PC_SHA256_BYTES;
+	uint8_t want[PC_SHA256_BYTES];
+	rpc_auth_proof(g.secret, d->nonce, cnonce, false, want);
+	d->nonce_issued = false;
+	if (!pc_ct_equal(want, proof, sizeof(want))) {
+		met_inc(g.refused);
+		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "data connection from %s "
+			  "failed authentication; closing", d->peer);
+		respond(d, id, -EACCES, NULL, 0);
+		rx_conn_close(d->c, RX_CLOSE_FLUSH, -EACCES);
+		return (ssize_t)avail;
+	}
+	d->authed = true;
+	d_prove(d);
+	d_set_full_limits(d->c);
+	rpc_auth_proof(g.secret, d->nonce, cnonce, true, want);
+	respond(d, id, 0, want, sizeof(want));
+	return (ssize_t)(sizeof(struct tp_req_wire) + len);
+}
+
 /* Returns bytes used by this request, 0 when more bytes are needed, or a
  * negative errno to close. */
 static ssize_t serve_one(struct dconn *d, const uint8_t *p, size_t avail)
@@ -196,6 +467,10 @@ static ssize_t serve_one(struct dconn *d, const uint8_t *p, size_t avail)
 	}
 	uint16_t op = le16toh(q.op);
 	uint64_t id = le64toh(q.id);
+	/* Without a secret the first well-formed request proves the
+	 * connection (its owner was checked at accept). */
+	if (d->authed)
+		d_prove(d);
 	if (op == TP_OP_READ) {
 		if (!d->authed) {
 			met_inc(g.refused);
@@ -206,42 +481,12 @@ static ssize_t serve_one(struct dconn *d, const uint8_t *p, size_t avail)
 		serve_read(d, &q);
 		return sizeof(q);
 	}
-	if (op == TP_OP_AUTH_CHALLENGE) {
-		if (!g.secret || pc_random_bytes(d->nonce, sizeof(d->nonce))) {
-			respond(d, id, -EOPNOTSUPP, NULL, 0);
-			return sizeof(q);
-		}
-		d->nonce_issued = true;
-		respond(d, id, 0, d->nonce, sizeof(d->nonce));
-		return sizeof(q);
-	}
-	if (op == TP_OP_AUTH_RESPONSE) {
-		if (le32toh(q.len) != PC_SHA256_BYTES + RPC_NONCE_BYTES)
-			return -EPROTO;
-		if (avail < sizeof(q) + PC_SHA256_BYTES + RPC_NONCE_BYTES)
-			return 0;
-		const uint8_t *proof = p + sizeof(q);
-		const uint8_t *cnonce = proof + PC_SHA256_BYTES;
-		uint8_t want[PC_SHA256_BYTES];
-		bool ok = g.secret && d->nonce_issued;
-		if (ok) {
-			rpc_auth_proof(g.secret, d->nonce, cnonce, false, want);
-			ok = pc_ct_equal(want, proof, sizeof(want));
-		}
-		d->nonce_issued = false;
-		if (!ok) {
-			met_inc(g.refused);
-			PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "a data-port client "
-				  "failed authentication; closing");
-			respond(d, id, -EACCES, NULL, 0);
-			rx_conn_close(d->c, RX_CLOSE_FLUSH, -EACCES);
-			return (ssize_t)avail;
-		}
-		d->authed = true;
-		rpc_auth_proof(g.secret, d->nonce, cnonce, true, want);
-		respond(d, id, 0, want, sizeof(want));
-		return (ssize_t)(sizeof(q) + PC_SHA256_BYTES + RPC_NONCE_BYTES);
-	}
+	if (op == TP_OP_AUTH_CHALLENGE)
+		return serve_challenge(d, id);
+	if (op == TP_OP_AUTH_RESPONSE)
+		return serve_response(d, p, avail, id, le32toh(q.len));
+	if (!d->authed)
+		return preauth_violation(d, "an unknown op");
 	met_inc(g.refused);
 	return -EPROTO;
 }
@@ -250,6 +495,7 @@ static ssize_t d_data(struct rx_conn *c, const uint8_t *data, size_t len)
 {
 	struct dconn *d = rx_conn_udata(c);
 	size_t used = 0;
+	d->last_act_ns = pc_now_ns();
 	while (len - used >= sizeof(struct tp_req_wire) && !rx_conn_closing(c)) {
 		ssize_t n = serve_one(d, data + used, len - used);
 		if (n < 0)
@@ -263,8 +509,10 @@ static ssize_t d_data(struct rx_conn *c, const uint8_t *data, size_t len)
 
 static void d_close(struct rx_conn *c, int err)
 {
+	struct dconn *d = rx_conn_udata(c);
 	(void)err;
-	free(rx_conn_udata(c));
+	d_uncount(d);
+	free(d);
 }
 
 static const struct rx_conn_ops d_ops = {.on_data = d_data,
@@ -288,27 +536,38 @@ static bool tcp_peer_allowed(int fd)
 static void on_accept(struct rx_listener *l, int fd, void *arg)
 {
 	(void)arg;
+	struct rx_reactor *r = rx_listener_reactor(l);
+	if (!g.secret && !tcp_peer_allowed(fd)) {
+		close(fd);
+		return;
+	}
 	struct dconn *d = calloc(1, sizeof(*d));
 	if (!d) {
 		close(fd);
 		return;
 	}
 	d->authed = !g.secret;
-	if (!g.secret && !tcp_peer_allowed(fd)) {
+	d->rs = &g.rs[rx_reactor_id(r)];
+	d->accepted_ns = d->last_act_ns = pc_now_ns();
+	rpc_tcp_peer_name(fd, d->peer, sizeof(d->peer));
+	if (!d_admit(d)) {
 		free(d);
 		close(fd);
 		return;
 	}
 	int err;
-	d->c = rx_conn_attach(rx_listener_reactor(l), fd, &d_ops, d, &err);
+	d->c = rx_conn_attach(r, fd, &d_ops, d, &err);
 	if (!d->c) {
+		d_uncount(d);
 		free(d);
 		return;
 	}
-	/* Payloads are references into the region, not copies: a queue of
-	 * several large pages costs no memory, so allow a deep one. */
-	rx_conn_set_limits(d->c, 64 * 1024, 16u << 20, 4u << 20,
-			   (size_t)TP_READ_MAX + (16u << 20));
+	rx_conn_set_budget(d->c, &g.budget);
+	if (d->authed)
+		d_set_full_limits(d->c);
+	else /* one challenge and one response in, their replies out */
+		rx_conn_set_limits(d->c, D_PREAUTH_IN_MAX, D_PREAUTH_OUT_MAX,
+				   D_PREAUTH_OUT_MAX / 2, D_PREAUTH_OUT_MAX);
 }
 
 /* ------------------------------------------------------------------- client */
@@ -781,6 +1040,59 @@ static void probe_rdma(const struct pc_settings *s)
 			n == 1 ? "" : "s");
 }
 
+static double budget_in_used(void *arg)
+{
+	(void)arg;
+	return (double)__atomic_load_n(&g.budget.in_used, __ATOMIC_RELAXED);
+}
+
+static double budget_out_used(void *arg)
+{
+	(void)arg;
+	return (double)__atomic_load_n(&g.budget.out_used, __ATOMIC_RELAXED);
+}
+
+static int server_guards_init(const struct pc_settings *s, unsigned threads)
+{
+	g.rs = calloc(threads, sizeof(*g.rs));
+	if (!g.rs)
+		return -ENOMEM;
+	g.max_all = (uint32_t)s->data_max_connections;
+	g.max_preauth = (uint32_t)s->data_max_preauth_connections;
+	g.handshake_ns = RX_MS(s->rpc_handshake_timeout_ms);
+	g.idle_ns = RX_MS(s->rpc_idle_timeout_ms);
+	g.budget.in_max = s->data_max_buffered_bytes;
+	g.budget.out_max = s->data_max_buffered_bytes;
+	g.conns_open = met_register(MET_GAUGE,
+				    "peercache_transport_connections",
+				    "data-port connections open (served)", NULL);
+	g.conns_refused = met_register(MET_COUNTER,
+		"peercache_transport_connections_refused_total",
+		"data connections refused at accept over data_max_connections "
+		"or data_max_preauth_connections", NULL);
+	g.conns_evicted = met_register(MET_COUNTER,
+		"peercache_transport_connections_evicted_total",
+		"unproven data connections dropped to admit a new one", NULL);
+	g.conns_timed_out = met_register(MET_COUNTER,
+		"peercache_transport_connections_timed_out_total",
+		"data connections closed by the handshake or idle deadline",
+		NULL);
+	g.preauth_violations = met_register(MET_COUNTER,
+		"peercache_transport_preauth_violations_total",
+		"data connections closed for sending more than one challenge "
+		"and one response before authenticating", NULL);
+	if (met_register_fn("peercache_transport_buffered_in_bytes",
+			    "input held by data connections "
+			    "(data_max_buffered_bytes)", NULL, budget_in_used,
+			    NULL) < 0 ||
+	    met_register_fn("peercache_transport_buffered_out_bytes",
+			    "copied reply bytes queued on data connections "
+			    "(data_max_buffered_bytes)", NULL, budget_out_used,
+			    NULL) < 0)
+		return -ENOMEM;
+	return 0;
+}
+
 static int t_init(struct pc_ctx *ctx)
 {
 	const struct pc_settings *s = ctx->cfg;
@@ -818,7 +1130,7 @@ static int t_init(struct pc_ctx *ctx)
 				 NULL);
 	g.chans_open = met_register(MET_GAUGE, "peercache_transport_channels",
 				    "data channels open to peers", NULL);
-	return 0;
+	return server_guards_init(s, ctx->threads);
 }
 
 static int t_start(struct rx_reactor *r, struct pc_ctx *ctx)
@@ -830,6 +1142,14 @@ static int t_start(struct rx_reactor *r, struct pc_ctx *ctx)
 		return -ENOMEM;
 	tc->r = r;
 	ctx->svc.tp_clients[id] = tc;
+	struct d_rstate *rs = &g.rs[id];
+	rx_timer_init(&rs->sweep, d_sweep, rs);
+	/* Often enough that a deadline is met within a quarter of it. */
+	uint64_t every = PC_MAX(RX_MS(10), PC_MIN(RX_MS(1000),
+						  g.handshake_ns / 4));
+	int ret = rx_timer_start(r, &rs->sweep, every, every);
+	if (ret < 0)
+		return ret;
 	uint16_t port = id == 0 ? (uint16_t)s->data_port : g.port;
 	int err;
 	g.l[id] = rx_listen_tcp(r, s->bind, port, true, 1024, on_accept, NULL,
@@ -849,6 +1169,8 @@ static void t_stop(struct rx_reactor *r, struct pc_ctx *ctx)
 {
 	(void)ctx;
 	unsigned id = rx_reactor_id(r);
+	if (g.rs)
+		rx_timer_stop(r, &g.rs[id].sweep);
 	if (g.l && g.l[id]) {
 		rx_listener_close(g.l[id]);
 		g.l[id] = NULL;
@@ -867,6 +1189,7 @@ static void t_exit(struct rx_reactor *r, struct pc_ctx *ctx)
 static void t_fini(struct pc_ctx *ctx)
 {
 	free(g.l);
+	free(g.rs);
 	free(ctx->svc.tp_clients);
 	ctx->svc.tp_clients = NULL;
 	if (g.secret) {

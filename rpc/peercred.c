@@ -241,3 +241,24 @@ int rpc_tcp_peer_check(const struct rpc_local_rule *rule, int fd, char *who,
 		snprintf(who, wholen, "uid=%u", (unsigned)uid);
 	return rpc_local_allowed(rule, uid, -1) ? 0 : -EACCES;
 }
+
+void rpc_tcp_peer_name(int fd, char *out, size_t outlen)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	char host[INET6_ADDRSTRLEN] = "?";
+	unsigned port = 0;
+	if (getpeername(fd, (struct sockaddr *)&ss, &sl) == 0) {
+		const void *a = NULL;
+		if (ss.ss_family == AF_INET) {
+			a = &((struct sockaddr_in *)&ss)->sin_addr;
+			port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+		} else if (ss.ss_family == AF_INET6) {
+			a = &((struct sockaddr_in6 *)&ss)->sin6_addr;
+			port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+		}
+		if (a)
+			inet_ntop(ss.ss_family, a, host, sizeof(host));
+	}
+	snprintf(out, outlen, "%s:%u", host, port);
+}

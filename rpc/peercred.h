@@ -47,4 +47,8 @@ bool rpc_local_allowed(const struct rpc_local_rule *rule, uid_t uid,
 int rpc_tcp_peer_check(const struct rpc_local_rule *rule, int fd, char *who,
 		       size_t wholen);
 
+/* "host:port" of the client of the accepted TCP connection fd, for logs
+ * ("?:0" when unknown). */
+void rpc_tcp_peer_name(int fd, char *out, size_t outlen);
+
 #endif /* PC_RPC_PEERCRED_H */

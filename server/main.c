@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "common/log.h"
@@ -165,6 +166,51 @@ static void scrub_secret_args(int argc, char **argv)
 	}
 }
 
+/*
+ * Every connection costs a file descriptor: raise the soft RLIMIT_NOFILE to
+ * the hard limit, and warn when the connection caps together (plus room for
+ * peers' channels, files and the pool) could still run out of descriptors,
+ * after which accept fails for everyone, the owner's clients included.
+ */
+#define FD_HEADROOM 256
+static void raise_fd_limit(const struct pc_settings *s)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0) {
+		PC_LOGW(LOG_MOD, "getrlimit(RLIMIT_NOFILE): %s", strerror(errno));
+		return;
+	}
+	if (rl.rlim_cur < rl.rlim_max) {
+		struct rlimit want = {rl.rlim_max, rl.rlim_max};
+		if (setrlimit(RLIMIT_NOFILE, &want) == 0)
+			rl.rlim_cur = rl.rlim_max;
+		else
+			PC_LOGW(LOG_MOD, "setrlimit(RLIMIT_NOFILE, %llu): %s",
+				(unsigned long long)rl.rlim_max,
+				strerror(errno));
+	}
+	uint64_t caps = (uint64_t)s->rpc_max_connections +
+			(uint64_t)s->rpc_max_preauth_connections +
+			(uint64_t)s->rpc_max_local_connections +
+			(uint64_t)s->metrics_max_connections +
+			(uint64_t)s->data_max_connections + FD_HEADROOM;
+	if (rl.rlim_cur == RLIM_INFINITY) {
+		PC_LOGI(LOG_MOD, "file descriptors: unlimited");
+		return;
+	}
+	PC_LOGI(LOG_MOD, "file descriptors: at most %llu",
+		(unsigned long long)rl.rlim_cur);
+	if (caps > rl.rlim_cur)
+		PC_LOGW(LOG_MOD, "the connection caps (rpc_max_connections + "
+			"rpc_max_preauth_connections + rpc_max_local_connections "
+			"+ metrics_max_connections + data_max_connections + %d) "
+			"add up to %llu, more than the %llu file descriptors "
+			"this process may open: floods can then exhaust them "
+			"(raise the hard limit, e.g. LimitNOFILE=, or lower "
+			"the caps)", FD_HEADROOM, (unsigned long long)caps,
+			(unsigned long long)rl.rlim_cur);
+}
+
 int main(int argc, char **argv)
 {
 	pc_log_set_thread("main");
@@ -225,6 +271,7 @@ int main(int argc, char **argv)
 		g_ctx.node_id, s.mode == PC_MODE_P2P ? "p2p" : "slotmap",
 		threads, threads == 1 ? "" : "s");
 	pc_settings_warn_inactive(&s);
+	raise_fd_limit(&s);
 
 	int status = 1;
 	if ((ret = pc_modules_init(&g_ctx)) < 0)
