@@ -27,6 +27,11 @@
  * connection share one timer that re-arms itself lazily, so arrivals only
  * store a timestamp (output that begins to queue arms it if it is later).
  *
+ * The per-host cap counts unproven TCP connections only (it keeps one address
+ * from filling the unproven slots); a proven connection gives its host slot
+ * back, and proven connections are bounded by their class cap — so the many
+ * peer connections of several nodes on one host are never refused.
+ *
  * Memory: before authentication a client may send messages of at most
  * rpc_preauth_max_bytes (a larger declared message is refused at once);
  * input kept for incomplete messages and queued replies of every connection
@@ -677,6 +682,11 @@ static void sc_prove(struct rpc_sconn *sc)
 {
 	sc->proven = true;
 	young_del(sc);
+	/* The per-host cap is for unproven connections only. */
+	if (sc->has_host) {
+		sc->has_host = false;
+		host_del(sc->srv, sc->addr);
+	}
 }
 
 /* ---------------------------------------------------------------- deadlines */

@@ -127,3 +127,32 @@ def test_one_connection_holds_at_most_a_quarter_of_the_reply_budget(node_factory
             s.close()
     assert n.proc.poll() is None
     assert n.stop() == 0
+
+
+def test_many_proven_connections_from_one_host_are_served(node_factory):
+    """600 authenticated TCP connections from 127.0.0.1 (no secret; the
+    tests run as the node's user, so each is admitted at accept): the 513th
+    used to be refused by rpc_max_connections_per_host (512), which looked
+    like a peer that does not answer. Proven connections now count only
+    against rpc_max_connections."""
+    assert raise_nofile(4096) >= 1400
+    n = node_factory("--pool-size", "64mb")
+    addr = n.endpoint("rpc")
+    clients = []
+    try:
+        for i in range(600):
+            c = RpcClient(addr, timeout=10)
+            clients.append(c)
+            err, _ = c.call("node.health")
+            assert err is None, (i, err)
+        # All of them keep being served.
+        for i, c in enumerate(clients):
+            err, _ = c.call("node.health")
+            assert err is None, (i, err)
+    finally:
+        for c in clients:
+            c.close()
+    m = metrics_of(n)
+    assert m["peercache_rpc_connections_refused_host_total"] == 0, m
+    assert n.proc.poll() is None
+    assert n.stop() == 0
