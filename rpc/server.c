@@ -39,8 +39,9 @@
  * rpc_max_reply_bytes), and handlers reserve big reply buffers from it with
  * rpc_call_budget_take(); one connection may hold at most conn_reply_bytes
  * queued and reserved (the node sets it to a quarter of rpc_max_reply_bytes,
- * or conn_out_max if less), so a few stuck clients cannot exhaust it. A connection whose output is backlogged takes
- * no new request from its input until it drains.
+ * or conn_out_max if less), so a few stuck clients cannot exhaust it. A
+ * connection whose output is backlogged takes no new request from its input
+ * until it drains.
  *
  * Input: bytes are scanned (rpc/mp.c) before anything is read, so a message
  * declaring more than the limits is refused without allocating; a malformed
