@@ -15,10 +15,11 @@
  * reading (its peer then blocks in TCP flow control) until the queue drains
  * below out_low; above out_max it is closed — memory stays bounded for a
  * client that never reads. The time the queue last made progress is kept
- * (rx_conn_out_since) for the owner's write-stall deadline. Memory: a connection may account its kept input
- * and owned output chunks in a shared rx_budget (per buffer growth, atomics);
- * over the input budget it is closed, over the output budget it stops
- * reading like above its high watermark. Teardown: close cancels every op
+ * (rx_conn_out_since) for the owner's write-stall deadline. Memory: a
+ * connection may account its kept input and owned output chunks in a shared
+ * rx_budget (per buffer growth, atomics); over the input budget it is
+ * closed, over the output budget it stops reading like above its high
+ * watermark. Teardown: close cancels every op
  * on the fd, and the struct is freed on the pending list once no op
  * references it, so a callback may close its own connection at any point.
  */
