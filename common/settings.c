@@ -178,6 +178,10 @@ static const struct pc_cfg_key keys[] = {
 	{"rpc_idle_timeout", PC_CFG_DURATION, "5m", 0, 24 * 60 * MIN, NULL,
 	 OFF(rpc_idle_timeout_ms), 0,
 	 "close a TCP connection without traffic or calls this long; 0 = never"},
+	{"rpc_write_stall_timeout", PC_CFG_DURATION, "30s", 0, 60 * MIN, NULL,
+	 OFF(rpc_write_stall_timeout_ms), 0,
+	 "close a connection (Unix socket too) whose queued replies took no "
+	 "byte from the node this long; 0 = never"},
 	{"metrics_max_connections", PC_CFG_INT, "64", 2, 65536, NULL,
 	 OFF(metrics_max_connections), 0,
 	 "metrics HTTP connections; when full, the oldest idle one is dropped"},

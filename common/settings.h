@@ -78,6 +78,7 @@ struct pc_settings {
 	uint64_t rpc_handshake_timeout_ms;
 	uint64_t rpc_message_timeout_ms;
 	uint64_t rpc_idle_timeout_ms;
+	uint64_t rpc_write_stall_timeout_ms;
 	int64_t metrics_max_connections;
 	int64_t metrics_max_connections_per_host;
 	uint64_t request_deadline_ms;    /* one page call's whole budget */

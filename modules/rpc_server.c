@@ -94,9 +94,14 @@ static int rpc_init(struct pc_ctx *ctx)
 		.handshake_timeout_ms = (uint32_t)s->rpc_handshake_timeout_ms,
 		.message_timeout_ms = (uint32_t)s->rpc_message_timeout_ms,
 		.idle_timeout_ms = (uint32_t)s->rpc_idle_timeout_ms,
+		.write_stall_ms = (uint32_t)s->rpc_write_stall_timeout_ms,
 		.max_buffered_bytes = s->rpc_max_buffered_bytes,
 		.max_reply_bytes = s->rpc_max_reply_bytes,
-		.conn_reply_bytes = s->conn_out_max,
+		/* One connection's share: a quarter of the node's reply
+		 * budget (conn_out_max if less), so a few clients that do
+		 * not read cannot hold all of it. */
+		.conn_reply_bytes = PC_MIN(s->conn_out_max,
+					   s->rpc_max_reply_bytes / 4),
 	};
 	g.tcp = calloc(ctx->threads, sizeof(*g.tcp));
 	if (!g.tcp)

@@ -14,10 +14,12 @@
  * the kernel stopped. Backpressure: above out_high the connection stops
  * reading (its peer then blocks in TCP flow control) until the queue drains
  * below out_low; above out_max it is closed — memory stays bounded for a
- * client that never reads. Memory: a connection may account its kept input
- * and owned output chunks in a shared rx_budget (per buffer growth, atomics);
- * over the input budget it is closed, over the output budget it stops
- * reading like above its high watermark. Teardown: close cancels every op
+ * client that never reads. The time the queue last made progress is kept
+ * (rx_conn_out_since) for the owner's write-stall deadline. Memory: a
+ * connection may account its kept input and owned output chunks in a shared
+ * rx_budget (per buffer growth, atomics); over the input budget it is
+ * closed, over the output budget it stops reading like above its high
+ * watermark. Teardown: close cancels every op
  * on the fd, and the struct is freed on the pending list once no op
  * references it, so a callback may close its own connection at any point.
  */
@@ -409,6 +411,11 @@ bool rx_conn_closing(const struct rx_conn *c)
 size_t rx_conn_out_bytes(const struct rx_conn *c)
 {
 	return c->out_bytes;
+}
+
+uint64_t rx_conn_out_since(const struct rx_conn *c)
+{
+	return c->out_bytes ? c->out_since_ns : 0;
 }
 
 void rx_conn_set_limits(struct rx_conn *c, size_t in_max, size_t out_high,
@@ -925,6 +932,15 @@ uint8_t *rx_conn_reserve(struct rx_conn *c, size_t len)
 	return ch->storage;
 }
 
+/* len bytes joined the queue; an empty queue starts its progress clock. */
+static void out_queued(struct rx_conn *c, size_t len)
+{
+	if (!c->out_bytes)
+		c->out_since_ns = rx_now_ns(c->r);
+	c->out_bytes += len;
+	conn_after_queue(c);
+}
+
 void rx_conn_commit(struct rx_conn *c, size_t len)
 {
 	struct rx_chunk *t = c->out_tail;
@@ -932,8 +948,7 @@ void rx_conn_commit(struct rx_conn *c, size_t len)
 	if (len == 0)
 		return;
 	t->tail += len;
-	c->out_bytes += len;
-	conn_after_queue(c);
+	out_queued(c, len);
 }
 
 int rx_conn_write(struct rx_conn *c, const void *data, size_t len)
@@ -970,8 +985,7 @@ int rx_conn_write_ref(struct rx_conn *c, const void *data, size_t len,
 	ch->release = release;
 	ch->rel_arg = arg;
 	out_append(c, ch);
-	c->out_bytes += len;
-	conn_after_queue(c);
+	out_queued(c, len);
 	return 0;
 }
 
@@ -1058,6 +1072,8 @@ void rx_conn_on_send(struct rx_reactor *r, struct rx_op *op,
 	if ((size_t)res < queued)
 		RX_STAT_INC(r->st.short_sends);
 	RX_STAT_ADD(r->st.bytes_out, (uint64_t)res);
+	if (res > 0)
+		c->out_since_ns = rx_now_ns(r);
 	out_consume(c, (size_t)res);
 	if ((c->flags & RXC_PAUSE_OUT) && c->out_bytes <= c->out_low) {
 		c->flags &= ~RXC_PAUSE_OUT;

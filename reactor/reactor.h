@@ -219,6 +219,9 @@ uint64_t rx_conn_id(const struct rx_conn *c);
 bool rx_conn_closing(const struct rx_conn *c);
 /* Bytes queued for sending and not yet acknowledged by a send completion. */
 size_t rx_conn_out_bytes(const struct rx_conn *c);
+/* 0 when no output is queued; else when the queue last made progress (the
+ * kernel took a byte) or, if none since, when it began (loop time, ns). */
+uint64_t rx_conn_out_since(const struct rx_conn *c);
 /* Per-connection overrides of the reactor defaults. */
 void rx_conn_set_limits(struct rx_conn *c, size_t in_max, size_t out_high,
 			size_t out_low, size_t out_max);

@@ -127,6 +127,7 @@ struct rx_conn {
 	/* output queue */
 	struct rx_chunk *out_head, *out_tail;
 	size_t out_bytes;             /* unsent bytes in the queue */
+	uint64_t out_since_ns;        /* queue began or last sent a byte */
 	size_t out_high, out_low, out_max;
 	unsigned iov_n;               /* iovecs in the in-flight sendmsg */
 	struct iovec iov[RX_IOV_MAX];

@@ -78,6 +78,7 @@ struct rpc_guard {
 	uint32_t handshake_timeout_ms; /* TCP: auth, or first request, within */
 	uint32_t message_timeout_ms;   /* a message whole within, from 1st byte */
 	uint32_t idle_timeout_ms;      /* TCP: no traffic and no call */
+	uint32_t write_stall_ms;       /* queued output took no byte (all) */
 	/* Memory, all connections together (0 = unbounded). */
 	size_t max_buffered_bytes;     /* input held for incomplete messages */
 	size_t max_reply_bytes;        /* reply bytes queued or reserved */
@@ -139,6 +140,7 @@ struct rpc_stats {
 	uint64_t late_replies;    /* replies for a client already gone */
 	uint64_t conns_evicted;   /* unproven connections dropped for new ones */
 	uint64_t conns_timed_out; /* closed by a handshake/message/idle deadline */
+	uint64_t conns_stalled;   /* closed: queued output made no progress */
 	uint64_t conns_refused_host; /* over rpc_max_connections_per_host */
 	uint64_t budget_refusals; /* rpc_call_budget_take answered -ENOBUFS */
 	uint64_t conns_by_class[3]; /* gauges: pre-auth, TCP, Unix socket */

@@ -20,17 +20,28 @@
  * the new one instead of refusing it, and an unproven connection has
  * rpc_handshake_timeout to prove itself. A message must arrive whole within
  * rpc_message_timeout of its first byte (slowloris), and a TCP connection
- * without traffic or calls for rpc_idle_timeout is closed. All deadlines of a
+ * without traffic or calls for rpc_idle_timeout is closed. A connection of
+ * any class (Unix socket too) whose queued replies took no byte for
+ * rpc_write_stall_timeout is closed: a client that stopped reading (or was
+ * stopped) gives its share of the reply budget back. All deadlines of a
  * connection share one timer that re-arms itself lazily, so arrivals only
- * store a timestamp.
+ * store a timestamp (output that begins to queue arms it if it is later).
+ *
+ * The per-host cap counts unproven TCP connections only (it keeps one address
+ * from filling the unproven slots); a proven connection gives its host slot
+ * back, and proven connections are bounded by their class cap — so the many
+ * peer connections of several nodes on one host are never refused.
  *
  * Memory: before authentication a client may send messages of at most
  * rpc_preauth_max_bytes (a larger declared message is refused at once);
  * input kept for incomplete messages and queued replies of every connection
  * are accounted in one rx_budget (rpc_max_buffered_bytes,
  * rpc_max_reply_bytes), and handlers reserve big reply buffers from it with
- * rpc_call_budget_take(). A connection whose output is backlogged takes no
- * new request from its input until it drains.
+ * rpc_call_budget_take(); one connection may hold at most conn_reply_bytes
+ * queued and reserved (the node sets it to a quarter of rpc_max_reply_bytes,
+ * or conn_out_max if less), so a few stuck clients cannot exhaust it. A
+ * connection whose output is backlogged takes no new request from its input
+ * until it drains.
  *
  * Input: bytes are scanned (rpc/mp.c) before anything is read, so a message
  * declaring more than the limits is refused without allocating; a malformed
@@ -380,6 +391,10 @@ static void rpc_collector(struct met_writer *w, void *arg)
 		{"peercache_rpc_connections_timed_out_total",
 		 "connections closed by a handshake, message or idle deadline",
 		 offsetof(struct rpc_stats, conns_timed_out), MET_COUNTER, false},
+		{"peercache_rpc_connections_stalled_total",
+		 "connections closed: queued replies made no progress for "
+		 "rpc_write_stall_timeout",
+		 offsetof(struct rpc_stats, conns_stalled), MET_COUNTER, false},
 		{"peercache_rpc_connections_refused_host_total",
 		 "connections refused over rpc_max_connections_per_host",
 		 offsetof(struct rpc_stats, conns_refused_host), MET_COUNTER,
@@ -446,11 +461,17 @@ static void sconn_unref(struct rpc_sconn *sc)
 	free(sc);
 }
 
+static void sc_watch_output(struct rpc_sconn *sc);
+
 static int sconn_write(void *data, const char *buf, size_t len)
 {
 	struct rpc_sconn *sc = data;
-	if (sc->c)
-		rx_conn_write(sc->c, buf, len); /* fails only when closing */
+	if (!sc->c)
+		return 0;
+	bool began = !rx_conn_out_bytes(sc->c);
+	rx_conn_write(sc->c, buf, len); /* fails only when closing */
+	if (began)
+		sc_watch_output(sc);
 	return 0;
 }
 
@@ -668,19 +689,25 @@ static void sc_prove(struct rpc_sconn *sc)
 {
 	sc->proven = true;
 	young_del(sc);
+	/* The per-host cap is for unproven connections only. */
+	if (sc->has_host) {
+		sc->has_host = false;
+		host_del(sc->srv, sc->addr);
+	}
 }
 
 /* ---------------------------------------------------------------- deadlines */
 
 /* Which deadline is due (DUE_CHECK: only a time to look again). */
 enum sc_due { DUE_CHECK, DUE_HANDSHAKE, DUE_AUTH, DUE_MESSAGE, DUE_IDLE,
-	      DUE__COUNT };
+	      DUE_STALL, DUE__COUNT };
 static const char *const due_text[DUE__COUNT] = {
 	[DUE_HANDSHAKE] = "no request within rpc_handshake_timeout",
 	[DUE_AUTH] = "not authenticated within rpc_handshake_timeout",
 	[DUE_MESSAGE] = "a message did not arrive whole within "
 			"rpc_message_timeout",
 	[DUE_IDLE] = "idle for rpc_idle_timeout",
+	[DUE_STALL] = "its replies were not read for rpc_write_stall_timeout",
 };
 /* One log limiter per reason, so a flood of one kind never hides another. */
 static struct pc_ratelimit due_rl[DUE__COUNT];
@@ -713,6 +740,12 @@ static uint64_t sc_deadline(const struct rpc_sconn *sc, uint64_t now,
 			*due = sc->inflight ? DUE_CHECK : DUE_IDLE;
 		}
 	}
+	uint64_t since = sc->c ? rx_conn_out_since(sc->c) : 0;
+	if (since && l->write_stall_ms &&
+	    since + RX_MS(l->write_stall_ms) < d) {
+		d = since + RX_MS(l->write_stall_ms);
+		*due = DUE_STALL;
+	}
 	return d;
 }
 
@@ -743,7 +776,10 @@ static void sc_timer_fired(struct rx_reactor *r, struct rx_timer *t)
 		sc_arm(sc, now);
 		return;
 	}
-	RX_STAT_INC(sc->st->conns_timed_out);
+	if (due == DUE_STALL)
+		RX_STAT_INC(sc->st->conns_stalled);
+	else
+		RX_STAT_INC(sc->st->conns_timed_out);
 	uint64_t n = pc_ratelimit_pass(&due_rl[due], 10000);
 	if (n > 1)
 		PC_LOGI(LOG_MOD, "%s: %s; closing (+%llu similar suppressed)",
@@ -752,6 +788,18 @@ static void sc_timer_fired(struct rx_reactor *r, struct rx_timer *t)
 		PC_LOGI(LOG_MOD, "%s: %s; closing", sc->peer, due_text[due]);
 	sc_uncount(sc);
 	rx_conn_close(sc->c, RX_CLOSE_NOW, -ETIMEDOUT);
+}
+
+/* Output began to queue: its write-stall deadline must be armed (the timer
+ * keeps it armed, re-arming from the last progress, while output stays). */
+static void sc_watch_output(struct rpc_sconn *sc)
+{
+	if (!sc->srv->gd.write_stall_ms || !rx_conn_out_bytes(sc->c))
+		return;
+	uint64_t now = rx_now_ns(sc->r);
+	if (!rx_timer_armed(&sc->timer) ||
+	    sc->timer.deadline_ns > now + RX_MS(sc->srv->gd.write_stall_ms))
+		sc_arm(sc, now);
 }
 
 /* Note whether input ended inside a message: its deadline starts with it.
