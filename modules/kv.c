@@ -1195,6 +1195,12 @@ static int kv_init(struct pc_ctx *ctx)
 		g.get_call_max = s->kv_staging_max;
 		g.get_call_limit = "kv_staging_max";
 	}
+	/* One connection's share of the reply budget (rpc_server.c): a
+	 * reply above it could only ever get busy; say too_large instead. */
+	if (s->rpc_max_reply_bytes / 4 < g.get_call_max) {
+		g.get_call_max = s->rpc_max_reply_bytes / 4;
+		g.get_call_limit = "rpc_max_reply_bytes / 4";
+	}
 	g.deadline_ns = RX_MS(s->request_deadline_ms);
 	if (!ctx->svc.dir || !ctx->svc.tp || !ctx->svc.tp_register) {
 		PC_LOGE(LOG_MOD, "the directory and transport modules must come "
