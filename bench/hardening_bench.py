@@ -65,6 +65,7 @@ class Node:
                 self.port = int(m.group(1))
                 return
             time.sleep(0.05)
+        self.stop()
         raise SystemExit("%s node did not start:\n%s" % (name, self.text()))
 
     def text(self):
@@ -117,8 +118,10 @@ def main():
     if not BASE or not os.path.exists(os.path.join(BASE, "server", "peercached")):
         raise SystemExit("set BASE_BUILD to a build tree of the base revision "
                          "(bench/hardening_bench.sh makes one)")
-    nodes = {"new": Node(BUILD, "new"), "base": Node(BASE, "base")}
+    nodes = {}
     try:
+        nodes["new"] = Node(BUILD, "new")
+        nodes["base"] = Node(BASE, "base")
         page = os.urandom(4096)
         for n in nodes.values():
             s = socket.create_connection(("127.0.0.1", n.port))
