@@ -30,6 +30,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include "common/util.h"
 #include "rpc/peercred.h"
 
 #define GROUPS_MAX 256
@@ -218,13 +219,49 @@ static bool uid_in_group(uid_t uid, long gid, long want)
 	return false;
 }
 
+/*
+ * Group answers per thread, for GROUP_CACHE_NS: the lookup behind them
+ * (passwd and group databases, maybe LDAP) must not run for every
+ * connection a flood of one user opens. A change of group membership takes
+ * effect within that time.
+ */
+#define GROUP_CACHE 8
+#define GROUP_CACHE_NS (10ull * 1000000000ull)
+static _Thread_local struct {
+	uid_t uid;
+	long want;
+	bool in;
+	uint64_t until_ns;
+} t_groups[GROUP_CACHE];
+static _Thread_local unsigned t_groups_next;
+
+static bool uid_in_group_cached(uid_t uid, long gid, long want)
+{
+	uint64_t now = pc_now_ns();
+	for (unsigned i = 0; i < GROUP_CACHE; i++)
+		if (t_groups[i].until_ns > now && t_groups[i].uid == uid &&
+		    t_groups[i].want == want)
+			return t_groups[i].in;
+	bool in = uid_in_group(uid, gid, want);
+	unsigned i = t_groups_next++ % GROUP_CACHE;
+	t_groups[i].uid = uid;
+	t_groups[i].want = want;
+	t_groups[i].in = in;
+	t_groups[i].until_ns = now + GROUP_CACHE_NS;
+	return in;
+}
+
 bool rpc_local_allowed(const struct rpc_local_rule *rule, uid_t uid,
 		       long gid)
 {
 	if (uid == rule->own_uid || uid == 0)
 		return true;
-	return rule->allowed_gid >= 0 &&
-	       uid_in_group(uid, gid, rule->allowed_gid);
+	if (rule->allowed_gid < 0)
+		return false;
+	/* A known primary group decides at once; else ask (cached). */
+	if (gid >= 0 && gid == rule->allowed_gid)
+		return true;
+	return uid_in_group_cached(uid, gid, rule->allowed_gid);
 }
 
 int rpc_tcp_peer_check(const struct rpc_local_rule *rule, int fd, char *who,
