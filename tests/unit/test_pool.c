@@ -1051,6 +1051,15 @@ Test(pool, stress_two_writers_two_readers_zero_wrong_pages, .timeout = 120)
 	const char *env = getenv("POOL_STRESS_SECONDS");
 	struct timespec ts = {.tv_sec = env ? atoi(env) : 3};
 	nanosleep(&ts, NULL);
+	/* On a loaded machine (a sanitizer build beside other tests) 3 s may
+	 * not be enough to exercise everything checked below: go on until it
+	 * was, for at most a minute. What is checked stays the same. */
+	for (int i = 0; i < 600 && (atomic_load(&st.hits) <= 100 ||
+				    atomic_load(&st.addr_valid) == 0 ||
+				    atomic_load(&st.evicted) <= 100); i++) {
+		struct timespec tick = {.tv_nsec = 100 * 1000 * 1000};
+		nanosleep(&tick, NULL);
+	}
 	atomic_store(&st.stop, true);
 	for (int i = 0; i < 2; i++) {
 		pthread_join(w[i], NULL);
