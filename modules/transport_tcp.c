@@ -549,7 +549,7 @@ static void on_accept(struct rx_listener *l, int fd, void *arg)
 	d->authed = !g.secret;
 	d->rs = &g.rs[rx_reactor_id(r)];
 	d->accepted_ns = d->last_act_ns = pc_now_ns();
-	rpc_tcp_peer_name(fd, d->peer, sizeof(d->peer));
+	rpc_tcp_peer_name(fd, d->peer, sizeof(d->peer), NULL);
 	if (!d_admit(d)) {
 		free(d);
 		close(fd);

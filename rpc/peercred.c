@@ -198,11 +198,9 @@ int rpc_tcp_peer_uid(int fd, uid_t *uid)
 	return ret;
 }
 
-/* Is uid (primary group gid, -1 unknown) in group want? */
-static bool uid_in_group(uid_t uid, long gid, long want)
+/* Is uid in group want (its passwd primary group or a supplementary one)? */
+static bool uid_in_group(uid_t uid, long want)
 {
-	if (gid == want)
-		return true;
 	struct passwd pw, *res = NULL;
 	char buf[16384];
 	if (getpwuid_r(uid, &pw, buf, sizeof(buf), &res) != 0 || !res)
@@ -235,14 +233,14 @@ static _Thread_local struct {
 } t_groups[GROUP_CACHE];
 static _Thread_local unsigned t_groups_next;
 
-static bool uid_in_group_cached(uid_t uid, long gid, long want)
+static bool uid_in_group_cached(uid_t uid, long want)
 {
 	uint64_t now = pc_now_ns();
 	for (unsigned i = 0; i < GROUP_CACHE; i++)
 		if (t_groups[i].until_ns > now && t_groups[i].uid == uid &&
 		    t_groups[i].want == want)
 			return t_groups[i].in;
-	bool in = uid_in_group(uid, gid, want);
+	bool in = uid_in_group(uid, want);
 	unsigned i = t_groups_next++ % GROUP_CACHE;
 	t_groups[i].uid = uid;
 	t_groups[i].want = want;
@@ -261,7 +259,7 @@ bool rpc_local_allowed(const struct rpc_local_rule *rule, uid_t uid,
 	/* A known primary group decides at once; else ask (cached). */
 	if (gid >= 0 && gid == rule->allowed_gid)
 		return true;
-	return uid_in_group_cached(uid, gid, rule->allowed_gid);
+	return uid_in_group_cached(uid, rule->allowed_gid);
 }
 
 int rpc_tcp_peer_check(const struct rpc_local_rule *rule, int fd, char *who,
@@ -279,23 +277,29 @@ int rpc_tcp_peer_check(const struct rpc_local_rule *rule, int fd, char *who,
 	return rpc_local_allowed(rule, uid, -1) ? 0 : -EACCES;
 }
 
-void rpc_tcp_peer_name(int fd, char *out, size_t outlen)
+void rpc_tcp_peer_name(int fd, char *out, size_t outlen, uint8_t *addr16)
 {
 	struct sockaddr_storage ss;
 	socklen_t sl = sizeof(ss);
 	char host[INET6_ADDRSTRLEN] = "?";
 	unsigned port = 0;
 	if (getpeername(fd, (struct sockaddr *)&ss, &sl) == 0) {
-		const void *a = NULL;
 		if (ss.ss_family == AF_INET) {
-			a = &((struct sockaddr_in *)&ss)->sin_addr;
-			port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+			struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+			inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
+			port = ntohs(a->sin_port);
+			if (addr16) { /* v4-mapped */
+				memset(addr16, 0, 10);
+				addr16[10] = addr16[11] = 0xff;
+				memcpy(addr16 + 12, &a->sin_addr, 4);
+			}
 		} else if (ss.ss_family == AF_INET6) {
-			a = &((struct sockaddr_in6 *)&ss)->sin6_addr;
-			port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+			struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+			inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
+			port = ntohs(a->sin6_port);
+			if (addr16)
+				memcpy(addr16, &a->sin6_addr, 16);
 		}
-		if (a)
-			inet_ntop(ss.ss_family, a, host, sizeof(host));
 	}
 	snprintf(out, outlen, "%s:%u", host, port);
 }

@@ -13,6 +13,7 @@
 #define PC_RPC_PEERCRED_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 /* Who may use the node without the secret. */
@@ -48,7 +49,8 @@ int rpc_tcp_peer_check(const struct rpc_local_rule *rule, int fd, char *who,
 		       size_t wholen);
 
 /* "host:port" of the client of the accepted TCP connection fd, for logs
- * ("?:0" when unknown). */
-void rpc_tcp_peer_name(int fd, char *out, size_t outlen);
+ * ("?:0" when unknown); addr16 (may be NULL) gets its address as 16 bytes
+ * (IPv4 v4-mapped), left as it was when unknown. */
+void rpc_tcp_peer_name(int fd, char *out, size_t outlen, uint8_t *addr16);
 
 #endif /* PC_RPC_PEERCRED_H */

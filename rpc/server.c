@@ -1211,25 +1211,7 @@ static void check_tcp_peer(struct rpc_sconn *sc, int fd)
 
 static void describe_tcp_peer(struct rpc_sconn *sc, int fd)
 {
-	struct sockaddr_storage ss;
-	socklen_t sl = sizeof(ss);
-	char host[INET6_ADDRSTRLEN] = "?";
-	unsigned port = 0;
-	if (getpeername(fd, (struct sockaddr *)&ss, &sl) == 0) {
-		if (ss.ss_family == AF_INET) {
-			struct sockaddr_in *a = (struct sockaddr_in *)&ss;
-			inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
-			port = ntohs(a->sin_port);
-			sc->addr[10] = sc->addr[11] = 0xff; /* v4-mapped */
-			memcpy(sc->addr + 12, &a->sin_addr, 4);
-		} else if (ss.ss_family == AF_INET6) {
-			struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
-			inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
-			port = ntohs(a->sin6_port);
-			memcpy(sc->addr, &a->sin6_addr, 16);
-		}
-	}
-	snprintf(sc->peer, sizeof(sc->peer), "%s:%u", host, port);
+	rpc_tcp_peer_name(fd, sc->peer, sizeof(sc->peer), sc->addr);
 }
 
 void rpc_server_accept(struct rpc_server *s, struct rx_reactor *r, int fd,
