@@ -19,9 +19,7 @@
  * Bodies, methods other than GET/HEAD, and anything malformed get a 4xx (or
  * 5xx for unsupported versions) and a close; the node keeps serving.
  */
-#include <arpa/inet.h>
 #include <errno.h>
-#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +31,7 @@
 #include "modules/http.h"
 #include "modules/modules.h"
 #include "reactor/group.h"
+#include "rpc/peercred.h"
 
 #define LOG_MOD "metrics"
 #define HEAD_TIMEOUT_MS 10000
@@ -354,21 +353,6 @@ static void h_close(struct rx_conn *c, int err)
 static const struct rx_conn_ops h_ops = {.on_data = h_data,
 					 .on_close = h_close};
 
-static void peer_addr(int fd, uint8_t addr[16])
-{
-	struct sockaddr_storage ss;
-	socklen_t sl = sizeof(ss);
-	memset(addr, 0, 16);
-	if (getpeername(fd, (struct sockaddr *)&ss, &sl) < 0)
-		return;
-	if (ss.ss_family == AF_INET) {
-		addr[10] = addr[11] = 0xff;
-		memcpy(addr + 12, &((struct sockaddr_in *)&ss)->sin_addr, 4);
-	} else if (ss.ss_family == AF_INET6) {
-		memcpy(addr, &((struct sockaddr_in6 *)&ss)->sin6_addr, 16);
-	}
-}
-
 /* Drop the oldest connection (from addr, if set) with nothing being sent,
  * to make room for a new one. false: none can go. */
 static bool evict_idle(const uint8_t *addr)
@@ -406,13 +390,15 @@ static bool admit(const uint8_t *addr)
 static void on_accept(struct rx_listener *l, int fd, void *arg)
 {
 	(void)arg;
-	uint8_t addr[16];
-	peer_addr(fd, addr);
+	uint8_t addr[16] = {0};
+	char peer[64];
+	rpc_tcp_peer_name(fd, peer, sizeof(peer), addr);
 	if (!admit(addr)) {
 		met_inc(g.refused);
-		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "refusing an HTTP connection: "
-			  "%u connections (%u per address) are the limit and "
-			  "all are busy", g.max_conns, g.max_per_host);
+		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "refusing an HTTP connection "
+			  "from %s: %u connections (%u per address) are the "
+			  "limit and all are busy", peer, g.max_conns,
+			  g.max_per_host);
 		close(fd);
 		return;
 	}
