@@ -4,13 +4,13 @@
  *
  * Owns: this node's ring id ("advertise_host:rpc_port") and data endpoint,
  * the member list (this node plus `peers`), and the ring built from it,
- * published in ctx->svc.ring. Every node builds the same ring from the same
+ * published as the "cluster" service (modules/services.h). Every node builds the same ring from the same
  * list (storage/ring.h), so writers and readers agree on owners without
  * talking. Thread: the ring is built on reactor 0 once the RPC and data
  * listeners have their ports (this module starts after them), before the
  * other reactors start; it is read-only afterwards.
  *
- * Peer health (modules/peer_health.h, ctx->svc.health): one entry per ring
+ * Peer health (modules/peer_health.h, the "health" service): one per ring
  * member, indexed like the ring, whose state is a single atomic word — any
  * reactor reads it (skip a suspect peer) or flips it healthy -> suspect with
  * a compare-and-swap (the winner logs and counts); no lock anywhere. Only
@@ -52,6 +52,7 @@ struct health {
 
 static struct {
 	struct pc_ctx *ctx;
+	struct svc_cluster cl;        /* published: self, data, the ring */
 	char *peers[PEERS_MAX];
 	unsigned npeers;
 	struct health *health;   /* one per ring member, ring order */
@@ -110,7 +111,7 @@ static int parse_peers(const char *list)
 static double members_fn(void *arg)
 {
 	(void)arg;
-	struct ring *r = __atomic_load_n(&g.ctx->svc.ring, __ATOMIC_ACQUIRE);
+	struct ring *r = __atomic_load_n(&g.cl.ring, __ATOMIC_ACQUIRE);
 	return r ? ring_size(r) : 0;
 }
 
@@ -119,7 +120,7 @@ static double members_fn(void *arg)
 /* The entry of a member other than this node; NULL for anything else. */
 static struct health *health_of(const char *peer)
 {
-	struct ring *r = __atomic_load_n(&g.ctx->svc.ring, __ATOMIC_ACQUIRE);
+	struct ring *r = __atomic_load_n(&g.cl.ring, __ATOMIC_ACQUIRE);
 	int i = r && peer ? ring_find(r, peer) : -1;
 	if (i < 0 || (unsigned)i >= g.nhealth || i == g.self_idx)
 		return NULL;
@@ -139,7 +140,7 @@ static void notify_suspect(struct rx_reactor *r, void *arg)
 	if (rx_reactor_stopping(r)) /* also: the node is being torn down */
 		return;
 	unsigned i = (unsigned)(uintptr_t)arg;
-	struct ring *ring = __atomic_load_n(&g.ctx->svc.ring, __ATOMIC_ACQUIRE);
+	struct ring *ring = __atomic_load_n(&g.cl.ring, __ATOMIC_ACQUIRE);
 	if (!ring ||
 	    __atomic_load_n(&g.health[i].state, __ATOMIC_ACQUIRE) != PH_SUSPECT)
 		return; /* healthy again meanwhile */
@@ -205,7 +206,7 @@ static void probe_done(void *arg, const struct rpc_result *res)
 {
 	struct health *h = arg;
 	h->probing = false;
-	if (res->err != 0 || !g.ctx->svc.ring)
+	if (res->err != 0 || !g.cl.ring)
 		return; /* still suspect: the next tick probes again */
 	uint32_t suspect = PH_SUSPECT;
 	if (!__atomic_compare_exchange_n(&h->state, &suspect, PH_HEALTHY, false,
@@ -213,7 +214,7 @@ static void probe_done(void *arg, const struct rpc_result *res)
 		return;
 	uint64_t since = __atomic_load_n(&h->since_ns, __ATOMIC_RELAXED);
 	PC_LOGI(LOG_MOD, "peer %s answers again after %.1f s suspect: healthy",
-		ring_member(g.ctx->svc.ring, (unsigned)(h - g.health)),
+		ring_member(g.cl.ring, (unsigned)(h - g.health)),
 		(double)(pc_now_ns() - since) / 1e9);
 }
 
@@ -222,7 +223,7 @@ static void probe_tick(struct rx_reactor *r, struct rx_timer *t)
 {
 	(void)r;
 	(void)t;
-	struct ring *ring = g.ctx->svc.ring;
+	struct ring *ring = g.cl.ring;
 	for (unsigned i = 0; i < g.nhealth; i++) {
 		struct health *h = &g.health[i];
 		if (h->probing || __atomic_load_n(&h->state, __ATOMIC_ACQUIRE) !=
@@ -265,7 +266,9 @@ static int c_init(struct pc_ctx *ctx)
 	g.health = calloc(g.npeers + 1, sizeof(*g.health));
 	if (!g.health)
 		return -ENOMEM;
-	ctx->svc.health = &health_api;
+	if ((ret = svc_publish_health(ctx, "cluster", &health_api)) < 0 ||
+	    (ret = svc_publish_cluster(ctx, "cluster", &g.cl)) < 0)
+		return ret;
 	met_register_fn("peercache_peers_suspect",
 			"peers that did not answer and are skipped until a probe "
 			"succeeds", NULL, suspect_fn, NULL);
@@ -291,12 +294,12 @@ static int c_start(struct rx_reactor *r, struct pc_ctx *ctx)
 			"the cluster module");
 		return -EINVAL;
 	}
-	snprintf(ctx->svc.self_id, sizeof(ctx->svc.self_id), "%s:%d", host, rpc);
-	snprintf(ctx->svc.self_data, sizeof(ctx->svc.self_data), "%s:%d", host,
+	snprintf(g.cl.self_id, sizeof(g.cl.self_id), "%s:%d", host, rpc);
+	snprintf(g.cl.self_data, sizeof(g.cl.self_data), "%s:%d", host,
 		 data);
 	const char *members[PEERS_MAX + 1];
 	unsigned n = 0;
-	members[n++] = ctx->svc.self_id;
+	members[n++] = g.cl.self_id;
 	for (unsigned i = 0; i < g.npeers; i++) {
 		bool dup = false;
 		for (unsigned j = 0; j < n; j++)
@@ -311,8 +314,8 @@ static int c_start(struct rx_reactor *r, struct pc_ctx *ctx)
 		return ret;
 	}
 	g.nhealth = n;
-	g.self_idx = ring_find(ring, ctx->svc.self_id);
-	__atomic_store_n(&ctx->svc.ring, ring, __ATOMIC_RELEASE);
+	g.self_idx = ring_find(ring, g.cl.self_id);
+	__atomic_store_n(&g.cl.ring, ring, __ATOMIC_RELEASE);
 	struct rpc_client_opts o;
 	rpc_client_opts_default(&o);
 	o.secret = s->cluster_secret;
@@ -324,7 +327,7 @@ static int c_start(struct rx_reactor *r, struct pc_ctx *ctx)
 	rx_timer_start(r, &g.probe_timer, RX_MS(g.probe_ms), RX_MS(g.probe_ms));
 	PC_LOGI(LOG_MOD, "ring of %u member%s (%lld vnodes each): this node is "
 		"%s, data on %s", n, n == 1 ? "" : "s", (long long)s->vnodes,
-		ctx->svc.self_id, ctx->svc.self_data);
+		g.cl.self_id, g.cl.self_data);
 	return 0;
 }
 
@@ -346,9 +349,10 @@ static void c_exit(struct rx_reactor *r, struct pc_ctx *ctx)
 
 static void c_fini(struct pc_ctx *ctx)
 {
-	ctx->svc.health = NULL;
-	ring_free(ctx->svc.ring);
-	ctx->svc.ring = NULL;
+	svc_withdraw_health(ctx);
+	svc_withdraw_cluster(ctx);
+	ring_free(g.cl.ring);
+	g.cl.ring = NULL;
 	free(g.health);
 	for (unsigned i = 0; i < g.npeers; i++)
 		free(g.peers[i]);
@@ -358,7 +362,7 @@ static void c_fini(struct pc_ctx *ctx)
 static void m_members(struct rpc_call *call, struct mp_rd *params)
 {
 	(void)params;
-	struct ring *r = __atomic_load_n(&g.ctx->svc.ring, __ATOMIC_ACQUIRE);
+	struct ring *r = __atomic_load_n(&g.cl.ring, __ATOMIC_ACQUIRE);
 	unsigned n = r ? ring_size(r) : 0;
 	msgpack_packer *pk = rpc_reply_begin(call);
 	msgpack_pack_array(pk, n);
@@ -368,7 +372,7 @@ static void m_members(struct rpc_call *call, struct mp_rd *params)
 		mp_pack_cstr(pk, "id");
 		mp_pack_cstr(pk, id);
 		mp_pack_cstr(pk, "self");
-		if (strcmp(id, g.ctx->svc.self_id) == 0)
+		if (strcmp(id, g.cl.self_id) == 0)
 			msgpack_pack_true(pk);
 		else
 			msgpack_pack_false(pk);

@@ -2,7 +2,7 @@
  * modules/directory.c — the p2p directory (module "directory"): this node's
  * shard of records, the dir.* RPC methods that serve it, and the client
  * side (lookup with replica fallback, publish, remove) offered to other
- * modules as ctx->svc.dir.
+ * modules as the "dir" service (modules/services.h).
  *
  * Owns: the shard — DIR_STRIPES hash tables of records, each behind its own
  * mutex held only for a table operation (no I/O, no callback under it), each
@@ -28,7 +28,7 @@
  * new incarnation has restarted: its records of earlier ones are dropped
  * from every stripe at once (at most once a second per producer).
  *
- * Frozen owners (ctx->svc.health): an owner that does not answer a dir.*
+ * Frozen owners (the "health" service): an owner that does not answer a dir.*
  * call is reported and becomes suspect; while it is, lookups skip it (the
  * next replica is asked at once; none left: a miss), and publishes and
  * removes leave it out (a record stored on one live owner counts; the
@@ -112,6 +112,8 @@ struct prod {
 
 static struct {
 	struct pc_ctx *ctx;
+	const struct svc_cluster *cl;     /* services: who we are, the ring */
+	const struct ph_api *health;      /* services: suspect peers, or NULL */
 	struct stripe stripes[DIR_STRIPES];
 	uint64_t stripe_max;          /* directory_max_bytes / DIR_STRIPES */
 	uint64_t incarnation;         /* this node's, random at start */
@@ -541,7 +543,7 @@ static int producer_check(struct rpc_call *call, const char *node,
 			 "may not publish directory records");
 		return -EPERM;
 	}
-	if (strcmp(node, g.ctx->svc.self_id) == 0) {
+	if (strcmp(node, g.cl->self_id) == 0) {
 		snprintf(why, cap, "'%s' is this node, which stores its own "
 			 "records without dir.put", node);
 		return -EPERM;
@@ -839,7 +841,7 @@ static const char *const job_methods[] = {"dir.get", "dir.put", "dir.del"};
 /* Is ring member o suspect (not answering)? Skipped ones are counted. */
 static bool owner_suspect(struct job *j, unsigned o)
 {
-	const struct ph_api *h = g.ctx->svc.health;
+	const struct ph_api *h = g.health;
 	if (!h || !h->suspect(ring_member(j->ring, o)))
 		return false;
 	met_inc(g.skipped);
@@ -872,9 +874,9 @@ static void job_rpc_done(void *arg, const struct rpc_result *res)
 		char why[200];
 		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "a directory owner did not "
 			  "answer: %s", rpc_result_str(res, why, sizeof(why)));
-		if (g.ctx->svc.health && (res->err != -ETIMEDOUT ||
+		if (g.health && (res->err != -ETIMEDOUT ||
 					  jr->timeout_ms >= PH_EVIDENCE_MS))
-			g.ctx->svc.health->failed(ring_member(j->ring, jr->owner),
+			g.health->failed(ring_member(j->ring, jr->owner),
 						  res->err, job_methods[j->kind]);
 	}
 	for (unsigned i = 0; i < jr->n; i++) {
@@ -945,8 +947,8 @@ static void pack_call_params(struct job *j, msgpack_packer *pk,
 static void pack_announce(msgpack_packer *pk)
 {
 	msgpack_pack_array(pk, 3);
-	mp_pack_cstr(pk, g.ctx->svc.self_id);
-	mp_pack_cstr(pk, g.ctx->svc.self_data);
+	mp_pack_cstr(pk, g.cl->self_id);
+	mp_pack_cstr(pk, g.cl->self_data);
 	msgpack_pack_uint64(pk, g.incarnation);
 }
 
@@ -981,7 +983,7 @@ static void job_round(struct job *j)
 		return;
 	}
 	unsigned members = ring_size(j->ring);
-	unsigned self = (unsigned)ring_find(j->ring, g.ctx->svc.self_id);
+	unsigned self = (unsigned)ring_find(j->ring, g.cl->self_id);
 	unsigned *count = calloc(members ? members : 1, sizeof(unsigned));
 	/* lookup: the owner each key asks in this round (UINT32_MAX: none) */
 	unsigned *tgt = j->kind == JOB_LOOKUP
@@ -1097,7 +1099,7 @@ static struct job *job_new(enum job_kind kind, struct rx_reactor *r,
 			   const struct dir_keys *k, uint64_t deadline_ns,
 			   dir_done_fn done, void *arg)
 {
-	struct ring *ring = __atomic_load_n(&g.ctx->svc.ring, __ATOMIC_ACQUIRE);
+	struct ring *ring = __atomic_load_n(&g.cl->ring, __ATOMIC_ACQUIRE);
 	if (!ring || k->n == 0 || k->n > DIR_BATCH_MAX)
 		return NULL;
 	struct job *j = calloc(1, sizeof(*j));
@@ -1223,6 +1225,9 @@ static int d_init(struct pc_ctx *ctx)
 	const struct pc_settings *s = ctx->cfg;
 	memset(&g, 0, sizeof(g));
 	g.ctx = ctx;
+	if (!(g.cl = svc_need_cluster(ctx, "directory")))
+		return -ENOENT;
+	g.health = svc_find_health(ctx);
 	g.replicas = (unsigned)PC_MIN(s->directory_replicas,
 				      (int64_t)DIR_REPLICAS_MAX);
 	g.timeout_ms = (unsigned)s->rpc_timeout_ms;
@@ -1248,8 +1253,10 @@ static int d_init(struct pc_ctx *ctx)
 	g.clients = calloc(ctx->threads, sizeof(*g.clients));
 	if (!g.clients)
 		return -ENOMEM;
-	ctx->svc.dir = &api;
-	if (ctx->svc.health && ctx->svc.health->on_suspect(on_suspect) < 0)
+	int ret = svc_publish_dir(ctx, "directory", &api);
+	if (ret < 0)
+		return ret;
+	if (g.health && g.health->on_suspect(on_suspect) < 0)
 		return -ENOSPC;
 	met_register_fn("peercache_directory_records",
 			"records in this node's directory shard", NULL,
@@ -1317,7 +1324,7 @@ static void d_exit(struct rx_reactor *r, struct pc_ctx *ctx)
 
 static void d_fini(struct pc_ctx *ctx)
 {
-	ctx->svc.dir = NULL;
+	svc_withdraw_dir(ctx);
 	for (unsigned i = 0; i < DIR_STRIPES; i++) {
 		struct stripe *st = &g.stripes[i];
 		for (uint32_t b = 0; st->tab && b <= st->mask; b++)

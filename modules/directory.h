@@ -2,8 +2,8 @@
  * modules/directory.h — the p2p directory as other modules use it.
  *
  * Owns: the record type and the client API of the directory module
- * (modules/directory.c), offered through ctx->svc.dir. Threading: calls are
- * made on a reactor thread, and complete on it.
+ * (modules/directory.c), offered as the "dir" service (modules/services.h).
+ * Threading: calls are made on a reactor thread, and complete on it.
  *
  * A record says where a page lives: which node produced it, where to read it
  * (data endpoint, address, rkey), its payload length and generation, and

@@ -36,7 +36,7 @@
  * start. The directory round trips and the data reads share it — a read
  * gets what the lookup left, never a timeout of its own on top — so a call
  * touching a peer that stopped answering returns within the budget. A page
- * whose producer is suspect (ctx->svc.health) is a miss at once, and exists
+ * whose producer is suspect (the "health" service) is a miss at once, and exists
  * does not count it; a read that gets no answer reports its producer.
  */
 #include <errno.h>
@@ -75,6 +75,11 @@ struct evq {
 
 static struct {
 	struct pc_ctx *ctx;
+	/* services (modules/services.h), looked up in init */
+	const struct svc_cluster *cl;
+	const struct svc_transport *tp;
+	const struct dir_api *dir;
+	const struct ph_api *health;      /* or NULL */
 	struct pool *pool;
 	struct evq *evqs;           /* per reactor */
 	bool checksums;
@@ -115,7 +120,7 @@ static void evq_sent(void *arg)
 static void evq_flush(struct rx_reactor *r, struct rx_timer *t)
 {
 	struct evq *q = t->arg;
-	if (!q->n || !g.ctx->svc.dir)
+	if (!q->n || !g.dir)
 		return;
 	struct evq *b = malloc(sizeof(*b));
 	if (!b)
@@ -126,7 +131,7 @@ static void evq_flush(struct rx_reactor *r, struct rx_timer *t)
 	q->gens = NULL;
 	q->n = q->cap = 0;
 	struct dir_keys k = {(const char *const *)b->keys, b->klens, b->n};
-	if (g.ctx->svc.dir->remove(r, &k, g.ctx->svc.self_id, b->gens, NULL, 0,
+	if (g.dir->remove(r, &k, g.cl->self_id, b->gens, NULL, 0,
 				   evq_sent, b) < 0)
 		evq_sent(b);
 }
@@ -270,7 +275,7 @@ static void op_end(uint64_t deadline_ns)
 /* Is the producer of a record suspect (not answering)? */
 static bool producer_suspect(const struct dir_rec *r)
 {
-	const struct ph_api *h = g.ctx->svc.health;
+	const struct ph_api *h = g.health;
 	return h && h->suspect(r->node);
 }
 
@@ -330,8 +335,8 @@ static bool publish_one(const struct kv_item *it, bool client_mem,
 	met_add(g.wr_bytes, it->len);
 	r->found = true;
 	r->resident = true;
-	snprintf(r->node, sizeof(r->node), "%s", g.ctx->svc.self_id);
-	snprintf(r->data, sizeof(r->data), "%s", g.ctx->svc.self_data);
+	snprintf(r->node, sizeof(r->node), "%s", g.cl->self_id);
+	snprintf(r->data, sizeof(r->data), "%s", g.cl->self_data);
 	r->addr = addr;
 	r->len = (uint32_t)it->len;
 	r->gen = gen;
@@ -388,7 +393,7 @@ static int kv_publish(struct rx_reactor *rr, const struct kv_item *it,
 	struct dir_keys k = {pk, pl, p->npub};
 	/* The directory copies the keys; the sources are free to go now. */
 	if (p->npub == 0 ||
-	    g.ctx->svc.dir->publish(rr, &k, p->recs, p->pub_ok, p->deadline,
+	    g.dir->publish(rr, &k, p->recs, p->pub_ok, p->deadline,
 				    publish_published, p) < 0) {
 		memset(p->pub_ok, 0, n * sizeof(bool));
 		publish_finish(p); /* callers of publish accept an early done */
@@ -545,10 +550,10 @@ static void fetch_read_done(void *arg, struct tp_read *reads, unsigned n)
 			met_inc(g.rd_fail);
 			PC_LOGD(LOG_MOD, "remote page from %s failed: %s",
 				r->data, strerror(-bad));
-			if (reads[j].res && g.ctx->svc.health &&
+			if (reads[j].res && g.health &&
 			    (reads[j].res != -ETIMEDOUT ||
 			     f->read_ms >= PH_EVIDENCE_MS))
-				g.ctx->svc.health->failed(r->node, reads[j].res,
+				g.health->failed(r->node, reads[j].res,
 							  "data read");
 			continue;
 		}
@@ -579,7 +584,7 @@ static void fetch_looked_up(void *arg)
 		/* Our own record but no page here: evicted since. No disk
 		 * tier yet, so a non-resident record is a miss too. */
 		if (!r->found || !r->resident ||
-		    strcmp(r->node, g.ctx->svc.self_id) == 0)
+		    strcmp(r->node, g.cl->self_id) == 0)
 			continue;
 		if (producer_suspect(r)) { /* not answering: a miss now */
 			met_inc(g.rd_suspect);
@@ -601,7 +606,7 @@ static void fetch_looked_up(void *arg)
 	}
 	f->read_ms = (unsigned)PC_MIN(left_ms, (uint64_t)g.read_timeout_ms);
 	if (f->nreads == 0 || f->refused ||
-	    g.ctx->svc.tp->read_batch(g.ctx->svc.tp_clients[rx_reactor_id(f->r)],
+	    g.tp->ops->read_batch(g.tp->clients[rx_reactor_id(f->r)],
 				      f->reads, f->nreads, f->read_ms,
 				      fetch_read_done, f) < 0)
 		fetch_finish(f);
@@ -677,7 +682,7 @@ static int fetch_start(struct rx_reactor *r, struct keys *ks, void **dst,
 	struct dir_keys k = {lk, ll, f->nrec};
 	/* Nothing is looked up for a call already refused its staging. */
 	int ret = f->nrec && !f->refused
-			  ? g.ctx->svc.dir->lookup(r, &k, f->recs, f->deadline,
+			  ? g.dir->lookup(r, &k, f->recs, f->deadline,
 						   fetch_looked_up, f)
 			  : -ENOENT;
 	free(lk);
@@ -750,7 +755,7 @@ static void exists_done(void *arg)
 		struct dir_rec *r = &e->recs[i - e->local];
 		/* A suspect producer's page could not be read now. */
 		if (!r->found || !r->resident ||
-		    strcmp(r->node, g.ctx->svc.self_id) == 0 ||
+		    strcmp(r->node, g.cl->self_id) == 0 ||
 		    producer_suspect(r))
 			break;
 		count++;
@@ -787,7 +792,7 @@ static int exists_start(struct rx_reactor *r, struct keys *ks,
 	e->recs = calloc(e->ks.n - e->local, sizeof(*e->recs));
 	struct dir_keys k = dir_keys_of(&e->ks, e->local);
 	if (!e->recs ||
-	    g.ctx->svc.dir->lookup(r, &k, e->recs, e->deadline, exists_done,
+	    g.dir->lookup(r, &k, e->recs, e->deadline, exists_done,
 				   e) < 0) {
 		free(e->recs);
 		e->recs = NULL;
@@ -851,7 +856,7 @@ static int remove_start(struct rx_reactor *r, struct keys *ks,
 	for (unsigned i = 0; i < d->ks.n; i++)
 		d->local[i] = pool_delete(g.pool, d->ks.k[i], d->ks.len[i]) == 0;
 	struct dir_keys k = dir_keys_of(&d->ks, 0);
-	if (g.ctx->svc.dir->remove(r, &k, NULL, NULL, d->existed, op_deadline(),
+	if (g.dir->remove(r, &k, NULL, NULL, d->existed, op_deadline(),
 				   del_done, d) < 0)
 		del_done(d);
 	return 0;
@@ -1170,9 +1175,9 @@ static double staged_fn(void *arg)
  * fail now (misses) instead of at their deadline. */
 static void on_suspect(struct rx_reactor *r, const char *peer)
 {
-	struct tp_client *tc = g.ctx->svc.tp_clients[rx_reactor_id(r)];
+	struct tp_client *tc = g.tp->clients[rx_reactor_id(r)];
 	if (tc)
-		g.ctx->svc.tp->fail_node(tc, peer, -EHOSTDOWN);
+		g.tp->ops->fail_node(tc, peer, -EHOSTDOWN);
 }
 
 static int kv_init(struct pc_ctx *ctx)
@@ -1202,11 +1207,11 @@ static int kv_init(struct pc_ctx *ctx)
 		g.get_call_limit = "rpc_max_reply_bytes / 4";
 	}
 	g.deadline_ns = RX_MS(s->request_deadline_ms);
-	if (!ctx->svc.dir || !ctx->svc.tp || !ctx->svc.tp_register) {
-		PC_LOGE(LOG_MOD, "the directory and transport modules must come "
-			"before kv in the module list");
-		return -EINVAL;
-	}
+	if (!(g.cl = svc_need_cluster(ctx, "kv")) ||
+	    !(g.tp = svc_need_transport(ctx, "kv")) ||
+	    !(g.dir = svc_need_dir(ctx, "kv")))
+		return -ENOENT;
+	g.health = svc_find_health(ctx);
 	struct pool_opts po = {.size = s->pool_size, .try_huge_pages = true};
 	int ret = pool_new(&g.pool, &po);
 	if (ret < 0) {
@@ -1226,13 +1231,14 @@ static int kv_init(struct pc_ctx *ctx)
 	pool_region(g.pool, &base, &len, &g.rkey);
 	struct tp_region reg = {(uintptr_t)base, len, g.rkey, pin_hook,
 				unpin_hook, g.pool};
-	if ((ret = ctx->svc.tp_register(&reg)) < 0) {
+	if ((ret = g.tp->reg(&reg)) < 0) {
 		pool_free(g.pool);
 		return ret;
 	}
-	ctx->svc.pool = g.pool;
-	ctx->svc.kv = &kv_api;
-	if (ctx->svc.health && (ret = ctx->svc.health->on_suspect(on_suspect)) < 0)
+	if ((ret = svc_publish_pool(ctx, "kv", g.pool)) < 0 ||
+	    (ret = svc_publish_kv(ctx, "kv", &kv_api)) < 0)
+		return ret;
+	if (g.health && (ret = g.health->on_suspect(on_suspect)) < 0)
 		return ret;
 	if ((ret = pc_guard_init()) < 0)
 		return ret;
@@ -1336,8 +1342,8 @@ static void kv_stop(struct rx_reactor *r, struct pc_ctx *ctx)
 
 static void kv_fini(struct pc_ctx *ctx)
 {
-	ctx->svc.pool = NULL;
-	ctx->svc.kv = NULL;
+	svc_withdraw_pool(ctx);
+	svc_withdraw_kv(ctx);
 	pool_free(g.pool);
 	free(g.evqs);
 	memset(&g, 0, sizeof(g));

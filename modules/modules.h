@@ -7,7 +7,7 @@
 #ifndef PC_MODULES_MODULES_H
 #define PC_MODULES_MODULES_H
 
-#include "reactor/module.h"
+#include "modules/module.h"
 
 extern const struct pc_module pc_mod_stats_log;
 extern const struct pc_module pc_mod_metrics;

@@ -70,6 +70,7 @@ struct session {
 
 static struct {
 	struct pc_ctx *ctx;
+	const struct kv_api *kv;      /* services: looked up in init */
 	met_id regions, region_bytes, refused, moves, detached;
 } g;
 
@@ -382,7 +383,7 @@ static void move(struct rpc_call *call, struct mp_rd *p, bool set)
 	m->rg->refs++;
 	m->s->moves++;
 	met_gauge_add(g.moves, 1);
-	const struct kv_api *kv = g.ctx->svc.kv;
+	const struct kv_api *kv = g.kv;
 	int ret = set ? kv->publish(rpc_call_reactor(call), m->it, m->n, true,
 				    move_done, m)
 		      : kv->fetch(rpc_call_reactor(call), m->it, m->n, true,
@@ -424,10 +425,8 @@ static int s_init(struct pc_ctx *ctx)
 {
 	memset(&g, 0, sizeof(g));
 	g.ctx = ctx;
-	if (!ctx->svc.kv) {
-		PC_LOGE(LOG_MOD, "the kv module must come before session");
-		return -EINVAL;
-	}
+	if (!(g.kv = svc_need_kv(ctx, "session")))
+		return -ENOENT;
 	g.regions = met_register(MET_GAUGE, "peercache_session_regions",
 				 "client memory regions mapped", NULL);
 	g.region_bytes = met_register(MET_GAUGE,

@@ -15,7 +15,6 @@
 #include "common/settings.h"
 #include "modules/modules.h"
 #include "reactor/group.h"
-#include "reactor/module.h"
 
 #define LOG_MOD "stats"
 

@@ -82,6 +82,7 @@ _Static_assert(sizeof(struct tp_resp_wire) == 24, "data response is 24 bytes");
 
 static struct {
 	struct pc_ctx *ctx;
+	struct svc_transport svc;  /* published: ops, clients, register */
 	struct tp_region regions[TP_REGIONS_MAX];
 	unsigned nregions;
 	struct rx_listener **l;  /* per reactor */
@@ -1105,11 +1106,14 @@ static int t_init(struct pc_ctx *ctx)
 	/* An unknown socket_group (-2) is refused by the rpc_server module. */
 	rpc_local_rule_init(&g.local, rpc_group_id(s->socket_group));
 	g.l = calloc(ctx->threads, sizeof(*g.l));
-	ctx->svc.tp_clients = calloc(ctx->threads, sizeof(*ctx->svc.tp_clients));
-	if (!g.l || !ctx->svc.tp_clients)
+	g.svc.clients = calloc(ctx->threads, sizeof(*g.svc.clients));
+	if (!g.l || !g.svc.clients)
 		return -ENOMEM;
-	ctx->svc.tp = &tcp_ops;
-	ctx->svc.tp_register = tcp_register;
+	g.svc.ops = &tcp_ops;
+	g.svc.reg = tcp_register;
+	int ret = svc_publish_transport(ctx, "transport", &g.svc);
+	if (ret < 0)
+		return ret;
 	probe_rdma(s);
 	g.reads = met_register(MET_COUNTER, "peercache_transport_reads_total",
 			       "one-sided reads completed by this node", NULL);
@@ -1141,7 +1145,7 @@ static int t_start(struct rx_reactor *r, struct pc_ctx *ctx)
 	if (!tc)
 		return -ENOMEM;
 	tc->r = r;
-	ctx->svc.tp_clients[id] = tc;
+	g.svc.clients[id] = tc;
 	struct d_rstate *rs = &g.rs[id];
 	rx_timer_init(&rs->sweep, d_sweep, rs);
 	/* Often enough that a deadline is met within a quarter of it. */
@@ -1180,9 +1184,9 @@ static void t_stop(struct rx_reactor *r, struct pc_ctx *ctx)
 static void t_exit(struct rx_reactor *r, struct pc_ctx *ctx)
 {
 	unsigned id = rx_reactor_id(r);
-	if (ctx->svc.tp_clients && ctx->svc.tp_clients[id]) {
-		client_free(ctx->svc.tp_clients[id]);
-		ctx->svc.tp_clients[id] = NULL;
+	if (g.svc.clients && g.svc.clients[id]) {
+		client_free(g.svc.clients[id]);
+		g.svc.clients[id] = NULL;
 	}
 }
 
@@ -1190,8 +1194,9 @@ static void t_fini(struct pc_ctx *ctx)
 {
 	free(g.l);
 	free(g.rs);
-	free(ctx->svc.tp_clients);
-	ctx->svc.tp_clients = NULL;
+	svc_withdraw_transport(ctx);
+	free(g.svc.clients);
+	g.svc.clients = NULL;
 	if (g.secret) {
 		explicit_bzero(g.secret, strlen(g.secret));
 		free(g.secret);

@@ -23,7 +23,7 @@
 #include "common/metrics.h"
 #include "common/settings.h"
 #include "reactor/group.h"
-#include "reactor/module.h"
+#include "modules/module.h"
 #include "server/server.h"
 
 #define LOG_MOD "main"

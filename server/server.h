@@ -9,7 +9,7 @@
 
 #include <stddef.h>
 
-#include "reactor/module.h"
+#include "modules/module.h"
 
 extern const struct pc_module *const pc_node_modules[];
 extern const size_t pc_node_modules_count;

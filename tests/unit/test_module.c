@@ -10,7 +10,7 @@
 
 #include "common/settings.h"
 #include "reactor/group.h"
-#include "reactor/module.h"
+#include "modules/module.h"
 #include "testutil.h"
 
 static char g_log[2048];

@@ -1,10 +1,13 @@
 /*
- * reactor/module.h — the module registry: how features plug into the node.
+ * modules/module.h — the module lifecycle: how features plug into the node.
  *
  * Owns: struct pc_module (a static table per feature), struct pc_ctx (what
- * every module may read about the node), and the lifecycle calls that walk the
- * module list. The list itself lives in one place (server/module_list.c); the
- * core never names a module.
+ * every module may read about the node, including the service registry,
+ * modules/services.h), and the lifecycle calls that walk the module list.
+ * The list itself lives in one place (server/module_list.c); the core never
+ * names a module. This sits above the reactor and the RPC layer (a module
+ * table carries RPC methods and HTTP routes); the reactor only sees the
+ * group hooks (pc_modules_group_hooks) that run start/stop/exit.
  *
  * Lifecycle, in order:
  *   init  — once, main thread, before any reactor: validate settings, allocate
@@ -21,51 +24,21 @@
  * Threading: ctx fields are written by main before reactors start and are
  * read-only afterwards, except the endpoint list (its own lock).
  */
-#ifndef PC_REACTOR_MODULE_H
-#define PC_REACTOR_MODULE_H
+#ifndef PC_MODULES_MODULE_H
+#define PC_MODULES_MODULE_H
 
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "reactor.h"
+#include "modules/services.h"
+#include "reactor/reactor.h"
 
 struct pc_settings;  /* common/settings.h */
 struct rpc_method;   /* rpc/: MessagePack-RPC methods a module serves */
 struct http_route;   /* metrics module: HTTP routes a module serves */
 struct rx_group;
 struct pc_ctx;
-struct ring;        /* storage/ring.h */
-struct pool;        /* storage/pool.h */
-struct tp_ops;      /* modules/transport.h */
-struct tp_client;
-struct tp_region;
-struct dir_api;     /* modules/directory.h */
-struct kv_api;      /* modules/kv.h */
-struct ph_api;      /* modules/peer_health.h */
-
-/*
- * Services modules offer each other through the context, so that no module
- * includes another: the provider fills its fields in init (main thread);
- * users read them from start on. The ring pointer is swapped atomically on
- * a membership change (read it with __atomic_load_n, ACQUIRE).
- */
-struct pc_services {
-	/* transport module */
-	const struct tp_ops *tp;
-	struct tp_client **tp_clients;   /* one per reactor */
-	int (*tp_register)(const struct tp_region *region);
-	/* cluster module */
-	struct ring *ring;
-	char self_id[160];               /* ring id: "host:rpc_port" */
-	char self_data[160];             /* data endpoint: "host:data_port" */
-	const struct ph_api *health;     /* peer health (suspect peers) */
-	/* directory module */
-	const struct dir_api *dir;
-	/* kv module */
-	struct pool *pool;
-	const struct kv_api *kv;
-};
 
 struct pc_module {
 	const char *name;
@@ -96,7 +69,7 @@ struct pc_ctx {
 	const struct pc_module *const *modules;
 	size_t n_modules;
 	unsigned *started;               /* per reactor: modules started */
-	struct pc_services svc;
+	struct svc_table services;       /* modules/services.h */
 	size_t inited;                   /* modules whose init succeeded */
 	pthread_mutex_t ep_lock;
 	struct pc_endpoint endpoints[PC_ENDPOINTS_MAX];
@@ -128,4 +101,4 @@ void pc_modules_fini(struct pc_ctx *ctx);
 struct rx_group_hooks;
 void pc_modules_group_hooks(struct pc_ctx *ctx, struct rx_group_hooks *h);
 
-#endif /* PC_REACTOR_MODULE_H */
+#endif /* PC_MODULES_MODULE_H */

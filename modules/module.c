@@ -1,5 +1,5 @@
 /*
- * reactor/module.c — walks the module list through the lifecycle.
+ * modules/module.c — walks the module list through the lifecycle.
  *
  * Owns: the per-reactor count of started modules (ctx->started[]), so stop
  * and exit run for exactly the modules that were started there, in reverse.
@@ -13,8 +13,8 @@
 
 #include "common/log.h"
 #include "common/metrics.h"
-#include "group.h"
-#include "module.h"
+#include "modules/module.h"
+#include "reactor/group.h"
 
 #define LOG_MOD "module"
 
