@@ -358,8 +358,8 @@ struct rx_conn *rx_conn_connect(struct rx_reactor *r,
 	return c;
 }
 
-void rx_conn_on_connect(struct rx_reactor *r, struct rx_op *op,
-			const struct io_uring_cqe *cqe, uint32_t idx)
+static void conn_on_connect(struct rx_reactor *r, struct rx_op *op,
+			    const struct io_uring_cqe *cqe, uint32_t idx)
 {
 	struct rx_conn *c = op->obj;
 	conn_op_done(c, idx, RXC_CONNECTING);
@@ -712,8 +712,8 @@ static int conn_unpack_msg(struct rx_conn *c, uint8_t *buf, int res,
 	return err;
 }
 
-void rx_conn_on_recv(struct rx_reactor *r, struct rx_op *op,
-		     const struct io_uring_cqe *cqe, uint32_t idx)
+static void conn_on_recv(struct rx_reactor *r, struct rx_op *op,
+			 const struct io_uring_cqe *cqe, uint32_t idx)
 {
 	struct rx_conn *c = op->obj;
 	bool more = (cqe->flags & IORING_CQE_F_MORE) != 0;
@@ -838,8 +838,8 @@ int rx_conn_read2(struct rx_conn *c, void *buf, size_t len, void *buf2,
 	return 0;
 }
 
-void rx_conn_on_read(struct rx_reactor *r, struct rx_op *op,
-		     const struct io_uring_cqe *cqe, uint32_t idx)
+static void conn_on_read(struct rx_reactor *r, struct rx_op *op,
+			 const struct io_uring_cqe *cqe, uint32_t idx)
 {
 	struct rx_conn *c = op->obj;
 	int res = cqe->res;
@@ -936,7 +936,7 @@ uint8_t *rx_conn_reserve(struct rx_conn *c, size_t len)
 static void out_queued(struct rx_conn *c, size_t len)
 {
 	if (!c->out_bytes)
-		c->out_since_ns = rx_now_ns(c->r);
+		c->out_since_ns = c->r->now_ns;
 	c->out_bytes += len;
 	conn_after_queue(c);
 }
@@ -1053,8 +1053,8 @@ static void out_consume(struct rx_conn *c, size_t res)
 	}
 }
 
-void rx_conn_on_send(struct rx_reactor *r, struct rx_op *op,
-		     const struct io_uring_cqe *cqe, uint32_t idx)
+static void conn_on_send(struct rx_reactor *r, struct rx_op *op,
+			 const struct io_uring_cqe *cqe, uint32_t idx)
 {
 	struct rx_conn *c = op->obj;
 	conn_op_done(c, idx, RXC_SENDING);
@@ -1073,7 +1073,7 @@ void rx_conn_on_send(struct rx_reactor *r, struct rx_op *op,
 		RX_STAT_INC(r->st.short_sends);
 	RX_STAT_ADD(r->st.bytes_out, (uint64_t)res);
 	if (res > 0)
-		c->out_since_ns = rx_now_ns(r);
+		c->out_since_ns = r->now_ns;
 	out_consume(c, (size_t)res);
 	if ((c->flags & RXC_PAUSE_OUT) && c->out_bytes <= c->out_low) {
 		c->flags &= ~RXC_PAUSE_OUT;
@@ -1133,4 +1133,14 @@ void rx_conns_destroy(struct rx_reactor *r)
 		conn_finalize(c);
 	}
 	r->pend_head = r->pend_tail = NULL;
+}
+
+/* ------------------------------------------------------------ registration */
+
+void rx_conn_ops_register(struct rx_reactor *r)
+{
+	rx_op_register(r, RX_OP_RECV, conn_on_recv);
+	rx_op_register(r, RX_OP_READ, conn_on_read);
+	rx_op_register(r, RX_OP_SEND, conn_on_send);
+	rx_op_register(r, RX_OP_CONNECT, conn_on_connect);
 }

@@ -73,8 +73,8 @@ static void watch_free(struct rx_watch *w)
 	free(w);
 }
 
-void rx_watch_on_poll(struct rx_reactor *r, struct rx_op *op,
-		      const struct io_uring_cqe *cqe, uint32_t idx)
+static void watch_on_poll(struct rx_reactor *r, struct rx_op *op,
+			  const struct io_uring_cqe *cqe, uint32_t idx)
 {
 	struct rx_watch *w = op->obj;
 	bool more = (cqe->flags & IORING_CQE_F_MORE) != 0;
@@ -200,8 +200,8 @@ int rx_file_fsync(struct rx_reactor *r, int fd, bool datasync, rx_io_fn cb,
 	return file_start(r, RX_FILE_FSYNC, fd, NULL, 0, 0, datasync, cb, arg);
 }
 
-void rx_file_on_cqe(struct rx_reactor *r, struct rx_op *op,
-		    const struct io_uring_cqe *cqe, uint32_t idx)
+static void file_on_cqe(struct rx_reactor *r, struct rx_op *op,
+			const struct io_uring_cqe *cqe, uint32_t idx)
 {
 	int res = cqe->res;
 	int64_t result;
@@ -231,4 +231,10 @@ void rx_file_on_cqe(struct rx_reactor *r, struct rx_op *op,
 	rx_op_free(r, idx);
 	RX_STAT_INC(r->st.file_ops);
 	cb(arg, result);
+}
+
+void rx_io_ops_register(struct rx_reactor *r)
+{
+	rx_op_register(r, RX_OP_POLL, watch_on_poll);
+	rx_op_register(r, RX_OP_FILE, file_on_cqe);
 }

@@ -77,8 +77,8 @@ static struct rx_listener *listener_new(struct rx_reactor *r, int fd,
 	return l;
 }
 
-void rx_listener_on_accept(struct rx_reactor *r, struct rx_op *op,
-			   const struct io_uring_cqe *cqe, uint32_t idx)
+static void listener_on_accept(struct rx_reactor *r, struct rx_op *op,
+			       const struct io_uring_cqe *cqe, uint32_t idx)
 {
 	struct rx_listener *l = op->obj;
 	bool more = (cqe->flags & IORING_CQE_F_MORE) != 0;
@@ -308,4 +308,9 @@ void rx_listeners_destroy(struct rx_reactor *r)
 			unlink(l->unix_path);
 		listener_free(l);
 	}
+}
+
+void rx_listen_ops_register(struct rx_reactor *r)
+{
+	rx_op_register(r, RX_OP_ACCEPT, listener_on_accept);
 }

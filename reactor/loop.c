@@ -1,6 +1,7 @@
 /*
- * reactor/loop.c — ring setup and probing, the op table, completion dispatch,
- * the loop itself, shutdown, and cross-thread messages.
+ * reactor/loop.c — ring setup and probing, the loop itself, shutdown, and
+ * cross-thread messages. The op table and completion dispatch are in ops.c
+ * (with the graph of which reactor file calls which).
  *
  * Owns: struct rx_reactor's lifetime. Thread: the reactor's own, except
  * rx_post() which any thread may call (it only touches the mutex-protected
@@ -10,8 +11,9 @@
  * connection list (flush queued output as one sendmsg per connection, re-feed
  * resumed input, finalise closed connections); return used receive buffers to
  * the kernel; submit everything and wait for at least one completion or the
- * next timer deadline, in one io_uring_enter; dispatch every completion by the
- * type in its user_data after checking the slot generation.
+ * next timer deadline, in one io_uring_enter; hand every completion to
+ * rx_op_dispatch() (ops.c), which picks its kind's handler after checking
+ * the slot generation.
  */
 #include <errno.h>
 #include <poll.h>
@@ -39,101 +41,6 @@ void rx_params_default(struct rx_params *p)
 	p->conn_out_low = 1u << 20;
 	p->conn_out_max = 64u << 20;
 	p->shutdown_grace_ms = 5000;
-}
-
-/* ----------------------------------------------------------------- op table */
-
-static int ops_init(struct rx_reactor *r)
-{
-	r->ops = calloc(r->p.ops_max, sizeof(*r->ops));
-	if (!r->ops)
-		return -ENOMEM;
-	for (uint32_t i = 0; i < r->p.ops_max; i++)
-		r->ops[i].next_free = i + 1 < r->p.ops_max ? i + 1 : RX_NO_OP;
-	r->ops_free = 0;
-	return 0;
-}
-
-uint32_t rx_op_alloc(struct rx_reactor *r, enum rx_op_type type, void *obj)
-{
-	uint32_t idx = r->ops_free;
-	if (PC_UNLIKELY(idx == RX_NO_OP)) {
-		RX_STAT_INC(r->st.ops_exhausted);
-		PC_LOG_RL(PC_LOG_WARN, LOG_MOD,
-			  "all %u op slots in use; refusing new I/O (raise "
-			  "reactor_ops_max)", r->p.ops_max);
-		return RX_NO_OP;
-	}
-	struct rx_op *op = &r->ops[idx];
-	PC_DASSERT(!op->live);
-	r->ops_free = op->next_free;
-	op->gen = (op->gen + 1) & RX_UD_GEN_MASK;
-	op->type = (uint8_t)type;
-	op->live = 1;
-	op->flags = 0;
-	op->obj = obj;
-	RX_STAT_INC(r->st.ops_in_use);
-	return idx;
-}
-
-void rx_op_free(struct rx_reactor *r, uint32_t idx)
-{
-	struct rx_op *op = &r->ops[idx];
-	PC_ASSERT(op->live);
-	op->live = 0;
-	op->type = RX_OP_NONE;
-	op->obj = NULL;
-	op->next_free = r->ops_free;
-	r->ops_free = idx;
-	RX_STAT_ADD(r->st.ops_in_use, (uint64_t)-1);
-}
-
-uint64_t rx_op_ud(const struct rx_reactor *r, uint32_t idx)
-{
-	const struct rx_op *op = &r->ops[idx];
-	return ((uint64_t)op->type << RX_UD_TYPE_SHIFT) |
-	       ((uint64_t)(op->gen & RX_UD_GEN_MASK) << RX_UD_GEN_SHIFT) | idx;
-}
-
-struct io_uring_sqe *rx_op_start(struct rx_reactor *r, enum rx_op_type type,
-				 void *obj, uint32_t *idx)
-{
-	*idx = rx_op_alloc(r, type, obj);
-	if (*idx == RX_NO_OP)
-		return NULL;
-	struct io_uring_sqe *sqe = rx_sqe(r);
-	if (!sqe) {
-		rx_op_free(r, *idx);
-		*idx = RX_NO_OP;
-	}
-	return sqe;
-}
-
-struct io_uring_sqe *rx_sqe(struct rx_reactor *r)
-{
-	struct io_uring_sqe *sqe = io_uring_get_sqe(&r->ring);
-	for (int tries = 0; !sqe && tries < 4; tries++) {
-		/* SQ full: push what is queued to the kernel and retry. */
-		RX_STAT_INC(r->st.sq_full);
-		int ret = io_uring_submit(&r->ring);
-		if (ret < 0 && ret != -EAGAIN && ret != -EBUSY && ret != -EINTR)
-			PC_LOG_RL(PC_LOG_ERROR, LOG_MOD, "submit failed: %s",
-				  strerror(-ret));
-		sqe = io_uring_get_sqe(&r->ring);
-	}
-	if (!sqe)
-		PC_LOG_RL(PC_LOG_ERROR, LOG_MOD,
-			  "submission queue stays full; refusing new I/O");
-	return sqe;
-}
-
-void rx_cancel_op(struct rx_reactor *r, uint32_t idx)
-{
-	struct io_uring_sqe *sqe = rx_sqe(r);
-	if (!sqe)
-		return;
-	io_uring_prep_cancel64(sqe, rx_op_ud(r, idx), 0);
-	io_uring_sqe_set_data64(sqe, 0);
 }
 
 /* ----------------------------------------------------------------- messages */
@@ -262,42 +169,10 @@ int rx_test_nop(struct rx_reactor *r, void (*fn)(void *arg), void *arg,
 	return ret;
 }
 
-/* ----------------------------------------------------------------- dispatch */
+/* ------------------------------------------------------------------ reaping */
 
-typedef void (*rx_cqe_fn)(struct rx_reactor *r, struct rx_op *op,
-			  const struct io_uring_cqe *cqe, uint32_t idx);
-
-static const rx_cqe_fn rx_dispatch[RX_OP__COUNT] = {
-	[RX_OP_RECV] = rx_conn_on_recv,
-	[RX_OP_READ] = rx_conn_on_read,
-	[RX_OP_SEND] = rx_conn_on_send,
-	[RX_OP_CONNECT] = rx_conn_on_connect,
-	[RX_OP_ACCEPT] = rx_listener_on_accept,
-	[RX_OP_POLL] = rx_watch_on_poll,
-	[RX_OP_FILE] = rx_file_on_cqe,
-	[RX_OP_MSG] = msg_on_cqe,
-	[RX_OP_TEST] = test_on_cqe,
-};
-
-static void handle_cqe(struct rx_reactor *r, const struct io_uring_cqe *cqe)
-{
-	uint64_t ud = cqe->user_data;
-	if (ud == 0)
-		return; /* cancel/remove requests: their result is not needed */
-	unsigned type = (unsigned)(ud >> RX_UD_TYPE_SHIFT);
-	uint32_t gen = (uint32_t)(ud >> RX_UD_GEN_SHIFT) & RX_UD_GEN_MASK;
-	uint32_t idx = (uint32_t)ud;
-	struct rx_op *op = idx < r->p.ops_max ? &r->ops[idx] : NULL;
-	if (!op || type >= RX_OP__COUNT || !op->live || op->type != type ||
-	    op->gen != gen || !rx_dispatch[type]) {
-		RX_STAT_INC(r->st.stale_cqes);
-		PC_LOGD(LOG_MOD, "dropped stale completion type=%u slot=%u gen=%u "
-			"res=%d", type, idx, gen, cqe->res);
-		return;
-	}
-	rx_dispatch[type](r, op, cqe, idx);
-}
-
+/* Every completion the loop runs goes through the one rx_op_dispatch() call
+ * below (timers and pending connections aside): the place to time them. */
 static void reap(struct rx_reactor *r)
 {
 	struct io_uring_cqe *batch[256];
@@ -305,7 +180,7 @@ static void reap(struct rx_reactor *r)
 	while ((n = io_uring_peek_batch_cqe(&r->ring, batch,
 					    PC_ARRAY_LEN(batch))) > 0) {
 		for (unsigned i = 0; i < n; i++)
-			handle_cqe(r, batch[i]);
+			rx_op_dispatch(r, batch[i]);
 		io_uring_cq_advance(&r->ring, n);
 		RX_STAT_ADD(r->st.cqes, n);
 	}
@@ -458,7 +333,7 @@ int rx_reactor_create(struct rx_reactor **out, unsigned id,
 		free(r);
 		return ret;
 	}
-	if ((ret = check_required_ops(r)) < 0 || (ret = ops_init(r)) < 0 ||
+	if ((ret = check_required_ops(r)) < 0 || (ret = rx_ops_init(r)) < 0 ||
 	    (ret = rx_timers_init(r)) < 0 || (ret = rx_bufring_init(r)) < 0)
 		goto fail;
 	r->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -467,6 +342,11 @@ int rx_reactor_create(struct rx_reactor **out, unsigned id,
 		PC_LOGE(LOG_MOD, "eventfd: %s", strerror(errno));
 		goto fail;
 	}
+	rx_op_register(r, RX_OP_MSG, msg_on_cqe);
+	rx_op_register(r, RX_OP_TEST, test_on_cqe);
+	rx_conn_ops_register(r);
+	rx_listen_ops_register(r);
+	rx_io_ops_register(r);
 	msg_arm(r);
 	r->state = RX_RUNNING;
 	*out = r;
@@ -655,7 +535,7 @@ void rx_reactor_destroy(struct rx_reactor *r)
 	rx_bufring_fini(r);
 	rx_chunks_fini(r);
 	rx_timers_fini(r);
-	free(r->ops);
+	rx_ops_fini(r);
 	if (r->efd >= 0)
 		close(r->efd);
 	pthread_mutex_destroy(&r->msg_lock);

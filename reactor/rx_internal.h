@@ -1,8 +1,9 @@
 /*
  * reactor/rx_internal.h — structures shared by the reactor's own .c files.
  *
- * Owns: the layout of struct rx_reactor, the op table and the per-object
- * structs. Nothing outside reactor/ includes this header. Threading: all of it
+ * Owns: the layout of struct rx_reactor, the op slots and the per-object
+ * structs, and the calls between the reactor's files (which file calls
+ * which: the graph at the head of ops.c). Nothing outside reactor/ includes this header. Threading: all of it
  * belongs to the reactor's thread, except the message queue (mutex).
  */
 #ifndef PC_REACTOR_RX_INTERNAL_H
@@ -16,7 +17,7 @@
 #include "common/util.h"
 #include "reactor.h"
 
-/* Op types: the dispatch table in loop.c is indexed by these. */
+/* Op types: the dispatch table (ops.c, r->on_cqe) is indexed by these. */
 enum rx_op_type {
 	RX_OP_NONE = 0, /* user_data 0: completions we never look at */
 	RX_OP_RECV,
@@ -187,6 +188,10 @@ struct rx_stop_hook {
 
 enum rx_state { RX_RUNNING, RX_DRAINING, RX_CANCELLING, RX_DONE };
 
+/* A completion handler for one op kind (registered with rx_op_register). */
+typedef void (*rx_cqe_fn)(struct rx_reactor *r, struct rx_op *op,
+			  const struct io_uring_cqe *cqe, uint32_t idx);
+
 struct rx_reactor {
 	struct io_uring ring;
 	unsigned id;
@@ -197,9 +202,10 @@ struct rx_reactor {
 	struct rx_stats st;
 	bool recv_multishot;          /* false after the kernel refused it */
 
-	/* op table */
+	/* op table (ops.c) */
 	struct rx_op *ops;
 	uint32_t ops_free;            /* head of the free list */
+	rx_cqe_fn on_cqe[RX_OP__COUNT]; /* handlers, set at create */
 
 	/* timers: binary min-heap ordered by (deadline, seq) */
 	struct rx_timer **heap;
@@ -231,7 +237,9 @@ struct rx_reactor {
 	uint32_t msg_op;
 };
 
-/* loop.c */
+/* ops.c — the op table and completion dispatch */
+int rx_ops_init(struct rx_reactor *r);
+void rx_ops_fini(struct rx_reactor *r);
 struct io_uring_sqe *rx_sqe(struct rx_reactor *r);
 uint32_t rx_op_alloc(struct rx_reactor *r, enum rx_op_type type, void *obj);
 void rx_op_free(struct rx_reactor *r, uint32_t idx);
@@ -252,6 +260,10 @@ static inline struct rx_op *rx_op_get(struct rx_reactor *r, uint32_t idx)
 }
 /* Submit an async cancel for one op (its completion is ignored). */
 void rx_cancel_op(struct rx_reactor *r, uint32_t idx);
+/* Each op kind's owner registers its handler once, at reactor creation. */
+void rx_op_register(struct rx_reactor *r, enum rx_op_type type, rx_cqe_fn fn);
+/* Hand one completion to its kind's handler, or drop it as stale. */
+void rx_op_dispatch(struct rx_reactor *r, const struct io_uring_cqe *cqe);
 
 /* timer.c */
 int rx_timers_init(struct rx_reactor *r);
@@ -263,14 +275,7 @@ uint64_t rx_timers_next_ns(const struct rx_reactor *r);
 bool rx_timers_due(const struct rx_reactor *r);
 
 /* conn.c */
-void rx_conn_on_recv(struct rx_reactor *r, struct rx_op *op,
-		     const struct io_uring_cqe *cqe, uint32_t idx);
-void rx_conn_on_send(struct rx_reactor *r, struct rx_op *op,
-		     const struct io_uring_cqe *cqe, uint32_t idx);
-void rx_conn_on_connect(struct rx_reactor *r, struct rx_op *op,
-			const struct io_uring_cqe *cqe, uint32_t idx);
-void rx_conn_on_read(struct rx_reactor *r, struct rx_op *op,
-		     const struct io_uring_cqe *cqe, uint32_t idx);
+void rx_conn_ops_register(struct rx_reactor *r); /* RECV READ SEND CONNECT */
 void rx_conns_run_pending(struct rx_reactor *r);
 void rx_conns_stop(struct rx_reactor *r, bool now);
 void rx_conns_destroy(struct rx_reactor *r);
@@ -280,18 +285,14 @@ void rx_bufring_fini(struct rx_reactor *r);
 void rx_bufring_flush(struct rx_reactor *r);
 
 /* listen.c */
-void rx_listener_on_accept(struct rx_reactor *r, struct rx_op *op,
-			   const struct io_uring_cqe *cqe, uint32_t idx);
+void rx_listen_ops_register(struct rx_reactor *r); /* ACCEPT */
 void rx_listeners_close_all(struct rx_reactor *r);
 void rx_listeners_destroy(struct rx_reactor *r);
 
 /* io.c */
-void rx_watch_on_poll(struct rx_reactor *r, struct rx_op *op,
-		      const struct io_uring_cqe *cqe, uint32_t idx);
+void rx_io_ops_register(struct rx_reactor *r); /* POLL FILE */
 void rx_watches_cancel_all(struct rx_reactor *r);
 void rx_watches_destroy(struct rx_reactor *r);
-void rx_file_on_cqe(struct rx_reactor *r, struct rx_op *op,
-		    const struct io_uring_cqe *cqe, uint32_t idx);
 
 /* Intrusive doubly-linked list helpers for prev/next objects. */
 #define RX_LIST_ADD(head, o)                                                   \
