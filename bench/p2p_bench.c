@@ -1,9 +1,10 @@
 /*
  * bench/p2p_bench.c — pc-p2p-bench, one load generator for the p2p read path
  * and for the servers it is compared with (memcached, redis, a plain socket):
- * its options, the workers and their loop, the report and main. The wire side
- * (connections, protocols, setup, each target's issue and complete, the tcp
- * sink) is p2p_targets.c; what both share is declared in p2p_bench.h.
+ * its options, the workers and their loop, the report and main. The wire
+ * (connections, MessagePack-RPC, errors) is p2p_wire.c, storing the values
+ * and learning the records p2p_setup.c, each target's issue and complete
+ * p2p_targets.c, the tcp sink p2p_sink.c; what they share is p2p_bench.h.
  *
  * Owns: the client side of bench/p2p_bench.sh. Threads: main parses the
  * options, stores the values (setup), learns the directory records, connects
@@ -64,11 +65,11 @@ struct target_ops {
 };
 
 static const struct target_ops targets[] = {
-	[T_P2P] = {"p2p", p2p_issue, p2p_complete, true},
-	[T_REDIS] = {"redis", redis_issue, text_complete, true},
-	[T_MEMCACHED] = {"memcached", mc_issue, text_complete, true},
-	[T_TCP] = {"tcp", tcp_issue, tcp_complete, true},
-	[T_DIR] = {"dir", dir_issue, dir_complete, false},
+	[T_P2P] = {"p2p", target_p2p_issue, target_p2p_complete, true},
+	[T_REDIS] = {"redis", target_redis_issue, target_text_complete, true},
+	[T_MEMCACHED] = {"memcached", target_mc_issue, target_text_complete, true},
+	[T_TCP] = {"tcp", target_tcp_issue, target_tcp_complete, true},
+	[T_DIR] = {"dir", target_dir_issue, target_dir_complete, false},
 };
 
 static int worker_run(struct worker *w)
@@ -123,7 +124,7 @@ static void *worker_main(void *arg)
 	struct worker *w = arg;
 	w->rc = worker_run(w);
 	if (w->rc < 0)
-		snprintf(w->err, sizeof(w->err), "%s", t_err);
+		snprintf(w->err, sizeof(w->err), "%s", wire_err);
 	return NULL;
 }
 
@@ -140,14 +141,14 @@ static int worker_init(struct worker *w, struct bench *b, unsigned idx)
 		w->rpc[m].fd = w->data[m].fd = -1;
 	if (o->target == T_P2P || o->target == T_DIR) {
 		for (unsigned m = 0; m < b->nmembers && ret == 0; m++)
-			ret = conn_open(&w->rpc[m], "rpc", b->members[m].host,
-					b->members[m].port, o->timeout_ms);
+			ret = wire_conn_open(&w->rpc[m], "rpc", b->members[m].host,
+					     b->members[m].port, o->timeout_ms);
 		for (unsigned p = 0; p < b->npeers && ret == 0 && o->target == T_P2P; p++)
-			ret = conn_open(&w->data[p], "data", b->peers[p].host,
-					b->peers[p].port, o->timeout_ms);
+			ret = wire_conn_open(&w->data[p], "data", b->peers[p].host,
+					     b->peers[p].port, o->timeout_ms);
 	} else {
-		ret = conn_open(&w->srv, o->target_name, o->host, o->port,
-				o->timeout_ms);
+		ret = wire_conn_open(&w->srv, o->target_name, o->host, o->port,
+				     o->timeout_ms);
 	}
 	if (ret < 0)
 		return ret;
@@ -172,17 +173,17 @@ static int worker_init(struct worker *w, struct bench *b, unsigned idx)
 		w->perm[p] = pc_xcalloc(b->npool[p], sizeof(unsigned));
 		memcpy(w->perm[p], b->pool[p], b->npool[p] * sizeof(unsigned));
 	}
-	wb_reserve(&w->req, (size_t)o->batch * (KEY_BYTES_MAX + 40) + 64);
+	wire_buf_reserve(&w->req, (size_t)o->batch * (KEY_BYTES_MAX + 40) + 64);
 	return 0;
 }
 
 static void worker_free(struct worker *w)
 {
 	for (unsigned m = 0; m < MEMBERS_MAX; m++) {
-		conn_close(&w->rpc[m]);
-		conn_close(&w->data[m]);
+		wire_conn_close(&w->rpc[m]);
+		wire_conn_close(&w->data[m]);
 	}
-	conn_close(&w->srv);
+	wire_conn_close(&w->srv);
 	for (unsigned i = 0; w->slots && i < w->b->o.pipeline; i++) {
 		free(w->slots[i].keys);
 		free(w->slots[i].recs);
@@ -430,20 +431,20 @@ static void report(const struct bench *b, const struct lg_hist *h,
 static int setup(struct bench *b)
 {
 	const struct opts *o = &b->o;
-	struct conn c;
+	struct wire_conn c;
 	uint64_t t0 = pc_now_ns();
 	int ret;
 	if (o->target == T_TCP)
 		return 0;
-	if ((ret = conn_open(&c, o->target_name, o->host, o->port, o->timeout_ms)) < 0)
+	if ((ret = wire_conn_open(&c, o->target_name, o->host, o->port, o->timeout_ms)) < 0)
 		return ret;
 	if (o->setup)
 		ret = o->target == T_REDIS || o->target == T_MEMCACHED
 			      ? setup_text(b, &c, o->target == T_REDIS)
 			      : setup_p2p(b, &c);
 	if (ret == 0 && o->run && (o->target == T_P2P || o->target == T_DIR))
-		ret = learn_records(b, &c);
-	conn_close(&c);
+		ret = setup_learn_records(b, &c);
+	wire_conn_close(&c);
 	b->setup_s = (double)(pc_now_ns() - t0) / 1e9;
 	return ret;
 }
@@ -453,7 +454,7 @@ static int measure(struct bench *b)
 	const struct opts *o = &b->o;
 	struct worker *w = pc_xcalloc(o->threads, sizeof(*w));
 	unsigned started = 0;
-	int ret = pools_make(b);
+	int ret = setup_pools_make(b);
 	for (unsigned i = 0; i < o->threads && ret == 0; i++)
 		ret = worker_init(&w[i], b, i);
 	if (ret == 0) {
@@ -463,7 +464,7 @@ static int measure(struct bench *b)
 		for (; started < o->threads; started++)
 			if (pthread_create(&w[started].th, NULL, worker_main,
 					   &w[started]) != 0) {
-				ret = fail(EAGAIN, "pthread_create failed");
+				ret = wire_fail(EAGAIN, "pthread_create failed");
 				break;
 			}
 	}
@@ -477,7 +478,7 @@ static int measure(struct bench *b)
 		pthread_join(w[i].th, NULL);
 		if (w[i].rc < 0 && ret == 0) {
 			/* %.480s: the worker message fits with its prefix. */
-			snprintf(t_err, sizeof(t_err), "thread %u: %.480s", i,
+			snprintf(wire_err, sizeof(wire_err), "thread %u: %.480s", i,
 				 w[i].err);
 			ret = w[i].rc;
 		}
@@ -493,7 +494,7 @@ static int measure(struct bench *b)
 	if (items && rate_items > 0)
 		d = (double)items / rate_items;
 	if (ret == 0 && batches == 0)
-		ret = fail(ETIMEDOUT, "no batch completed in the measured window");
+		ret = wire_fail(ETIMEDOUT, "no batch completed in the measured window");
 	if (ret == 0)
 		report(b, h, batches, items, bytes, d);
 	for (unsigned i = 0; i < o->threads; i++)
@@ -511,12 +512,12 @@ int main(int argc, char **argv)
 	if (ret)
 		return ret > 0 ? 0 : 2;
 	if (b.o.serve_tcp) {
-		serve_tcp(&b.o);
-		fprintf(stderr, "pc-p2p-bench: %s\n", t_err);
+		sink_serve_tcp(&b.o);
+		fprintf(stderr, "pc-p2p-bench: %s\n", wire_err);
 		return 1;
 	}
 	b.nkeys = b.o.keys;
-	keys_make(&b);
+	setup_keys_make(&b);
 	ret = setup(&b);
 	if (ret == 0 && !b.o.run) {
 		if (b.o.json)
@@ -530,7 +531,7 @@ int main(int argc, char **argv)
 	if (ret == 0 && b.o.run)
 		ret = measure(&b);
 	if (ret < 0) {
-		fprintf(stderr, "pc-p2p-bench: %s: %s\n", b.o.target_name, t_err);
+		fprintf(stderr, "pc-p2p-bench: %s: %s\n", b.o.target_name, wire_err);
 		return 1;
 	}
 	return 0;

@@ -5,7 +5,7 @@
  * main) and p2p_targets.c (connections, wire formats, setup, each target's
  * issue and complete, the tcp sink).
  *
- * Owns: no state but the declaration of t_err. struct bench is filled on the
+ * Owns: no state but the declaration of wire_err. struct bench is filled on the
  * main thread before any worker starts and only read after; a struct worker
  * and its slots belong to the worker's thread while it runs.
  *
@@ -24,6 +24,7 @@
 #include <sys/uio.h>
 
 #include "lg_hist.h"
+#include "p2p_wire.h"
 #include "common/util.h"
 
 #define THREADS_MAX 64u
@@ -36,8 +37,6 @@
 #define VALUE_BYTES_MAX (64ull << 20)
 #define SETUP_MSG_BYTES (48u << 20) /* one setup request: under the node's
 				     * rpc_max_message_bytes (64 MiB) */
-#define RPC_REPLY_MAX (2u << 20) /* largest reply we take (dir.get: 4096
-				  * records of ~70 bytes at setup) */
 #define SETUP_CALL_KEYS 1024u
 #define DIR_CHUNK_KEYS 4096u     /* keys per dir.get while learning records */
 #define DST_BYTES_MAX (4ull << 30) /* destination memory over all workers */
@@ -71,42 +70,6 @@ struct opts {
 	const char *prefix;
 	uint64_t seed;
 };
-
-/* ------------------------------------------------------------- errors ---- */
-
-/* The last failure of this thread, shown by whoever reports it. */
-extern _Thread_local char t_err[512];
-
-/* Records a failure message in t_err; returns -err (err a positive errno). */
-PC_PRINTF(2, 3) int fail(int err, const char *fmt, ...);
-
-/* -------------------------------------------------------- connections ---- */
-
-struct conn {
-	int fd;
-	unsigned timeout_ms;
-	char name[80];      /* "what host:port", for messages */
-	uint8_t *rbuf;      /* RPC replies received but not consumed */
-	size_t rbeg, rend;
-};
-
-/* Connects to host:port, a loopback IPv4 address only, with TCP_NODELAY and
- * send and receive timeouts of timeout_ms; what names c in messages. */
-int conn_open(struct conn *c, const char *what, const char *host,
-	      uint16_t port, unsigned timeout_ms);
-/* Closes c and frees its reply buffer; does nothing more for fd -1. */
-void conn_close(struct conn *c);
-
-/* ------------------------------------------------------- MessagePack ---- */
-
-/* A growable request buffer; grows at setup and on a worker's first batch. */
-struct wbuf {
-	uint8_t *p;
-	size_t len, cap;
-};
-
-/* Makes room for more bytes after b->len (asserts on allocation failure). */
-void wb_reserve(struct wbuf *b, size_t more);
 
 /* --------------------------------------------------- keys and values ---- */
 
@@ -146,20 +109,26 @@ struct bench {
 	double setup_s;
 };
 
-/* Names the b->nkeys keys PREFIX:value_bytes:k (b->name, b->name_len). */
-void keys_make(struct bench *b);
+/* ------------------------------------------------ setup (p2p_setup.c) ---- */
 
-/* -------------------------------------------------------------- setup ---- */
+/* Names the b->nkeys keys PREFIX:value_bytes:k (b->name, b->name_len). */
+void setup_keys_make(struct bench *b);
+/* Does p hold key k's value (its stamp in the first and last 8 bytes)? */
+bool setup_value_ok(const struct bench *b, const uint8_t *p, unsigned k);
+/* Reads one dir.get record [node, data, addr, rkey, len, gen, resident];
+ * a data endpoint not yet in b->peers is added when may_add, else fails. */
+int setup_rec_read(struct bench *b, struct wire_rd *r, struct rec *out,
+		   bool may_add);
 
 /* Each stores every key's value on the server c is connected to:
  * setup_p2p with kv.set on the node (p2p, dir), setup_text with SET
  * (redis true) or set (memcached). */
-int setup_p2p(struct bench *b, struct conn *c);
-int setup_text(struct bench *b, struct conn *c, bool redis);
+int setup_p2p(struct bench *b, struct wire_conn *c);
+int setup_text(struct bench *b, struct wire_conn *c, bool redis);
 /* Learns the members from seed, then every key's record and owner (p2p, dir). */
-int learn_records(struct bench *b, struct conn *seed);
+int setup_learn_records(struct bench *b, struct wire_conn *seed);
 /* Fills b->pool, the key pools batches draw from. */
-int pools_make(struct bench *b);
+int setup_pools_make(struct bench *b);
 
 /* ------------------------------------------------------------ workers ---- */
 
@@ -178,14 +147,14 @@ struct worker {
 	struct bench *b;
 	unsigned idx;
 	pthread_t th;
-	struct conn rpc[MEMBERS_MAX];   /* p2p, dir: one per member */
-	struct conn data[MEMBERS_MAX];  /* p2p: one per data endpoint */
-	struct conn srv;                /* redis, memcached, tcp */
+	struct wire_conn rpc[MEMBERS_MAX];  /* p2p, dir: one per member */
+	struct wire_conn data[MEMBERS_MAX]; /* p2p: one per data endpoint */
+	struct wire_conn srv;               /* redis, memcached, tcp */
 	struct slot *slots;
 	unsigned fifo[PIPELINE_MAX];    /* slots in flight, oldest first */
 	unsigned nfifo;
 	unsigned *perm[MEMBERS_MAX];    /* per pool: partial Fisher-Yates state */
-	struct wbuf req;
+	struct wire_buf req;
 	struct iovec *iov;              /* 3 per item + 1 */
 	char size_text[40];             /* "$N\r\n" (redis), " 0 N\r\n" (memcached) */
 	size_t size_text_len;
@@ -202,26 +171,29 @@ struct worker {
 	char err[512];
 };
 
+/* ------------------------------------------ targets (p2p_targets.c) ---- */
+
 /*
  * Each target's two halves of a batch, put in the loop's table by
  * p2p_bench.c: issue picks the slot's keys and sends its requests; complete
  * receives a reply on the connection of the oldest batch in flight and sets
- * *done to the batch it completed. Both return 0 or -errno with t_err set.
+ * *done to the batch it completed. Both return 0 or -errno with wire_err set.
  */
-int p2p_issue(struct worker *w, struct slot *s);
-int p2p_complete(struct worker *w, struct slot *s, struct slot **done);
-int redis_issue(struct worker *w, struct slot *s);
-int mc_issue(struct worker *w, struct slot *s);
-int text_complete(struct worker *w, struct slot *s, struct slot **done);
-int tcp_issue(struct worker *w, struct slot *s);
-int tcp_complete(struct worker *w, struct slot *s, struct slot **done);
-int dir_issue(struct worker *w, struct slot *s);
-int dir_complete(struct worker *w, struct slot *oldest, struct slot **done);
+int target_p2p_issue(struct worker *w, struct slot *s);
+int target_p2p_complete(struct worker *w, struct slot *s, struct slot **done);
+int target_redis_issue(struct worker *w, struct slot *s);
+int target_mc_issue(struct worker *w, struct slot *s);
+int target_text_complete(struct worker *w, struct slot *s, struct slot **done);
+int target_tcp_issue(struct worker *w, struct slot *s);
+int target_tcp_complete(struct worker *w, struct slot *s, struct slot **done);
+int target_dir_issue(struct worker *w, struct slot *s);
+int target_dir_complete(struct worker *w, struct slot *oldest,
+			struct slot **done);
 
-/* ---------------------------------------------------- the tcp sink ---- */
+/* -------------------------------------------- the tcp sink (p2p_sink.c) ---- */
 
 /* --serve-tcp: listens on o->host:o->port and serves until killed; returns
- * only on a failure, with t_err set. */
-int serve_tcp(const struct opts *o);
+ * only on a failure, with wire_err set. */
+int sink_serve_tcp(const struct opts *o);
 
 #endif /* PC_BENCH_P2P_BENCH_H */
