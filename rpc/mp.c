@@ -360,7 +360,7 @@ bool mp_str_eq(const char *s, uint32_t len, const char *lit)
 
 /* ------------------------------------------------------------ msgpack glue */
 
-int pc_wbuf_write(void *data, const char *buf, size_t len)
+int mp_wbuf_write(void *data, const char *buf, size_t len)
 {
 	return pc_wbuf_append(data, buf, len) < 0 ? -1 : 0;
 }

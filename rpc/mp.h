@@ -100,10 +100,10 @@ bool mp_str_eq(const char *s, uint32_t len, const char *lit);
 
 /* msgpack_packer_write callback into a pc_wbuf (common/buf.h); a failed
  * write (over the buffer's max) fails the packer. */
-int pc_wbuf_write(void *data, const char *buf, size_t len);
+int mp_wbuf_write(void *data, const char *buf, size_t len);
 static inline void pc_wbuf_packer(struct pc_wbuf *b, msgpack_packer *pk)
 {
-	msgpack_packer_init(pk, b, pc_wbuf_write);
+	msgpack_packer_init(pk, b, mp_wbuf_write);
 }
 
 /* Pack a C string as a MessagePack str. */
