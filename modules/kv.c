@@ -36,8 +36,8 @@
  * start. The directory round trips and the data reads share it — a read
  * gets what the lookup left, never a timeout of its own on top — so a call
  * touching a peer that stopped answering returns within the budget. A page
- * whose producer is suspect (the "health" service) is a miss at once, and exists
- * does not count it; a read that gets no answer reports its producer.
+ * whose producer is suspect (the "health" service) is a miss at once, and
+ * exists does not count it; a read that gets no answer reports its producer.
  */
 #include <errno.h>
 #include <stdio.h>
