@@ -4,11 +4,11 @@
  *
  * Owns: this node's ring id ("advertise_host:rpc_port") and data endpoint,
  * the member list (this node plus `peers`), and the ring built from it,
- * published as the "cluster" service (modules/services.h). Every node builds the same ring from the same
- * list (storage/ring.h), so writers and readers agree on owners without
- * talking. Thread: the ring is built on reactor 0 once the RPC and data
- * listeners have their ports (this module starts after them), before the
- * other reactors start; it is read-only afterwards.
+ * published as the "cluster" service (modules/services.h). Every node builds
+ * the same ring from the same list (storage/ring.h), so writers and readers
+ * agree on owners without talking. Thread: the ring is built on reactor 0
+ * once the RPC and data listeners have their ports (this module starts after
+ * them), before the other reactors start; it is read-only afterwards.
  *
  * Peer health (modules/peer_health.h, the "health" service): one per ring
  * member, indexed like the ring, whose state is a single atomic word — any

@@ -875,9 +875,9 @@ static void job_rpc_done(void *arg, const struct rpc_result *res)
 		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "a directory owner did not "
 			  "answer: %s", rpc_result_str(res, why, sizeof(why)));
 		if (g.health && (res->err != -ETIMEDOUT ||
-					  jr->timeout_ms >= PH_EVIDENCE_MS))
+				 jr->timeout_ms >= PH_EVIDENCE_MS))
 			g.health->failed(ring_member(j->ring, jr->owner),
-						  res->err, job_methods[j->kind]);
+					 res->err, job_methods[j->kind]);
 	}
 	for (unsigned i = 0; i < jr->n; i++) {
 		unsigned k = jr->idx[i];

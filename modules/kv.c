@@ -132,7 +132,7 @@ static void evq_flush(struct rx_reactor *r, struct rx_timer *t)
 	q->n = q->cap = 0;
 	struct dir_keys k = {(const char *const *)b->keys, b->klens, b->n};
 	if (g.dir->remove(r, &k, g.cl->self_id, b->gens, NULL, 0,
-				   evq_sent, b) < 0)
+			  evq_sent, b) < 0)
 		evq_sent(b);
 }
 
@@ -394,7 +394,7 @@ static int kv_publish(struct rx_reactor *rr, const struct kv_item *it,
 	/* The directory copies the keys; the sources are free to go now. */
 	if (p->npub == 0 ||
 	    g.dir->publish(rr, &k, p->recs, p->pub_ok, p->deadline,
-				    publish_published, p) < 0) {
+			   publish_published, p) < 0) {
 		memset(p->pub_ok, 0, n * sizeof(bool));
 		publish_finish(p); /* callers of publish accept an early done */
 	}
@@ -554,7 +554,7 @@ static void fetch_read_done(void *arg, struct tp_read *reads, unsigned n)
 			    (reads[j].res != -ETIMEDOUT ||
 			     f->read_ms >= PH_EVIDENCE_MS))
 				g.health->failed(r->node, reads[j].res,
-							  "data read");
+						 "data read");
 			continue;
 		}
 		f->ok[i] = true;
@@ -607,8 +607,8 @@ static void fetch_looked_up(void *arg)
 	f->read_ms = (unsigned)PC_MIN(left_ms, (uint64_t)g.read_timeout_ms);
 	if (f->nreads == 0 || f->refused ||
 	    g.tp->ops->read_batch(g.tp->clients[rx_reactor_id(f->r)],
-				      f->reads, f->nreads, f->read_ms,
-				      fetch_read_done, f) < 0)
+				  f->reads, f->nreads, f->read_ms,
+				  fetch_read_done, f) < 0)
 		fetch_finish(f);
 }
 
@@ -683,7 +683,7 @@ static int fetch_start(struct rx_reactor *r, struct keys *ks, void **dst,
 	/* Nothing is looked up for a call already refused its staging. */
 	int ret = f->nrec && !f->refused
 			  ? g.dir->lookup(r, &k, f->recs, f->deadline,
-						   fetch_looked_up, f)
+					  fetch_looked_up, f)
 			  : -ENOENT;
 	free(lk);
 	free(ll);
@@ -793,7 +793,7 @@ static int exists_start(struct rx_reactor *r, struct keys *ks,
 	struct dir_keys k = dir_keys_of(&e->ks, e->local);
 	if (!e->recs ||
 	    g.dir->lookup(r, &k, e->recs, e->deadline, exists_done,
-				   e) < 0) {
+			  e) < 0) {
 		free(e->recs);
 		e->recs = NULL;
 		exists_done(e);
@@ -857,7 +857,7 @@ static int remove_start(struct rx_reactor *r, struct keys *ks,
 		d->local[i] = pool_delete(g.pool, d->ks.k[i], d->ks.len[i]) == 0;
 	struct dir_keys k = dir_keys_of(&d->ks, 0);
 	if (g.dir->remove(r, &k, NULL, NULL, d->existed, op_deadline(),
-				   del_done, d) < 0)
+			  del_done, d) < 0)
 		del_done(d);
 	return 0;
 }

@@ -1,9 +1,9 @@
 /*
  * modules/kv.h — moving pages in and out of p2p mode, for other modules.
  *
- * Owns: the interface the kv module (modules/kv.c) offers as the "kv"
- * service (modules/services.h). The RPC methods kv.* and the local-client
- * sessions (modules/session.c) both use it. Threading: calls are made on a reactor
+ * Owns: the interface the kv module (modules/kv.c) offers as the "kv" service
+ * (modules/services.h). The RPC methods kv.* and the local-client sessions
+ * (modules/session.c) both use it. Threading: calls are made on a reactor
  * thread and complete on it.
  */
 #ifndef PC_MODULES_KV_H

@@ -2,9 +2,10 @@
  * modules/peer_health.h — which peers answer, for the modules that call them.
  *
  * Owns: the interface of the peer-health table (implemented by the cluster
- * module, modules/cluster.c, which owns membership), offered as the
- * "health" service (modules/services.h). Threading: every call is safe from
- * any reactor thread; suspect() is one lookup in the immutable member list and one atomic load.
+ * module, modules/cluster.c, which owns membership), offered as the "health"
+ * service (modules/services.h). Threading: every call is safe from any
+ * reactor thread; suspect() is one lookup in the immutable member list and
+ * one atomic load.
  *
  * A peer is named by its ring id ("host:rpc_port", as in directory records'
  * `node`). It is healthy until a call to it gets no answer — an RPC timeout,

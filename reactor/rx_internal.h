@@ -2,9 +2,10 @@
  * reactor/rx_internal.h — structures shared by the reactor's own .c files.
  *
  * Owns: the layout of struct rx_reactor, the op slots and the per-object
- * structs, and the calls between the reactor's files (which file calls
- * which: the graph at the head of ops.c). Nothing outside reactor/ includes this header. Threading: all of it
- * belongs to the reactor's thread, except the message queue (mutex).
+ * structs, and the calls between the reactor's files (which file calls which:
+ * the graph at the head of ops.c). Nothing outside reactor/ includes this
+ * header. Threading: all of it belongs to the reactor's thread, except the
+ * message queue (mutex).
  */
 #ifndef PC_REACTOR_RX_INTERNAL_H
 #define PC_REACTOR_RX_INTERNAL_H
