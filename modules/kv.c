@@ -51,6 +51,7 @@
 #include "common/guard.h"
 #include "modules/directory.h"
 #include "modules/kv.h"
+#include "modules/membership.h"
 #include "modules/modules.h"
 #include "modules/peer_health.h"
 #include "modules/transport.h"
@@ -1166,10 +1167,14 @@ static double staged_fn(void *arg)
 	return (double)__atomic_load_n(&g.staged, __ATOMIC_RELAXED);
 }
 
-/* A producer became suspect: reads still waiting for it on this reactor
- * fail now (misses) instead of at their deadline. */
-static void on_suspect(struct rx_reactor *r, const char *peer)
+/* A producer became suspect or left: reads still waiting for it on this
+ * reactor fail now (misses) instead of at their deadline. */
+static void on_peer_gone(struct rx_reactor *r, enum mb_event ev,
+			 const char *peer, uint64_t epoch, void *arg)
 {
+	(void)ev;
+	(void)epoch;
+	(void)arg;
 	struct tp_client *tc = g.ctx->svc.tp_clients[rx_reactor_id(r)];
 	if (tc)
 		g.ctx->svc.tp->fail_node(tc, peer, -EHOSTDOWN);
@@ -1232,7 +1237,10 @@ static int kv_init(struct pc_ctx *ctx)
 	}
 	ctx->svc.pool = g.pool;
 	ctx->svc.kv = &kv_api;
-	if (ctx->svc.health && (ret = ctx->svc.health->on_suspect(on_suspect)) < 0)
+	if (ctx->svc.membership &&
+	    (ret = ctx->svc.membership->subscribe(MB_ON(MB_SUSPECT) |
+						  MB_ON(MB_LEAVE),
+						  on_peer_gone, NULL)) < 0)
 		return ret;
 	if ((ret = pc_guard_init()) < 0)
 		return ret;

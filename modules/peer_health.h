@@ -4,7 +4,9 @@
  * Owns: the interface of the peer-health table (implemented by the cluster
  * module, modules/cluster.c, which owns membership), offered through
  * ctx->svc.health. Threading: every call is safe from any reactor thread;
- * suspect() is one lookup in the immutable member list and one atomic load.
+ * suspect() is one lookup in the current ring and one atomic load. A
+ * module that must act when a peer becomes suspect (or recovers) subscribes
+ * to the membership events (modules/membership.h).
  *
  * A peer is named by its ring id ("host:rpc_port", as in directory records'
  * `node`). It is healthy until a call to it gets no answer — an RPC timeout,
@@ -21,7 +23,6 @@
 #include <errno.h>
 #include <stdbool.h>
 
-#include "reactor/reactor.h"
 
 struct ph_api {
 	/* True while peer is suspect. Unknown names (not members) and this
@@ -31,11 +32,6 @@ struct ph_api {
 	 * ph_no_answer() holds); what names the call for the log ("dir.get",
 	 * "data read"). Marks the peer suspect; the first caller logs. */
 	void (*failed)(const char *peer, int err, const char *what);
-	/* Register fn: it runs on every reactor, on its own thread, soon after
-	 * a peer becomes suspect, to fail at once what still waits for that
-	 * peer there. Main thread, in a module's init after the cluster's.
-	 * Returns 0 or -ENOSPC. */
-	int (*on_suspect)(void (*fn)(struct rx_reactor *r, const char *peer));
 };
 
 /* A timeout shorter than this says nothing about the peer (the caller's
@@ -45,8 +41,9 @@ struct ph_api {
 /* Errors that mean the peer did not answer: as opposed to an answer that is
  * an error (-EREMOTEIO), a refused handshake (-EACCES), a bad request of our
  * own, this node shutting down (-ESHUTDOWN), or a call cut short because the
- * peer was already suspect (-EHOSTDOWN, from the on_suspect watchers: not
- * news, and it must not undo a probe that just succeeded). */
+ * peer was already suspect or left (-EHOSTDOWN, from the MB_SUSPECT and
+ * MB_LEAVE subscribers: not news, and it must not undo a probe that just
+ * succeeded). */
 static inline bool ph_no_answer(int err)
 {
 	switch (-err) {

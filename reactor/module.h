@@ -15,6 +15,8 @@
  *   exit  — on each reactor thread after its loop drained (reverse order):
  *           free per-thread state.
  *   fini  — once, main thread, after all reactor threads ended (reverse).
+ *   reload — optional, main thread, between start and stop: the settings
+ *           were read again (SIGHUP); see pc_modules_reload().
  * A module whose start failed on a reactor still gets stop and exit there, so
  * stop and exit must tolerate a partial start.
  *
@@ -35,7 +37,6 @@ struct rpc_method;   /* rpc/: MessagePack-RPC methods a module serves */
 struct http_route;   /* metrics module: HTTP routes a module serves */
 struct rx_group;
 struct pc_ctx;
-struct ring;        /* storage/ring.h */
 struct pool;        /* storage/pool.h */
 struct tp_ops;      /* modules/transport.h */
 struct tp_client;
@@ -43,12 +44,13 @@ struct tp_region;
 struct dir_api;     /* modules/directory.h */
 struct kv_api;      /* modules/kv.h */
 struct ph_api;      /* modules/peer_health.h */
+struct mb_api;      /* modules/membership.h */
 
 /*
  * Services modules offer each other through the context, so that no module
  * includes another: the provider fills its fields in init (main thread);
- * users read them from start on. The ring pointer is swapped atomically on
- * a membership change (read it with __atomic_load_n, ACQUIRE).
+ * users read them from start on. The ring is reached through membership
+ * (its lifetime rules are in modules/membership.h).
  */
 struct pc_services {
 	/* transport module */
@@ -56,7 +58,7 @@ struct pc_services {
 	struct tp_client **tp_clients;   /* one per reactor */
 	int (*tp_register)(const struct tp_region *region);
 	/* cluster module */
-	struct ring *ring;
+	const struct mb_api *membership; /* ring, epochs, events */
 	char self_id[160];               /* ring id: "host:rpc_port" */
 	char self_data[160];             /* data endpoint: "host:data_port" */
 	const struct ph_api *health;     /* peer health (suspect peers) */
@@ -74,6 +76,11 @@ struct pc_module {
 	void (*stop)(struct rx_reactor *r, struct pc_ctx *ctx);
 	void (*exit)(struct rx_reactor *r, struct pc_ctx *ctx);
 	void (*fini)(struct pc_ctx *ctx);
+	/* Optional: the configuration was read again (SIGHUP). Main thread,
+	 * while the reactors run; fresh is valid only during the call (ctx->cfg
+	 * keeps the settings the node started with). Apply what the module can
+	 * change at run time, log what it changed; 0 or -errno (logged). */
+	int (*reload)(struct pc_ctx *ctx, const struct pc_settings *fresh);
 	/* Handlers collected by the RPC server / HTTP server modules; NULL-
 	 * terminated tables (name == NULL ends them), or NULL for none. */
 	const struct rpc_method *rpc_methods;
@@ -123,6 +130,9 @@ int pc_modules_start(struct rx_reactor *r, struct pc_ctx *ctx);
 void pc_modules_stop(struct rx_reactor *r, struct pc_ctx *ctx);
 void pc_modules_exit(struct rx_reactor *r, struct pc_ctx *ctx);
 void pc_modules_fini(struct pc_ctx *ctx);
+/* Offer fresh settings to every started module with a reload hook (main
+ * thread, while the reactors run). Returns how many hooks failed. */
+unsigned pc_modules_reload(struct pc_ctx *ctx, const struct pc_settings *fresh);
 
 /* Group hooks that run the module lifecycle on each reactor thread. */
 struct rx_group_hooks;
