@@ -181,6 +181,11 @@ def test_three_four_three_under_load_no_wrong_bytes(cluster, node_factory):
         assert m['peercache_membership_events_total{event="join"}'] >= 2, m
         assert m['peercache_membership_events_total{event="leave"}'] >= 2, m
         assert m["peercache_ring_epoch"] == 3 and m["peercache_members"] == 3
+        # Joining moved some owners: records went to the new ones.
+        assert m["peercache_republish_walks_total"] == 2, m
+        assert m["peercache_republish_records_total"] > 0, m
+        assert m["peercache_republish_stored_total"] > 0, m
+        assert "placement for epoch 3 done" in text, text
         assert n.proc.poll() is None, text
         assert n.stop() == 0, n.text()
 
