@@ -1099,7 +1099,8 @@ static struct job *job_new(enum job_kind kind, struct rx_reactor *r,
 			   const struct dir_keys *k, uint64_t deadline_ns,
 			   dir_done_fn done, void *arg)
 {
-	struct ring *ring = g.ctx->svc.membership->ring();
+	const struct mb_api *mb = g.ctx->svc.membership;
+	struct ring *ring = mb ? mb->ring() : NULL;
 	if (!ring || k->n == 0 || k->n > DIR_BATCH_MAX)
 		return NULL;
 	struct job *j = calloc(1, sizeof(*j));
