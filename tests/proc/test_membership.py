@@ -240,6 +240,9 @@ def test_set_peers_validation(node_factory):
         ([7], "bad_params", "not a string"),
         (["127.0.0.1:%d" % (2000 + i) for i in range(1100)], "too_large",
          "at most"),
+        # Longer lists than a reactor should build a ring for: SIGHUP.
+        (["127.0.0.1:%d" % (2000 + i) for i in range(40)], "too_large",
+         "send SIGHUP"),
     ]
     for peers, code, text in bad:
         err, res = c.call("cluster.set_peers", [peers])
