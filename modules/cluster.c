@@ -27,7 +27,9 @@
  * ring always contains this node; a health table has one entry per ring
  * member; a view is freed exactly once, after every reactor passed it.
  *
- * Peer health: one entry per member of the current view, indexed like its
+ * Peer health: a peer that left the ring (one of the last DEPARTED_MAX) is
+ * suspect until it joins again, so its records are skipped rather than
+ * read. Otherwise one entry per member of the current view, indexed like its
  * ring, whose state is a single atomic word — any reactor reads it (skip a
  * suspect peer) or flips it healthy -> suspect with a compare-and-swap (the
  * winner logs, counts and announces MB_SUSPECT); no lock anywhere. Only
@@ -68,6 +70,8 @@
 #define LOG_MOD "cluster"
 #define PEERS_MAX 1024
 #define SUBSCRIBERS_MAX 8
+/* Peers that left, remembered per view so their records are skipped. */
+#define DEPARTED_MAX 64
 /* Ring points (members x vnodes) cluster.set_peers builds on a reactor:
  * about 0.5 ms here (32 members x 160 vnodes). Longer lists go through the
  * config file and SIGHUP, which builds on the main thread. */
@@ -87,6 +91,8 @@ struct view {
 	struct ring *ring;       /* the view's reference */
 	struct health *health;   /* [ring_size(ring)], ring order */
 	int self_idx;
+	char *departed[DEPARTED_MAX]; /* left and not back, newest first */
+	unsigned ndeparted;
 	uint32_t pending;        /* atomic: reactors yet to pass it */
 	struct view *next;       /* retired list (retire_lock) */
 };
@@ -242,13 +248,24 @@ static struct view *view_current(void)
 
 static void view_free(struct view *v)
 {
+	for (unsigned i = 0; i < v->ndeparted; i++)
+		free(v->departed[i]);
 	ring_unref(v->ring);
 	free(v->health);
 	free(v);
 }
 
+static void view_add_departed(struct view *v, const char *id)
+{
+	if (v->ndeparted < DEPARTED_MAX && ring_find(v->ring, id) < 0 &&
+	    (v->departed[v->ndeparted] = strdup(id)))
+		v->ndeparted++;
+}
+
 /* A view of ring (whose reference it takes over), the health of members it
- * shares with old carried over. */
+ * shares with old carried over, and the peers that left: old's members
+ * that are not in ring, then old's departed that did not come back (the
+ * oldest fall off past DEPARTED_MAX). */
 static struct view *view_new(struct ring *ring, const struct view *old)
 {
 	struct view *v = calloc(1, sizeof(*v));
@@ -269,6 +286,10 @@ static struct view *view_new(struct ring *ring, const struct view *old)
 		v->health[i].since_ns = __atomic_load_n(&h->since_ns,
 							__ATOMIC_RELAXED);
 	}
+	for (unsigned i = 0; old && i < ring_size(old->ring); i++)
+		view_add_departed(v, ring_member(old->ring, i));
+	for (unsigned i = 0; old && i < old->ndeparted; i++)
+		view_add_departed(v, old->departed[i]);
 	return v;
 }
 
@@ -515,8 +536,18 @@ static struct health *health_of(struct view *v, const char *peer)
 
 static bool ph_suspect(const char *peer)
 {
-	struct health *h = health_of(view_current(), peer);
-	return h && __atomic_load_n(&h->state, __ATOMIC_ACQUIRE) == PH_SUSPECT;
+	struct view *v = view_current();
+	if (!v || !peer)
+		return false;
+	struct health *h = health_of(v, peer);
+	if (h)
+		return __atomic_load_n(&h->state, __ATOMIC_ACQUIRE) == PH_SUSPECT;
+	/* Not a member: one that left is skipped like a suspect one (its
+	 * pages are misses at once, not a connect that may hang). */
+	for (unsigned i = 0; i < v->ndeparted; i++)
+		if (strcmp(v->departed[i], peer) == 0)
+			return true;
+	return false;
 }
 
 static void ph_failed(const char *peer, int err, const char *what)

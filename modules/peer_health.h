@@ -25,8 +25,9 @@
 
 
 struct ph_api {
-	/* True while peer is suspect. Unknown names (not members) and this
-	 * node itself are never suspect. */
+	/* True while peer is suspect, and for a peer that left the ring (one
+	 * of the last 64 that did, until it joins again). Other names that
+	 * are not members, and this node itself, are never suspect. */
 	bool (*suspect)(const char *peer);
 	/* A call to peer got no answer (err: a negative errno for which
 	 * ph_no_answer() holds); what names the call for the log ("dir.get",

@@ -223,6 +223,33 @@ def test_suspect_and_recover_events(cluster, node_factory):
     assert b2.stop() == 0, b2.text()
 
 
+def test_departed_peer_is_skipped_until_it_joins_again(cluster):
+    """Records of a node that left are misses at once (no read of a node
+    that may be gone), even while it still runs; they are read again once
+    it is a member again."""
+    a, b = cluster(2, "--pool-size", "16mb")
+    ids = ["127.0.0.1:%d" % n.rpc_port() for n in (a, b)]
+    keys = ["left-%d" % i for i in range(16)]
+    pages = [page_of(k, 1) for k in keys]
+    err, res = call(b, "kv.set", [keys, pages])
+    assert err is None and all(res), (err, res)
+    err, res = call(a, "kv.get", [keys])
+    assert err is None and res == pages
+    before = metrics_of(a)["peercache_read_suspect_misses_total"]
+    err, res = set_peers(a, [ids[0]])
+    assert err is None and res["left"] == [ids[1]], res
+    err, res = call(a, "kv.get", [keys])
+    assert err is None and res == [None] * len(keys), res
+    assert metrics_of(a)["peercache_read_suspect_misses_total"] >= \
+        before + len(keys)
+    err, res = set_peers(a, ids)
+    assert err is None and res["joined"] == [ids[1]], res
+    err, res = call(a, "kv.get", [keys])
+    assert err is None and res == pages
+    assert a.stop() == 0, a.text()
+    assert b.stop() == 0, b.text()
+
+
 def test_set_peers_validation(node_factory):
     n = node_factory("--pool-size", "16mb")
     n.wait_for("ready")
