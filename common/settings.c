@@ -76,7 +76,8 @@ static const struct pc_cfg_key keys[] = {
 	 "file holding cluster_secret (mode 600 or 640; trailing newline "
 	 "ignored)"},
 	{"peers", PC_CFG_STRING, "", 0, 4096, NULL, OFF(peers), 0,
-	 "static membership: host:rpc_port,... of the other nodes"},
+	 "static membership: host:rpc_port,... of the other nodes (re-read on "
+	 "SIGHUP; cluster.set_peers changes it at run time)"},
 	{"discovery_addr", PC_CFG_STRING, "", 0, 1024, NULL,
 	 OFF(discovery_addr), 0,
 	 "discovery head host:meta_port[,seed...]; empty = this node is its "

@@ -52,6 +52,7 @@
 #include "common/settings.h"
 #include "common/sha256.h"
 #include "modules/directory.h"
+#include "modules/membership.h"
 #include "modules/modules.h"
 #include "modules/peer_health.h"
 #include "rpc/client.h"
@@ -114,6 +115,7 @@ static struct {
 	struct pc_ctx *ctx;
 	const struct svc_cluster *cl;     /* services: who we are, the ring */
 	const struct ph_api *health;      /* services: suspect peers, or NULL */
+	const struct mb_api *mb;          /* services: ring, events, or NULL */
 	struct stripe stripes[DIR_STRIPES];
 	uint64_t stripe_max;          /* directory_max_bytes / DIR_STRIPES */
 	uint64_t incarnation;         /* this node's, random at start */
@@ -799,7 +801,7 @@ struct job_rpc {
 struct job {
 	enum job_kind kind;
 	struct rx_reactor *r;
-	struct ring *ring;
+	struct ring *ring;   /* a reference: the ring the owners came from */
 	unsigned nkeys;
 	char **keys;
 	size_t *klens;
@@ -831,6 +833,7 @@ static void job_free(struct job *j)
 	free(j->done_key);
 	free(j->node);
 	free(j->gens);
+	ring_unref(j->ring);
 	free(j);
 }
 
@@ -1099,7 +1102,7 @@ static struct job *job_new(enum job_kind kind, struct rx_reactor *r,
 			   const struct dir_keys *k, uint64_t deadline_ns,
 			   dir_done_fn done, void *arg)
 {
-	struct ring *ring = __atomic_load_n(&g.cl->ring, __ATOMIC_ACQUIRE);
+	struct ring *ring = g.mb ? g.mb->ring() : NULL;
 	if (!ring || k->n == 0 || k->n > DIR_BATCH_MAX)
 		return NULL;
 	struct job *j = calloc(1, sizeof(*j));
@@ -1107,7 +1110,7 @@ static struct job *job_new(enum job_kind kind, struct rx_reactor *r,
 		return NULL;
 	j->kind = kind;
 	j->r = r;
-	j->ring = ring;
+	j->ring = ring_ref(ring); /* the job outlives this callback */
 	j->nkeys = k->n;
 	j->done = done;
 	j->arg = arg;
@@ -1211,10 +1214,15 @@ static double bytes_fn(void *arg)
 	return (double)__atomic_load_n(&g.bytes, __ATOMIC_RELAXED);
 }
 
-/* A peer became suspect: its calls from this reactor fail now (lookups go
- * on to the next replica) instead of each waiting for its timeout. */
-static void on_suspect(struct rx_reactor *r, const char *peer)
+/* A peer became suspect or left: its calls from this reactor fail now
+ * (lookups go on to the next replica) instead of each waiting for its
+ * timeout. */
+static void on_peer_gone(struct rx_reactor *r, enum mb_event ev,
+			 const char *peer, uint64_t epoch, void *arg)
 {
+	(void)ev;
+	(void)epoch;
+	(void)arg;
 	struct rpc_client *cl = g.clients[rx_reactor_id(r)];
 	if (cl)
 		rpc_client_fail_endpoint(cl, peer, -EHOSTDOWN);
@@ -1228,6 +1236,7 @@ static int d_init(struct pc_ctx *ctx)
 	if (!(g.cl = svc_need_cluster(ctx, "directory")))
 		return -ENOENT;
 	g.health = svc_find_health(ctx);
+	g.mb = svc_find_membership(ctx);
 	g.replicas = (unsigned)PC_MIN(s->directory_replicas,
 				      (int64_t)DIR_REPLICAS_MAX);
 	g.timeout_ms = (unsigned)s->rpc_timeout_ms;
@@ -1256,7 +1265,8 @@ static int d_init(struct pc_ctx *ctx)
 	int ret = svc_publish_dir(ctx, "directory", &api);
 	if (ret < 0)
 		return ret;
-	if (g.health && g.health->on_suspect(on_suspect) < 0)
+	if (g.mb && g.mb->subscribe(MB_ON(MB_SUSPECT) | MB_ON(MB_LEAVE),
+				    on_peer_gone, NULL) < 0)
 		return -ENOSPC;
 	met_register_fn("peercache_directory_records",
 			"records in this node's directory shard", NULL,

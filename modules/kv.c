@@ -51,6 +51,7 @@
 #include "common/guard.h"
 #include "modules/directory.h"
 #include "modules/kv.h"
+#include "modules/membership.h"
 #include "modules/modules.h"
 #include "modules/peer_health.h"
 #include "modules/transport.h"
@@ -1171,10 +1172,14 @@ static double staged_fn(void *arg)
 	return (double)__atomic_load_n(&g.staged, __ATOMIC_RELAXED);
 }
 
-/* A producer became suspect: reads still waiting for it on this reactor
- * fail now (misses) instead of at their deadline. */
-static void on_suspect(struct rx_reactor *r, const char *peer)
+/* A producer became suspect or left: reads still waiting for it on this
+ * reactor fail now (misses) instead of at their deadline. */
+static void on_peer_gone(struct rx_reactor *r, enum mb_event ev,
+			 const char *peer, uint64_t epoch, void *arg)
 {
+	(void)ev;
+	(void)epoch;
+	(void)arg;
 	struct tp_client *tc = g.tp->clients[rx_reactor_id(r)];
 	if (tc)
 		g.tp->ops->fail_node(tc, peer, -EHOSTDOWN);
@@ -1238,7 +1243,9 @@ static int kv_init(struct pc_ctx *ctx)
 	if ((ret = svc_publish_pool(ctx, "kv", g.pool)) < 0 ||
 	    (ret = svc_publish_kv(ctx, "kv", &kv_api)) < 0)
 		return ret;
-	if (g.health && (ret = g.health->on_suspect(on_suspect)) < 0)
+	const struct mb_api *mb = svc_find_membership(ctx);
+	if (mb && (ret = mb->subscribe(MB_ON(MB_SUSPECT) | MB_ON(MB_LEAVE),
+				       on_peer_gone, NULL)) < 0)
 		return ret;
 	if ((ret = pc_guard_init()) < 0)
 		return ret;

@@ -3,8 +3,8 @@
  *
  * Owns: the per-reactor count of started modules (ctx->started[]), so stop
  * and exit run for exactly the modules that were started there, in reverse.
- * Thread: init/fini on main; start/stop/exit on each reactor thread, which
- * only touches its own ctx->started[] entry.
+ * Thread: init/fini/reload on main; start/stop/exit on each reactor thread,
+ * which only touches its own ctx->started[] entry.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -134,6 +134,21 @@ void pc_modules_fini(struct pc_ctx *ctx)
 			m->fini(ctx);
 	}
 	ctx->inited = 0;
+}
+
+unsigned pc_modules_reload(struct pc_ctx *ctx, const struct pc_settings *fresh)
+{
+	unsigned failed = 0;
+	for (size_t i = 0; i < ctx->inited; i++) {
+		const struct pc_module *m = ctx->modules[i];
+		int ret = m->reload ? m->reload(ctx, fresh) : 0;
+		if (ret < 0) {
+			PC_LOGW(LOG_MOD, "module %s could not apply the reloaded "
+				"settings: %s", m->name, strerror(-ret));
+			failed++;
+		}
+	}
+	return failed;
 }
 
 static int hook_start(struct rx_reactor *r, void *arg)

@@ -18,6 +18,8 @@
  *   exit  — on each reactor thread after its loop drained (reverse order):
  *           free per-thread state.
  *   fini  — once, main thread, after all reactor threads ended (reverse).
+ *   reload — optional, main thread, between start and stop: the settings
+ *           were read again (SIGHUP); see pc_modules_reload().
  * A module whose start failed on a reactor still gets stop and exit there, so
  * stop and exit must tolerate a partial start.
  *
@@ -47,6 +49,11 @@ struct pc_module {
 	void (*stop)(struct rx_reactor *r, struct pc_ctx *ctx);
 	void (*exit)(struct rx_reactor *r, struct pc_ctx *ctx);
 	void (*fini)(struct pc_ctx *ctx);
+	/* Optional: the configuration was read again (SIGHUP). Main thread,
+	 * while the reactors run; fresh is valid only during the call (ctx->cfg
+	 * keeps the settings the node started with). Apply what the module can
+	 * change at run time, log what it changed; 0 or -errno (logged). */
+	int (*reload)(struct pc_ctx *ctx, const struct pc_settings *fresh);
 	/* Handlers collected by the RPC server / HTTP server modules; NULL-
 	 * terminated tables (name == NULL ends them), or NULL for none. */
 	const struct rpc_method *rpc_methods;
@@ -96,6 +103,9 @@ int pc_modules_start(struct rx_reactor *r, struct pc_ctx *ctx);
 void pc_modules_stop(struct rx_reactor *r, struct pc_ctx *ctx);
 void pc_modules_exit(struct rx_reactor *r, struct pc_ctx *ctx);
 void pc_modules_fini(struct pc_ctx *ctx);
+/* Offer fresh settings to every started module with a reload hook (main
+ * thread, while the reactors run). Returns how many hooks failed. */
+unsigned pc_modules_reload(struct pc_ctx *ctx, const struct pc_settings *fresh);
 
 /* Group hooks that run the module lifecycle on each reactor thread. */
 struct rx_group_hooks;

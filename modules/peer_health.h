@@ -4,8 +4,9 @@
  * Owns: the interface of the peer-health table (implemented by the cluster
  * module, modules/cluster.c, which owns membership), offered as the "health"
  * service (modules/services.h). Threading: every call is safe from any
- * reactor thread; suspect() is one lookup in the immutable member list and
- * one atomic load.
+ * reactor thread; suspect() is one lookup in the current ring and one atomic
+ * load. A module that must act when a peer becomes suspect (or recovers)
+ * subscribes to the membership events (modules/membership.h).
  *
  * A peer is named by its ring id ("host:rpc_port", as in directory records'
  * `node`). It is healthy until a call to it gets no answer — an RPC timeout,
@@ -22,21 +23,16 @@
 #include <errno.h>
 #include <stdbool.h>
 
-#include "reactor/reactor.h"
 
 struct ph_api {
-	/* True while peer is suspect. Unknown names (not members) and this
-	 * node itself are never suspect. */
+	/* True while peer is suspect, and for a peer that left the ring (one
+	 * of the last 64 that did, until it joins again). Other names that
+	 * are not members, and this node itself, are never suspect. */
 	bool (*suspect)(const char *peer);
 	/* A call to peer got no answer (err: a negative errno for which
 	 * ph_no_answer() holds); what names the call for the log ("dir.get",
 	 * "data read"). Marks the peer suspect; the first caller logs. */
 	void (*failed)(const char *peer, int err, const char *what);
-	/* Register fn: it runs on every reactor, on its own thread, soon after
-	 * a peer becomes suspect, to fail at once what still waits for that
-	 * peer there. Main thread, in a module's init after the cluster's.
-	 * Returns 0 or -ENOSPC. */
-	int (*on_suspect)(void (*fn)(struct rx_reactor *r, const char *peer));
 };
 
 /* A timeout shorter than this says nothing about the peer (the caller's
@@ -46,8 +42,9 @@ struct ph_api {
 /* Errors that mean the peer did not answer: as opposed to an answer that is
  * an error (-EREMOTEIO), a refused handshake (-EACCES), a bad request of our
  * own, this node shutting down (-ESHUTDOWN), or a call cut short because the
- * peer was already suspect (-EHOSTDOWN, from the on_suspect watchers: not
- * news, and it must not undo a probe that just succeeded). */
+ * peer was already suspect or left (-EHOSTDOWN, from the MB_SUSPECT and
+ * MB_LEAVE subscribers: not news, and it must not undo a probe that just
+ * succeeded). */
 static inline bool ph_no_answer(int err)
 {
 	switch (-err) {

@@ -21,8 +21,8 @@
  * Threading: publish and withdraw run on the main thread (init, fini),
  * before any reactor starts and after all ended; lookups run in init or
  * start, after every init, so the table needs no lock. What a published
- * object contains is its provider's business (struct svc_cluster's ring is
- * swapped atomically, struct svc_transport's clients are filled in start).
+ * object contains is its provider's business (the membership's ring is
+ * replaced under epochs, struct svc_transport's clients are filled in start).
  *
  * Invariants: a service has at most one provider (a second publish fails
  * with -EEXIST naming both); a lookup never returns a withdrawn object.
@@ -39,6 +39,7 @@ struct tp_region;
 struct dir_api;     /* modules/directory.h */
 struct kv_api;      /* modules/kv.h */
 struct ph_api;      /* modules/peer_health.h */
+struct mb_api;      /* modules/membership.h */
 
 /* transport module: the data-port transport. */
 struct svc_transport {
@@ -48,11 +49,10 @@ struct svc_transport {
 	int (*reg)(const struct tp_region *region);
 };
 
-/* cluster module: who this node is and the ring it is part of. Filled on
- * reactor 0 in the cluster's start, before the other reactors start. */
+/* cluster module: who this node is. Filled on reactor 0 in the cluster's
+ * start, before the other reactors start. The ring, its epochs and the
+ * membership events are the "membership" service (modules/membership.h). */
 struct svc_cluster {
-	struct ring *ring;      /* swapped atomically on a membership change:
-				 * read it with __atomic_load_n, ACQUIRE */
 	char self_id[160];      /* ring id: "host:rpc_port" */
 	char self_data[160];    /* data endpoint: "host:data_port" */
 };
@@ -62,6 +62,7 @@ struct svc_cluster {
 	X(transport, TRANSPORT, const struct svc_transport *, "transport")     \
 	X(cluster, CLUSTER, const struct svc_cluster *, "cluster")             \
 	X(health, HEALTH, const struct ph_api *, "cluster")                    \
+	X(membership, MEMBERSHIP, const struct mb_api *, "cluster")            \
 	X(dir, DIR, const struct dir_api *, "directory")                       \
 	X(kv, KV, const struct kv_api *, "kv")                                 \
 	X(pool, POOL, struct pool *, "kv")

@@ -6,7 +6,11 @@
  * Signals are blocked in every thread and taken here with sigtimedwait, so no
  * handler ever runs in the middle of reactor code. The first SIGINT/SIGTERM
  * starts a graceful shutdown (listeners close, in-flight work gets
- * shutdown_grace); a second one exits at once.
+ * shutdown_grace); a second one exits at once. SIGHUP reads the settings
+ * again (config file, environment, command line, with the usual precedence)
+ * and offers them to the modules (pc_modules_reload): today only `peers`
+ * changes at run time; any other setting that differs is logged as needing
+ * a restart.
  *
  * Exit status: 0 after a clean stop, 1 on a runtime failure, 2 on bad
  * configuration or usage.
@@ -74,6 +78,25 @@ static int own_args(int argc, char **argv, char **out)
 
 static struct pc_ctx g_ctx;
 
+static void free_args(char **args)
+{
+	for (size_t i = 0; args && args[i]; i++)
+		free(args[i]);
+	free(args);
+}
+
+/* A NULL-terminated copy of n arguments; NULL when out of memory. */
+static char **dup_args(int n, char **args)
+{
+	char **out = calloc((size_t)n + 1, sizeof(*out));
+	for (int i = 0; out && i < n; i++)
+		if (!(out[i] = strdup(args[i]))) {
+			free_args(out);
+			return NULL;
+		}
+	return out;
+}
+
 static void resolve_node_id(struct pc_ctx *ctx, const struct pc_settings *s)
 {
 	if (*s->node_id) {
@@ -107,18 +130,52 @@ static void log_endpoints(struct pc_ctx *ctx)
 			eps[i].addr);
 }
 
-/* Wait for SIGINT/SIGTERM or for the reactors to end on their own. */
-static int wait_for_stop(struct rx_group *g)
+/* SIGHUP: read the settings again (same arguments and environment) and
+ * offer them to the modules. A configuration that no longer loads or
+ * validates changes nothing. */
+static void reload_settings(int nargs, char **args,
+			    const struct pc_settings *cur)
+{
+	struct pc_settings fresh;
+	char err[PC_CFG_ERR_MAX];
+	PC_LOGI(LOG_MOD, "SIGHUP received: reading the settings again");
+	if (pc_settings_load(&fresh, nargs, args, environ, err,
+			     sizeof(err)) < 0 ||
+	    pc_settings_validate(&fresh, err, sizeof(err)) < 0) {
+		PC_LOGW(LOG_MOD, "reload: %s; nothing changed", err);
+		pc_settings_free(&fresh);
+		return;
+	}
+	for (size_t i = 0; i < pc_settings_table.n; i++) {
+		const struct pc_cfg_key *k = &pc_settings_table.keys[i];
+		if (strcmp(k->name, "peers") != 0 &&
+		    pc_cfg_differs(k, cur, &fresh))
+			PC_LOGW(LOG_MOD, "reload: %s changed; it takes effect at "
+				"the next restart (only peers changes at run "
+				"time)", k->name);
+	}
+	pc_modules_reload(&g_ctx, &fresh);
+	pc_settings_free(&fresh);
+}
+
+/* Wait for SIGINT/SIGTERM or for the reactors to end on their own; SIGHUP
+ * reloads the settings. */
+static int wait_for_stop(struct rx_group *g, int nargs, char **args,
+			 const struct pc_settings *cur)
 {
 	sigset_t set;
 	sigemptyset(&set);
 	sigaddset(&set, SIGINT);
 	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGHUP);
 	bool stopping = false;
 	for (;;) {
 		struct timespec ts = {0, 200 * 1000 * 1000};
 		int sig = sigtimedwait(&set, NULL, &ts);
-		if (sig > 0) {
+		if (sig == SIGHUP) {
+			if (!stopping)
+				reload_settings(nargs, args, cur);
+		} else if (sig > 0) {
 			if (stopping) {
 				PC_LOGW(LOG_MOD, "second %s: exiting now",
 					strsignal(sig));
@@ -237,9 +294,17 @@ int main(int argc, char **argv)
 		pc_settings_free(&s);
 		return 2;
 	}
+	/* A copy for SIGHUP reloads, taken before the secret is blanked out
+	 * of argv (the settings hold it in memory anyway). */
+	char **keep = dup_args(nargs, args);
 	free(args);
 	scrub_secret_args(argc, argv);
+	if (!keep) {
+		pc_settings_free(&s);
+		return 1;
+	}
 	if (has_flag(argc, argv, "--print-config")) {
+		free_args(keep);
 		if (*s.cluster_secret_file) /* print the file, not its secret */
 			s.cluster_secret[0] = '\0';
 		pc_cfg_dump(&pc_settings_table, &s, stdout);
@@ -248,11 +313,13 @@ int main(int argc, char **argv)
 	}
 	pc_log_set_level((enum pc_log_level)s.log_level);
 
-	/* Block the stop signals before any thread exists; main takes them. */
+	/* Block the stop and reload signals before any thread exists; main
+	 * takes them. */
 	sigset_t set;
 	sigemptyset(&set);
 	sigaddset(&set, SIGINT);
 	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGHUP);
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
@@ -263,6 +330,7 @@ int main(int argc, char **argv)
 			      pc_node_modules_count);
 	if (ret < 0) {
 		pc_settings_free(&s);
+		free_args(keep);
 		return 1;
 	}
 	resolve_node_id(&g_ctx, &s);
@@ -295,7 +363,7 @@ int main(int argc, char **argv)
 	log_endpoints(&g_ctx);
 	PC_LOGI(LOG_MOD, "node %s ready (Ctrl-C or SIGTERM stops it)",
 		g_ctx.node_id);
-	ret = wait_for_stop(g);
+	ret = wait_for_stop(g, nargs, keep, &s);
 	__atomic_store_n(&g_ctx.group, NULL, __ATOMIC_RELEASE);
 	int run_err = rx_group_join(g);
 	if (ret < 0)
@@ -309,6 +377,7 @@ out_ctx:
 	met_reset();
 	pc_ctx_fini(&g_ctx);
 	pc_settings_free(&s);
+	free_args(keep);
 	if (status == 0)
 		PC_LOGI(LOG_MOD, "stopped cleanly");
 	return status;

@@ -16,6 +16,7 @@ const struct pc_module *const pc_node_modules[] = {
 	&pc_mod_cluster,   /* membership and the ring */
 	&pc_mod_directory, /* records; before kv, which publishes them */
 	&pc_mod_kv,        /* the pool and kv.* */
+	&pc_mod_republish, /* records to new owners after a change (needs kv) */
 	&pc_mod_session,   /* local clients' shared memory (needs kv) */
 };
 

@@ -699,6 +699,43 @@ void pool_region(const struct pool *p, uint8_t **base, size_t *len,
 	*rkey = p->rkey;
 }
 
+/* The cursor: stripe in the high 32 bits, next record index in the low. */
+int pool_scan(struct pool *p, uint64_t *cursor, unsigned max,
+	      void (*fn)(void *arg, const struct pool_entry_info *e),
+	      void *arg)
+{
+	unsigned si = (unsigned)(*cursor >> 32);
+	uint32_t ri = (uint32_t)*cursor;
+	unsigned seen = 0;
+	if (ri == 0)
+		ri = 1; /* record 0 is "none" */
+	while (si < p->nstripes && seen < max) {
+		struct pool_stripe *s = &p->stripe[si];
+		pthread_mutex_lock(&s->mu);
+		for (; ri <= s->rec_hwm && seen < max; ri++, seen++) {
+			const struct pool_ext *x = &s->ext[ri];
+			if (x->state != POOL_EXT_LIVE)
+				continue;
+			struct pool_entry_info e = {
+				.key = pool_ext_key(s, x),
+				.keylen = x->keylen,
+				.gen = x->gen,
+				.addr = (uintptr_t)pool_ext_addr(s, x),
+				.len = x->len,
+			};
+			fn(arg, &e);
+		}
+		bool stripe_done = ri > s->rec_hwm;
+		pthread_mutex_unlock(&s->mu);
+		if (!stripe_done)
+			break;
+		si++;
+		ri = 1;
+	}
+	*cursor = ((uint64_t)si << 32) | ri;
+	return si < p->nstripes;
+}
+
 size_t pool_max_page_bytes(const struct pool *p)
 {
 	return p->max_page_bytes;

@@ -181,6 +181,29 @@ uint64_t pool_prefaulted(const struct pool *p);
 void pool_region(const struct pool *p, uint8_t **base, size_t *len,
 		 uint32_t *rkey);
 
+/* One live entry, as pool_scan() reports it. key is valid only during the
+ * callback; addr is the header's address in the region. */
+struct pool_entry_info {
+	const void *key;
+	size_t keylen;
+	uint64_t gen;
+	uintptr_t addr;
+	uint64_t len;
+};
+
+/*
+ * Walk the live entries a slice at a time (a membership change re-publishes
+ * them): examines at most max entry records from *cursor (0 starts a walk)
+ * and calls fn for each live one, with that stripe's lock held — fn only
+ * copies what it needs, quickly, and calls no pool function. Returns 1 with
+ * *cursor advanced while records remain, 0 once the walk is over. Not a
+ * snapshot: entries committed, replaced or evicted meanwhile may be seen or
+ * missed. Any thread.
+ */
+int pool_scan(struct pool *p, uint64_t *cursor, unsigned max,
+	      void (*fn)(void *arg, const struct pool_entry_info *e),
+	      void *arg);
+
 /* Effective limits after pool_new's rounding. */
 size_t pool_max_page_bytes(const struct pool *p);
 unsigned pool_stripes(const struct pool *p);

@@ -6,14 +6,21 @@
  * ring_free() run on whichever thread applies a membership change; every
  * other function only reads and may run on any number of threads at once.
  *
- * Invariants (the sort order is asserted once per build; the rest hold by
- * construction):
+ * Lifetime: an atomic reference count (ring.h); the epoch is set at build
+ * and never changes.
+ *
+ * Invariants (the sort order is asserted once per build, the reference
+ * count on every ref/unref, owners' distinctness per lookup in debug
+ * builds; the rest hold by construction):
  *  - points[] is sorted ascending; equal points are ordered by member id
  *    rank, so the layout depends only on the member set, not its order.
  *  - owner[k] < n_members for every k, and each member owns exactly
  *    `vnodes` points, so one full turn of the ring meets every member.
  *  - by_id[] lists member indexes in bytewise id order with no two ids
  *    equal.
+ *  - refs >= 1 while anyone may use the ring; ref() never sees 0 and
+ *    unref() never takes it below 0.
+ *  - ring_owners() returns distinct members.
  * The hashing convention is documented in ring.h and is a wire contract.
  */
 #include "storage/ring.h"
@@ -38,6 +45,8 @@ _Static_assert((uint64_t)RING_MEMBERS_MAX * RING_VNODES_MAX <= UINT32_MAX,
 #define RING_OWNERS_LINEAR_MAX 8u
 
 struct ring {
+	uint32_t refs;      /* atomic: references held */
+	uint64_t epoch;     /* membership version, set at build */
 	unsigned n_members; /* members given to ring_build() */
 	unsigned vnodes;    /* virtual nodes per member */
 	unsigned n_points;  /* n_members * vnodes */
@@ -139,10 +148,8 @@ static int ring_check_args(const char *const *members, unsigned n,
 	return 0;
 }
 
-void ring_free(struct ring *r)
+static void ring_destroy(struct ring *r)
 {
-	if (!r)
-		return;
 	free(r->points);
 	free(r->owner);
 	free(r->by_id);
@@ -235,8 +242,49 @@ static int ring_build_points(struct ring *r)
 	return 0;
 }
 
+struct ring *ring_ref(struct ring *r)
+{
+	uint32_t old = __atomic_fetch_add(&r->refs, 1, __ATOMIC_RELAXED);
+
+	PC_ASSERT(old > 0 && old < UINT32_MAX);
+	return r;
+}
+
+void ring_unref(struct ring *r)
+{
+	uint32_t old;
+
+	if (!r)
+		return;
+	old = __atomic_fetch_sub(&r->refs, 1, __ATOMIC_ACQ_REL);
+	PC_ASSERT(old > 0);
+	if (old == 1)
+		ring_destroy(r);
+}
+
+void ring_free(struct ring *r)
+{
+	ring_unref(r);
+}
+
+uint64_t ring_epoch(const struct ring *r)
+{
+	return r->epoch;
+}
+
+unsigned ring_refs(const struct ring *r)
+{
+	return __atomic_load_n(&r->refs, __ATOMIC_RELAXED);
+}
+
 int ring_build(struct ring **out, const char *const *members, unsigned n,
 	       unsigned vnodes)
+{
+	return ring_build_epoch(out, members, n, vnodes, 0);
+}
+
+int ring_build_epoch(struct ring **out, const char *const *members,
+		     unsigned n, unsigned vnodes, uint64_t epoch)
 {
 	struct ring *r;
 	int rc;
@@ -249,6 +297,8 @@ int ring_build(struct ring **out, const char *const *members, unsigned n,
 	r = calloc(1, sizeof(*r));
 	if (!r)
 		return -ENOMEM;
+	r->refs = 1;
+	r->epoch = epoch;
 	r->n_members = n;
 	r->vnodes = vnodes;
 	r->n_points = n * vnodes;
@@ -256,7 +306,7 @@ int ring_build(struct ring **out, const char *const *members, unsigned n,
 	if (rc == 0)
 		rc = ring_build_points(r);
 	if (rc < 0) {
-		ring_free(r);
+		ring_destroy(r);
 		return rc;
 	}
 	*out = r;
@@ -351,8 +401,14 @@ unsigned ring_owners_at(const struct ring *r, uint64_t point, unsigned n,
 				continue;
 		}
 		out[got++] = m;
-		if (got == n)
+		if (got == n) {
+#ifndef NDEBUG /* the short lists; the bitmap walk marks as it goes */
+			for (unsigned a = 0; !use_bitmap && a < got; a++)
+				for (unsigned b = a + 1; b < got; b++)
+					PC_ASSERT(out[a] != out[b]);
+#endif
 			return got;
+		}
 	}
 	/* Unreachable while the invariants hold. */
 	PC_ASSERT(got == n);

@@ -23,10 +23,15 @@
  *
  * Concurrency: a ring is immutable once ring_build() returns, so any number
  * of threads may read one ring without locks. A membership change builds a
- * new ring and publishes it by swapping a pointer (release store, acquire
- * load); the old ring may be freed only once no reader can still hold it
- * (e.g. after every reactor has passed a quiescent point). Nothing here
- * allocates or locks after ring_build().
+ * new ring, with a higher epoch, and publishes it as a whole by swapping a
+ * pointer (release store, acquire load); nothing ever edits a published
+ * ring. Lifetime is a reference count: ring_build() returns the builder's
+ * reference, ring_ref() takes another, ring_unref() (or ring_free(), the
+ * same call) drops one and the last one frees. Who may read a pointer it
+ * holds no reference on is the publisher's rule (modules/membership.h: for
+ * the rest of the reactor callback that loaded it); anything kept across a
+ * round trip holds a reference. Nothing here allocates or locks after
+ * ring_build(); ref and unref are one atomic each.
  *
  * Cost: a lookup is one XXH3 of the key, a binary search over the sorted
  * points (O(log V), V = members x vnodes) and a short clockwise walk to
@@ -73,9 +78,28 @@ struct ring;
 int ring_build(struct ring **out, const char *const *members, unsigned n,
 	       unsigned vnodes);
 
-/* Free a ring built by ring_build(); NULL is a no-op. The caller guarantees
- * no reader still uses it (see the concurrency note above). */
+/* The same, with an epoch: the membership version this ring is (the
+ * publisher's counter, monotonic; ring_build() gives epoch 0). */
+int ring_build_epoch(struct ring **out, const char *const *members,
+		     unsigned n, unsigned vnodes, uint64_t epoch);
+
+/* Take a reference on r (one atomic increment); returns r. The caller must
+ * already hold a reference, or be inside the publisher's grace rule, so the
+ * count is never 0 here (asserted). */
+struct ring *ring_ref(struct ring *r);
+
+/* Drop a reference; the last one frees the ring. NULL is a no-op. The count
+ * never goes below zero (asserted). */
+void ring_unref(struct ring *r);
+
+/* Drop the builder's reference: ring_unref() under its older name. */
 void ring_free(struct ring *r);
+
+/* The epoch given to ring_build_epoch() (0 for ring_build()). */
+uint64_t ring_epoch(const struct ring *r);
+
+/* References held now (a snapshot, for tests and assertions). */
+unsigned ring_refs(const struct ring *r);
 
 /* Number of members. */
 unsigned ring_size(const struct ring *r);

@@ -1,0 +1,270 @@
+/*
+ * modules/republish.c — after a membership change, this node publishes the
+ * records of its own pages again where their directory owners changed
+ * (module "republish").
+ *
+ * Owns: one walk at a time over the publish pool (storage/pool.h
+ * pool_scan), on reactor 0, and the two rings it compares, each held by a
+ * reference: `base`, the ring this node's records were last placed
+ * against, and `target`, the ring of the walk in progress. Thread: reactor
+ * 0 only (events for other reactors are ignored; the directory job's
+ * callback comes back to reactor 0).
+ *
+ * What moves: a page whose owner set under target contains an owner that
+ * was not an owner under base (that owner has no record of it). Pages whose
+ * owners only shrank or stayed are left alone: the remaining owners still
+ * hold their records. Departed owners keep stale records until evicted;
+ * nobody asks them.
+ *
+ * Bounded work: each step examines at most REPUB_BATCH pool entries under
+ * their stripe's lock (copies only) and sends at most REPUB_BATCH records as
+ * one directory publish; one publish is in flight at a time and the next
+ * step waits REPUB_GAP_MS after it completes, so a walk never holds the
+ * reactor for more than one slice and its network rate is bounded by the
+ * owners' round trips. A change during a walk restarts it against the
+ * newest ring, keeping base (a page already re-published is published once
+ * more, harmless). When the walk ends, target becomes base.
+ *
+ * Never wrong: a page replaced or evicted while its record is in flight is
+ * published with its old generation; readers validate (key, generation,
+ * length, checksum), so such a record is a miss, never wrong bytes.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "common/metrics.h"
+#include "common/settings.h"
+#include "modules/directory.h"
+#include "modules/membership.h"
+#include "modules/modules.h"
+#include "storage/pool.h"
+#include "storage/ring.h"
+
+#define LOG_MOD "republish"
+#define REPUB_BATCH 64      /* entries examined, records sent, per step */
+#define REPUB_GAP_MS 1      /* between steps */
+#define REPUB_REPLICAS_MAX 8
+
+static struct {
+	struct pc_ctx *ctx;
+	struct rx_reactor *r0;
+	struct pool *pool;
+	uint32_t rkey;
+	unsigned replicas;
+	struct ring *base;       /* reference: records placed against it */
+	struct ring *target;     /* reference: the walk's ring; NULL: idle */
+	uint64_t cursor;         /* pool_scan position */
+	bool busy;               /* a publish is in flight */
+	bool stopping;
+	uint64_t walk_sent;      /* records sent in this walk */
+	struct rx_timer step;
+	/* the batch being collected / in flight */
+	unsigned n;
+	char keys[REPUB_BATCH][DIR_KEY_MAX];
+	const char *kptr[REPUB_BATCH];
+	size_t klens[REPUB_BATCH];
+	struct dir_rec recs[REPUB_BATCH];
+	bool ok[REPUB_BATCH];
+	met_id sent, stored, walks;
+	const struct svc_cluster *cl;     /* services, looked up in init */
+	const struct dir_api *dir;
+	const struct mb_api *mb;
+} g;
+
+/* Does key have an owner under target that it did not have under base? */
+static bool owners_gained(const void *key, size_t klen)
+{
+	unsigned ob[REPUB_REPLICAS_MAX], ot[REPUB_REPLICAS_MAX];
+	uint64_t point = ring_key_point(key, klen);
+	unsigned nb = ring_owners_at(g.base, point, g.replicas, ob);
+	unsigned nt = ring_owners_at(g.target, point, g.replicas, ot);
+	for (unsigned i = 0; i < nt; i++) {
+		const char *id = ring_member(g.target, ot[i]);
+		bool had = false;
+		for (unsigned j = 0; j < nb && !had; j++)
+			had = strcmp(id, ring_member(g.base, ob[j])) == 0;
+		if (!had)
+			return true;
+	}
+	return false;
+}
+
+/* pool_scan callback, stripe lock held: copy the record if it moves. */
+static void collect(void *arg, const struct pool_entry_info *e)
+{
+	(void)arg;
+	if (e->keylen == 0 || e->keylen > DIR_KEY_MAX || e->len > UINT32_MAX ||
+	    g.n == REPUB_BATCH || !owners_gained(e->key, e->keylen))
+		return;
+	unsigned i = g.n++;
+	memcpy(g.keys[i], e->key, e->keylen);
+	g.klens[i] = e->keylen;
+	struct dir_rec *r = &g.recs[i];
+	memset(r, 0, sizeof(*r));
+	r->found = true;
+	r->resident = true;
+	snprintf(r->node, sizeof(r->node), "%s", g.cl->self_id);
+	snprintf(r->data, sizeof(r->data), "%s", g.cl->self_data);
+	r->addr = e->addr;
+	r->rkey = g.rkey;
+	r->len = (uint32_t)e->len;
+	r->gen = e->gen;
+}
+
+static void walk_end(void)
+{
+	PC_LOGI(LOG_MOD, "placement for epoch %llu done: %llu record%s of "
+		"this node's pages sent to their new owners",
+		(unsigned long long)ring_epoch(g.target),
+		(unsigned long long)g.walk_sent, g.walk_sent == 1 ? "" : "s");
+	ring_unref(g.base);
+	g.base = g.target;
+	g.target = NULL;
+}
+
+static void published(void *arg)
+{
+	(void)arg;
+	g.busy = false;
+	if (g.stopping)
+		return;
+	unsigned stored = 0;
+	for (unsigned i = 0; i < g.n; i++)
+		stored += g.ok[i];
+	met_add(g.stored, stored);
+	g.n = 0;
+	if (g.target)
+		rx_timer_start(g.r0, &g.step, RX_MS(REPUB_GAP_MS), 0);
+}
+
+/* One bounded step of the walk. */
+static void step(struct rx_reactor *r, struct rx_timer *t)
+{
+	(void)t;
+	if (g.busy || !g.target || g.stopping)
+		return; /* the publish in flight re-arms when it is done */
+	g.n = 0;
+	int more = pool_scan(g.pool, &g.cursor, REPUB_BATCH, collect, NULL);
+	if (g.n) {
+		for (unsigned i = 0; i < g.n; i++)
+			g.kptr[i] = g.keys[i];
+		struct dir_keys k = {g.kptr, g.klens, g.n};
+		met_add(g.sent, g.n);
+		g.walk_sent += g.n;
+		g.busy = true;
+		if (g.dir->publish(r, &k, g.recs, g.ok, 0, published,
+					    NULL) < 0) {
+			g.busy = false;
+			PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "cannot publish %u "
+				  "records again; their new owners miss them "
+				  "until they are set again", g.n);
+			g.n = 0;
+		}
+	}
+	if (!more && !g.busy) {
+		walk_end();
+		return;
+	}
+	if (!more) /* the last batch is in flight: finish when it is back */
+		return;
+	if (!g.busy)
+		rx_timer_start(r, &g.step, RX_MS(REPUB_GAP_MS), 0);
+}
+
+/* Membership changed: (re)start a walk against the newest ring. */
+static void on_change(struct rx_reactor *r, enum mb_event ev,
+		      const char *peer, uint64_t epoch, void *arg)
+{
+	(void)ev;
+	(void)peer;
+	(void)arg;
+	if (rx_reactor_id(r) != 0 || !g.base)
+		return;
+	struct ring *now = g.mb->ring();
+	if (!now || ring_epoch(now) < epoch ||
+	    (g.target && ring_epoch(g.target) == ring_epoch(now)) ||
+	    (!g.target && ring_epoch(g.base) == ring_epoch(now)))
+		return; /* already walking (or placed) for this ring */
+	if (!g.target) {
+		g.walk_sent = 0;
+		met_inc(g.walks);
+	}
+	ring_unref(g.target);
+	g.target = ring_ref(now);
+	g.cursor = 0;
+	if (!g.busy)
+		rx_timer_start(r, &g.step, 0, 0);
+}
+
+static int rp_init(struct pc_ctx *ctx)
+{
+	memset(&g, 0, sizeof(g));
+	g.ctx = ctx;
+	if (!(g.pool = svc_need_pool(ctx, "republish")) ||
+	    !(g.dir = svc_need_dir(ctx, "republish")) ||
+	    !(g.mb = svc_need_membership(ctx, "republish")) ||
+	    !(g.cl = svc_need_cluster(ctx, "republish")))
+		return -ENOENT;
+	uint8_t *base;
+	size_t len;
+	pool_region(g.pool, &base, &len, &g.rkey);
+	g.replicas = (unsigned)PC_MIN(ctx->cfg->directory_replicas,
+				      (int64_t)REPUB_REPLICAS_MAX);
+	rx_timer_init(&g.step, step, NULL);
+	g.sent = met_register(MET_COUNTER, "peercache_republish_records_total",
+			      "records of this node's pages published again "
+			      "after a membership change gave them new owners",
+			      NULL);
+	g.stored = met_register(MET_COUNTER,
+				"peercache_republish_stored_total",
+				"of those, records an owner stored", NULL);
+	g.walks = met_register(MET_COUNTER, "peercache_republish_walks_total",
+			       "walks over the pool after membership changes",
+			       NULL);
+	return g.mb->subscribe(MB_ON(MB_JOIN) | MB_ON(MB_LEAVE),
+					      on_change, NULL);
+}
+
+static int rp_start(struct rx_reactor *r, struct pc_ctx *ctx)
+{
+	(void)ctx;
+	if (rx_reactor_id(r) != 0)
+		return 0;
+	struct ring *now = g.mb->ring();
+	if (!now)
+		return -EINVAL; /* the cluster module starts first */
+	g.r0 = r;
+	g.base = ring_ref(now);
+	return 0;
+}
+
+static void rp_stop(struct rx_reactor *r, struct pc_ctx *ctx)
+{
+	(void)ctx;
+	if (rx_reactor_id(r) != 0)
+		return;
+	g.stopping = true; /* a publish in flight ends with the directory */
+	rx_timer_stop(r, &g.step);
+}
+
+static void rp_exit(struct rx_reactor *r, struct pc_ctx *ctx)
+{
+	(void)ctx;
+	if (rx_reactor_id(r) != 0)
+		return;
+	g.stopping = true;
+	rx_timer_stop(r, &g.step);
+	ring_unref(g.target);
+	ring_unref(g.base);
+	g.target = g.base = NULL;
+}
+
+const struct pc_module pc_mod_republish = {
+	.name = "republish",
+	.init = rp_init,
+	.start = rp_start,
+	.stop = rp_stop,
+	.exit = rp_exit,
+};
