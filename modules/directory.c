@@ -1,8 +1,8 @@
 /*
  * modules/directory.c — the p2p directory (module "directory"): this node's
  * shard of records, the dir.* RPC methods that serve it, and the client
- * side (lookup with replica fallback, publish, remove) offered to other
- * modules as ctx->svc.dir.
+ * side (lookup with replica fallback, publish, unpublish): p2p's placement
+ * (modules/placement.h), offered to other modules as ctx->svc.placement.
  *
  * Owns: the shard — DIR_STRIPES hash tables of records, each behind its own
  * mutex held only for a table operation (no I/O, no callback under it), each
@@ -47,6 +47,7 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "common/arena.h"
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/settings.h"
@@ -788,10 +789,10 @@ struct job;
 /* One RPC to one owner for some keys of a job. */
 struct job_rpc {
 	struct job *job;
-	unsigned *idx;  /* key indexes carried */
 	unsigned n;
 	unsigned owner; /* ring member asked */
 	unsigned timeout_ms;
+	unsigned idx[]; /* key indexes carried */
 };
 
 struct job {
@@ -811,7 +812,10 @@ struct job {
 	uint64_t *gens;
 	unsigned outstanding;
 	uint64_t deadline_ns; /* pc_now_ns() after which no round starts */
-	dir_done_fn done;
+	unsigned members;    /* ring size when the job began */
+	unsigned *count;     /* per round: keys for each member */
+	unsigned *tgt;       /* per lookup round: the member each key asks */
+	pl_done_fn done;
 	void *arg;
 	struct rx_timer timer; /* delivers an all-local job asynchronously */
 };
@@ -819,17 +823,7 @@ struct job {
 static void job_free(struct job *j)
 {
 	rx_timer_stop(j->r, &j->timer);
-	for (unsigned i = 0; i < j->nkeys; i++)
-		free(j->keys[i]);
-	free(j->keys);
-	free(j->klens);
-	free(j->owners);
-	free(j->nowners);
-	free(j->attempt);
-	free(j->done_key);
-	free(j->node);
-	free(j->gens);
-	free(j);
+	free(j); /* the arena: keys, arrays, node and gens with it */
 }
 
 static void job_round(struct job *j);
@@ -904,7 +898,6 @@ static void job_rpc_done(void *arg, const struct rpc_result *res)
 			met_inc(g.fallbacks);
 		j->attempt[k]++;
 	}
-	free(jr->idx);
 	free(jr);
 	if (--j->outstanding == 0) {
 		if (j->kind == JOB_LOOKUP)
@@ -981,18 +974,12 @@ static void job_round(struct job *j)
 		return;
 	}
 	unsigned members = ring_size(j->ring);
+	PC_ASSERT(members == j->members);
 	unsigned self = (unsigned)ring_find(j->ring, g.ctx->svc.self_id);
-	unsigned *count = calloc(members ? members : 1, sizeof(unsigned));
+	unsigned *count = j->count;
+	memset(count, 0, members * sizeof(*count));
 	/* lookup: the owner each key asks in this round (UINT32_MAX: none) */
-	unsigned *tgt = j->kind == JOB_LOOKUP
-				? malloc(j->nkeys * sizeof(unsigned))
-				: NULL;
-	if (!count || (j->kind == JOB_LOOKUP && !tgt)) {
-		free(count);
-		free(tgt);
-		rx_timer_start(j->r, &j->timer, 0, 0); /* report what we have */
-		return;
-	}
+	unsigned *tgt = j->tgt;
 	bool more_after = false; /* lookup: a key could still fall back */
 	for (unsigned k = 0; k < j->nkeys; k++) {
 		if (j->kind == JOB_LOOKUP) {
@@ -1026,8 +1013,6 @@ static void job_round(struct job *j)
 	for (unsigned o = 0; o < members; o++)
 		remote |= count[o] > 0;
 	if (!remote) {
-		free(count);
-		free(tgt);
 		/* Keys not found here go on to their next owner at once. */
 		bool more = false;
 		for (unsigned k = 0; j->kind == JOB_LOOKUP && k < j->nkeys; k++)
@@ -1051,15 +1036,13 @@ static void job_round(struct job *j)
 	for (unsigned o = 0; o < members; o++) {
 		if (!count[o])
 			continue;
-		struct job_rpc *jr = calloc(1, sizeof(*jr));
-		unsigned *idx = malloc(count[o] * sizeof(unsigned));
-		if (!jr || !idx) {
-			free(jr);
-			free(idx);
+		struct job_rpc *jr = malloc(sizeof(*jr) +
+					    count[o] * sizeof(jr->idx[0]));
+		if (!jr)
 			continue;
-		}
+		unsigned *idx = jr->idx;
 		jr->job = j;
-		jr->idx = idx;
+		jr->n = 0;
 		jr->owner = o;
 		jr->timeout_ms = timeout_ms;
 		for (unsigned k = 0; k < j->nkeys; k++) {
@@ -1077,7 +1060,6 @@ static void job_round(struct job *j)
 						j->kind == JOB_PUBLISH ? 2 : 1,
 						timeout_ms, job_rpc_done, jr);
 		if (!q) {
-			free(idx);
 			free(jr);
 			continue;
 		}
@@ -1087,62 +1069,93 @@ static void job_round(struct job *j)
 		j->outstanding++;
 		rpc_req_send(q);
 	}
-	free(count);
-	free(tgt);
 	if (j->outstanding == 0) /* every RPC failed to start */
 		rx_timer_start(j->r, &j->timer, 0, 0);
 }
 
+/*
+ * A job's arrays, key copies, producer name and generations, laid out in
+ * one arena (common/arena.h): both passes take the same sizes.
+ */
+static struct job *job_layout(struct pc_arena *a, const struct dir_keys *k,
+			      unsigned members, const char *node,
+			      const uint64_t *gens)
+{
+	unsigned n = k->n;
+	struct job *j = pc_arena_take(a, sizeof(*j));
+	char **keys = pc_arena_take(a, n * sizeof(*keys));
+	size_t *klens = pc_arena_take(a, n * sizeof(*klens));
+	unsigned (*owners)[DIR_REPLICAS_MAX] =
+		pc_arena_take(a, n * sizeof(*owners));
+	unsigned *nowners = pc_arena_take(a, n * sizeof(*nowners));
+	unsigned *attempt = pc_arena_take(a, n * sizeof(*attempt));
+	bool *done_key = pc_arena_take(a, n * sizeof(*done_key));
+	unsigned *count = pc_arena_take(a, (members ? members : 1) *
+					       sizeof(*count));
+	unsigned *tgt = pc_arena_take(a, n * sizeof(*tgt));
+	uint64_t *gcopy = gens ? pc_arena_take(a, n * sizeof(*gcopy)) : NULL;
+	char *ncopy = node ? pc_arena_take(a, strlen(node) + 1) : NULL;
+	for (unsigned i = 0; i < n; i++) {
+		char *c = pc_arena_take(a, k->klens[i]);
+		if (c) {
+			memcpy(c, k->keys[i], k->klens[i]);
+			keys[i] = c;
+			klens[i] = k->klens[i];
+		}
+	}
+	if (!j)
+		return NULL; /* planning */
+	if (gcopy)
+		memcpy(gcopy, gens, n * sizeof(*gcopy));
+	if (ncopy)
+		memcpy(ncopy, node, strlen(node) + 1);
+	*j = (struct job){.nkeys = n, .keys = keys, .klens = klens,
+			  .owners = owners, .nowners = nowners,
+			  .attempt = attempt, .done_key = done_key,
+			  .members = members, .count = count, .tgt = tgt,
+			  .gens = gcopy, .node = ncopy};
+	return j;
+}
+
 static struct job *job_new(enum job_kind kind, struct rx_reactor *r,
-			   const struct dir_keys *k, uint64_t deadline_ns,
-			   dir_done_fn done, void *arg)
+			   const struct dir_keys *k, const char *node,
+			   const uint64_t *gens, uint64_t deadline_ns,
+			   pl_done_fn done, void *arg)
 {
 	struct ring *ring = __atomic_load_n(&g.ctx->svc.ring, __ATOMIC_ACQUIRE);
 	if (!ring || k->n == 0 || k->n > DIR_BATCH_MAX)
 		return NULL;
-	struct job *j = calloc(1, sizeof(*j));
-	if (!j)
+	for (unsigned i = 0; i < k->n; i++)
+		if (k->klens[i] == 0 || k->klens[i] > DIR_KEY_MAX)
+			return NULL;
+	struct pc_arena a;
+	pc_arena_plan(&a);
+	job_layout(&a, k, ring_size(ring), node, gens);
+	if (!pc_arena_alloc(&a))
 		return NULL;
+	struct job *j = job_layout(&a, k, ring_size(ring), node, gens);
 	j->kind = kind;
 	j->r = r;
 	j->ring = ring;
-	j->nkeys = k->n;
 	j->done = done;
 	j->arg = arg;
 	j->deadline_ns = deadline_ns ? deadline_ns
 				     : pc_now_ns() + RX_MS(g.timeout_ms);
 	rx_timer_init(&j->timer, job_timer, j);
-	j->keys = calloc(k->n, sizeof(*j->keys));
-	j->klens = calloc(k->n, sizeof(*j->klens));
-	j->owners = calloc(k->n, sizeof(*j->owners));
-	j->nowners = calloc(k->n, sizeof(*j->nowners));
-	j->attempt = calloc(k->n, sizeof(*j->attempt));
-	j->done_key = calloc(k->n, sizeof(*j->done_key));
-	bool bad = !j->keys || !j->klens || !j->owners || !j->nowners ||
-		   !j->attempt || !j->done_key;
-	for (unsigned i = 0; i < k->n && !bad; i++) {
-		if (k->klens[i] == 0 || k->klens[i] > DIR_KEY_MAX ||
-		    !(j->keys[i] = malloc(k->klens[i]))) {
-			bad = true;
-			break;
-		}
-		memcpy(j->keys[i], k->keys[i], k->klens[i]);
-		j->klens[i] = k->klens[i];
+	for (unsigned i = 0; i < k->n; i++) {
 		j->nowners[i] = ring_owners(ring, k->keys[i], k->klens[i],
 					    g.replicas, j->owners[i]);
-	}
-	if (bad) {
-		job_free(j);
-		return NULL;
+		PC_ASSERT(j->nowners[i] <= DIR_REPLICAS_MAX);
 	}
 	return j;
 }
 
 static int api_lookup(struct rx_reactor *r, const struct dir_keys *k,
 		      struct dir_rec *recs, uint64_t deadline_ns,
-		      dir_done_fn done, void *arg)
+		      pl_done_fn done, void *arg)
 {
-	struct job *j = job_new(JOB_LOOKUP, r, k, deadline_ns, done, arg);
+	struct job *j = job_new(JOB_LOOKUP, r, k, NULL, NULL, deadline_ns, done,
+				 arg);
 	if (!j)
 		return -EINVAL;
 	memset(recs, 0, k->n * sizeof(*recs));
@@ -1154,9 +1167,10 @@ static int api_lookup(struct rx_reactor *r, const struct dir_keys *k,
 
 static int api_publish(struct rx_reactor *r, const struct dir_keys *k,
 		       const struct dir_rec *recs, bool *ok,
-		       uint64_t deadline_ns, dir_done_fn done, void *arg)
+		       uint64_t deadline_ns, pl_done_fn done, void *arg)
 {
-	struct job *j = job_new(JOB_PUBLISH, r, k, deadline_ns, done, arg);
+	struct job *j = job_new(JOB_PUBLISH, r, k, NULL, NULL, deadline_ns, done,
+				 arg);
 	if (!j)
 		return -EINVAL;
 	memset(ok, 0, k->n * sizeof(*ok));
@@ -1169,30 +1183,32 @@ static int api_publish(struct rx_reactor *r, const struct dir_keys *k,
 
 static int api_remove(struct rx_reactor *r, const struct dir_keys *k,
 		      const char *node, const uint64_t *gens, bool *existed,
-		      uint64_t deadline_ns, dir_done_fn done, void *arg)
+		      uint64_t deadline_ns, pl_done_fn done, void *arg)
 {
-	struct job *j = job_new(JOB_REMOVE, r, k, deadline_ns, done, arg);
+	struct job *j = job_new(JOB_REMOVE, r, k, node, gens, deadline_ns,
+				done, arg);
 	if (!j)
 		return -EINVAL;
 	if (existed)
 		memset(existed, 0, k->n * sizeof(*existed));
 	j->flags = existed;
-	if ((node && !(j->node = strdup(node))) ||
-	    (gens && !(j->gens = malloc(k->n * sizeof(*gens))))) {
-		job_free(j);
-		return -ENOMEM;
-	}
-	if (gens)
-		memcpy(j->gens, gens, k->n * sizeof(*gens));
 	met_add(g.removes, k->n);
 	job_round(j);
 	return 0;
 }
 
-static const struct dir_api api = {
+/* Is the page here: the record names this node as its producer. */
+static bool api_is_here(const struct dir_rec *rec)
+{
+	return rec->found && strcmp(rec->node, g.ctx->svc.self_id) == 0;
+}
+
+static const struct pl_ops api = {
+	.mode = "p2p",
 	.lookup = api_lookup,
 	.publish = api_publish,
-	.remove = api_remove,
+	.unpublish = api_remove,
+	.is_here = api_is_here,
 };
 
 /* ------------------------------------------------------------- lifecycle */
@@ -1248,7 +1264,10 @@ static int d_init(struct pc_ctx *ctx)
 	g.clients = calloc(ctx->threads, sizeof(*g.clients));
 	if (!g.clients)
 		return -ENOMEM;
-	ctx->svc.dir = &api;
+	/* p2p's placement; another mode brings its own (settings refuse
+	 * the modes not built). */
+	if (s->mode == PC_MODE_P2P)
+		ctx->svc.placement = &api;
 	if (ctx->svc.health && ctx->svc.health->on_suspect(on_suspect) < 0)
 		return -ENOSPC;
 	met_register_fn("peercache_directory_records",
@@ -1317,7 +1336,8 @@ static void d_exit(struct rx_reactor *r, struct pc_ctx *ctx)
 
 static void d_fini(struct pc_ctx *ctx)
 {
-	ctx->svc.dir = NULL;
+	if (ctx->svc.placement == &api)
+		ctx->svc.placement = NULL;
 	for (unsigned i = 0; i < DIR_STRIPES; i++) {
 		struct stripe *st = &g.stripes[i];
 		for (uint32_t b = 0; st->tab && b <= st->mask; b++)

@@ -40,7 +40,7 @@ struct pool;        /* storage/pool.h */
 struct tp_ops;      /* modules/transport.h */
 struct tp_client;
 struct tp_region;
-struct dir_api;     /* modules/directory.h */
+struct pl_ops;      /* modules/placement.h */
 struct kv_api;      /* modules/kv.h */
 struct ph_api;      /* modules/peer_health.h */
 
@@ -60,8 +60,8 @@ struct pc_services {
 	char self_id[160];               /* ring id: "host:rpc_port" */
 	char self_data[160];             /* data endpoint: "host:data_port" */
 	const struct ph_api *health;     /* peer health (suspect peers) */
-	/* directory module */
-	const struct dir_api *dir;
+	/* placement of the `mode` (p2p: the directory module) */
+	const struct pl_ops *placement;
 	/* kv module */
 	struct pool *pool;
 	const struct kv_api *kv;
