@@ -290,6 +290,10 @@ static int shard_store(const char *key, size_t klen, const struct dir_rec *rec,
 		gone = v;
 		evicted++;
 	}
+	/* Postconditions: the key now has exactly the new record, and the
+	 * stripe is within its bound unless the new record alone exceeds it. */
+	PC_DASSERT(*slot_of(s, h, key, klen) == n);
+	PC_ASSERT(s->bytes <= g.stripe_max || (s->oldest == n && s->newest == n));
 	pthread_mutex_unlock(&s->lock);
 	__atomic_add_fetch(&g.records, 1, __ATOMIC_RELAXED);
 	__atomic_add_fetch(&g.bytes, cost, __ATOMIC_RELAXED);
@@ -341,6 +345,10 @@ static bool shard_del(const char *key, size_t klen, const char *node,
 	bool match = r && (!node || (strcmp(rec_node(r), node) == 0 &&
 				     (gen == 0 || r->gen == gen)));
 	if (match) {
+		/* Never wrong: a conditional delete removes only a record of
+		 * its producer and, when given, of that generation. */
+		PC_DASSERT(!node || (strcmp(rec_node(r), node) == 0 &&
+				     (gen == 0 || r->gen == gen)));
 		stripe_remove(s, r);
 		r->next = NULL;
 	}
@@ -899,6 +907,7 @@ static void job_rpc_done(void *arg, const struct rpc_result *res)
 		j->attempt[k]++;
 	}
 	free(jr);
+	PC_ASSERT(j->outstanding > 0);
 	if (--j->outstanding == 0) {
 		if (j->kind == JOB_LOOKUP)
 			job_round(j); /* next replicas for what is missing */
@@ -953,6 +962,7 @@ static void job_local(struct job *j, unsigned k)
 			met_inc(g.fallbacks);
 		j->attempt[k]++;
 	} else if (j->kind == JOB_PUBLISH) {
+		PC_DASSERT(j->recs[k].found && j->recs[k].gen != 0);
 		if (shard_put(j->keys[k], j->klens[k], &j->recs[k]) == 0)
 			j->flags[k] = true;
 	} else if (shard_del(j->keys[k], j->klens[k], j->node,
@@ -1185,6 +1195,8 @@ static int api_remove(struct rx_reactor *r, const struct dir_keys *k,
 		      const char *node, const uint64_t *gens, bool *existed,
 		      uint64_t deadline_ns, pl_done_fn done, void *arg)
 {
+	/* Generations name one producer's pages: never without it. */
+	PC_ASSERT(!gens || node);
 	struct job *j = job_new(JOB_REMOVE, r, k, node, gens, deadline_ns,
 				done, arg);
 	if (!j)
