@@ -739,6 +739,9 @@ static int fetch_start(struct rx_reactor *r, const struct kv_item *it,
 {
 	if (!items_valid(it, n))
 		return -EINVAL;
+	for (unsigned i = 0; i < n && !staging; i++)
+		if (!it[i].data)
+			return -EINVAL; /* fetch: every page has a destination */
 	struct pc_arena a;
 	pc_arena_plan(&a);
 	fetch_layout(&a, it, n);

@@ -273,6 +273,11 @@ Test(kv, invalid_batches_start_nothing)
 	o->it[0].klen = 600; /* over DIR_KEY_MAX */
 	on_reactor(op_run, o);
 	cr_assert_eq(o->ret, -EINVAL);
+	o->it[0].klen = 3;
+	o->kind = 1; /* fetch without a destination */
+	o->it[0].data = NULL;
+	on_reactor(op_run, o);
+	cr_assert_eq(o->ret, -EINVAL);
 	o->kind = 0;
 	o->n = 0;
 	on_reactor(op_run, o);
