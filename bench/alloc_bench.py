@@ -10,6 +10,9 @@ for one call, averaged over CALLS calls, RUNS times (min / median / max):
   get_remote   kv.get of the same keys on B: remote hits (counted on B, the
                reader; A's share — directory owner and data server — is
                printed as get_remote_peer)
+  set_evicting kv.set of 128 new 4 KiB pages on C, a single node whose 4 MiB
+               pool is full: each set evicts about as many pages as it
+               stores, and their records are unpublished
 
 The count is the whole process's, everything a call makes: RPC framing,
 reply buffers, directory round trips and transport reads included.
@@ -55,7 +58,7 @@ def free_ports(n):
 
 class Node(hardening_bench.Node):
     # pylint: disable=super-init-not-called
-    def __init__(self, port, peers, preload):
+    def __init__(self, port, peers, preload, pool="256mb"):
         self.dir = tempfile.mkdtemp(prefix="pc-ab-")
         self.count_path = os.path.join(self.dir, "allocs")
         self.logf = open(os.path.join(self.dir, "node.log"), "wb")
@@ -65,7 +68,7 @@ class Node(hardening_bench.Node):
         self.proc = subprocess.Popen(
             [os.path.join(BUILD, "server", "peercached"), "--rpc-port", str(port),
              "--peers", peers, "--data-port", "0", "--metrics-port", "0",
-             "--socket", "", "--threads", "1", "--pool-size", "256mb",
+             "--socket", "", "--threads", "1", "--pool-size", pool,
              "--pool-prefault", "false", "--log-level", "info"],
             stdout=self.logf, stderr=subprocess.STDOUT, env=env)
         self.port = port
@@ -110,14 +113,19 @@ def main():
     preload = os.path.join(BUILD, "bench", "pc-alloc-count.so")
     if not os.path.exists(preload):
         raise SystemExit("no %s: build the bench in a tree without sanitizers" % preload)
-    ports = free_ports(2)
-    peers = ",".join("127.0.0.1:%d" % p for p in ports)
+    ports = free_ports(3)
+    peers = ",".join("127.0.0.1:%d" % p for p in ports[:2])
     nodes = []
     try:
-        nodes = [Node(p, peers, preload) for p in ports]
+        nodes = [Node(p, peers, preload) for p in ports[:2]]
         a, b = nodes
+        c = Node(ports[2], "127.0.0.1:%d" % ports[2], preload, "4mb")
+        nodes.append(c)
         val = os.urandom(PAGE)
-        res = {"set": [], "get_local": [], "get_remote": [], "get_remote_peer": []}
+        res = {"set": [], "get_local": [], "get_remote": [], "get_remote_peer": [],
+               "set_evicting": []}
+        for i in range(16):  # fill C's pool: 8 MiB of pages into 4 MiB
+            c.call("kv.set", [["fill-%d-%d" % (i, k) for k in range(KEYS)], [val] * KEYS])
         for run in range(RUNS):
             keys = [["ab-%d-%d-%d" % (run, c, k) for k in range(KEYS)] for c in range(CALLS)]
             s = per_call([a], lambda i: a.call("kv.set", [keys[i], [val] * KEYS]))
@@ -133,6 +141,8 @@ def main():
             r = per_call([b, a], lambda i: b.call("kv.get", [keys[i]]))
             res["get_remote"].append(r[0])
             res["get_remote_peer"].append(r[1])
+            e = per_call([c], lambda i: c.call("kv.set", [keys[i], [val] * KEYS]))
+            res["set_evicting"].append(e[0])
         print("allocations per call (%d keys of %d bytes; %d runs of %d calls; "
               "min / median / max):" % (KEYS, PAGE, RUNS, CALLS))
         for case, v in res.items():

@@ -70,11 +70,14 @@
 #define KV_BATCH_MAX 65536
 #define KV_KEY_MAX DIR_KEY_MAX
 
-/* Unpublishes evictions queued, per reactor. */
+/* Unpublishes evictions queued, per reactor: keys packed in one buffer
+ * (keys[i] at koff[i]), so an eviction costs no allocation of its own. */
 struct evq {
 	struct rx_reactor *r;
 	bool stopped;       /* shutting down: evictions are not withdrawn */
-	char **keys;
+	char *kbuf;
+	size_t kused, kcap;
+	size_t *koff;
 	size_t *klens;
 	uint64_t *gens;
 	unsigned n, cap;
@@ -106,15 +109,29 @@ static _Thread_local struct evq *t_evq;
 
 /* ------------------------------------------------------------- evictions */
 
+/* A queue's buffers, handed to one unpublish, and its keys' pointers. */
+struct evq_batch {
+	char *kbuf;
+	size_t *koff;
+	size_t *klens;
+	uint64_t *gens;
+	const char **keys;
+};
+
+static void evq_bufs_free(char *kbuf, size_t *koff, size_t *klens,
+			  uint64_t *gens)
+{
+	free(kbuf);
+	free(koff);
+	free(klens);
+	free(gens);
+}
+
 static void evq_sent(void *arg)
 {
-	struct evq *batch = arg;
-	for (unsigned i = 0; i < batch->n; i++)
-		free(batch->keys[i]);
-	free(batch->keys);
-	free(batch->klens);
-	free(batch->gens);
-	free(batch);
+	struct evq_batch *b = arg;
+	evq_bufs_free(b->kbuf, b->koff, b->klens, b->gens);
+	free(b); /* and the key pointers with it */
 }
 
 /* Send what evictions queued: one conditional unpublish per batch (only
@@ -124,18 +141,54 @@ static void evq_flush(struct rx_reactor *r, struct rx_timer *t)
 	struct evq *q = t->arg;
 	if (!q->n || !g.pl)
 		return;
-	struct evq *b = malloc(sizeof(*b));
+	struct evq_batch *b = malloc(sizeof(*b) + q->n * sizeof(b->keys[0]));
 	if (!b)
 		return; /* retried at the next eviction */
-	*b = *q;
-	q->keys = NULL;
-	q->klens = NULL;
+	*b = (struct evq_batch){q->kbuf, q->koff, q->klens, q->gens,
+				(const char **)(void *)(b + 1)};
+	for (unsigned i = 0; i < q->n; i++) {
+		PC_ASSERT(q->gens[i] != 0); /* only that generation goes */
+		b->keys[i] = q->kbuf + q->koff[i];
+	}
+	struct dir_keys k = {b->keys, b->klens, q->n};
+	q->kbuf = NULL;
+	q->koff = q->klens = NULL;
 	q->gens = NULL;
+	q->kused = q->kcap = 0;
 	q->n = q->cap = 0;
-	struct dir_keys k = {(const char *const *)b->keys, b->klens, b->n};
 	if (g.pl->unpublish(r, &k, g.ctx->svc.self_id, b->gens, NULL, 0,
 			    evq_sent, b) < 0)
 		evq_sent(b);
+}
+
+/* Room for one more entry of klen bytes; false when out of memory. */
+static bool evq_room(struct evq *q, size_t klen)
+{
+	if (q->n == q->cap) {
+		unsigned cap = q->cap ? q->cap * 2 : 64;
+		size_t *o = realloc(q->koff, cap * sizeof(*o));
+		if (o)
+			q->koff = o;
+		size_t *l = realloc(q->klens, cap * sizeof(*l));
+		if (l)
+			q->klens = l;
+		uint64_t *gs = realloc(q->gens, cap * sizeof(*gs));
+		if (gs)
+			q->gens = gs;
+		if (!o || !l || !gs)
+			return false;
+		q->cap = cap;
+	}
+	if (q->kused + klen > q->kcap) {
+		size_t cap = PC_MAX(q->kcap * 2, q->kused + klen);
+		cap = PC_MAX(cap, (size_t)4096);
+		char *kb = realloc(q->kbuf, cap);
+		if (!kb)
+			return false;
+		q->kbuf = kb;
+		q->kcap = cap;
+	}
+	return true;
 }
 
 /* Queue the unpublish of an evicted page's record (that generation only). */
@@ -144,28 +197,13 @@ static void evq_add(const char *key, size_t klen, uint64_t gen)
 	struct evq *q = t_evq;
 	if (!q || q->stopped || klen > KV_KEY_MAX)
 		return;
-	if (q->n == q->cap) {
-		unsigned cap = q->cap ? q->cap * 2 : 64;
-		char **k = realloc(q->keys, cap * sizeof(*k));
-		if (k)
-			q->keys = k;
-		size_t *l = realloc(q->klens, cap * sizeof(*l));
-		if (l)
-			q->klens = l;
-		uint64_t *gs = realloc(q->gens, cap * sizeof(*gs));
-		if (gs)
-			q->gens = gs;
-		if (!k || !l || !gs)
-			return; /* the stale record stays: reads of it miss */
-		q->cap = cap;
-	}
-	char *copy = malloc(klen);
-	if (!copy)
-		return;
-	memcpy(copy, key, klen);
-	q->keys[q->n] = copy;
+	if (!evq_room(q, klen))
+		return; /* the stale record stays: reads of it miss */
+	memcpy(q->kbuf + q->kused, key, klen);
+	q->koff[q->n] = q->kused;
 	q->klens[q->n] = klen;
 	q->gens[q->n++] = gen;
+	q->kused += klen;
 	met_inc(g.ev_pub);
 	if (!rx_timer_armed(&q->flush))
 		rx_timer_start(q->r, &q->flush, 0, 0);
@@ -1112,14 +1150,11 @@ static void kv_stop(struct rx_reactor *r, struct pc_ctx *ctx)
 	 * one gets a validated miss. */
 	rx_timer_stop(r, &q->flush);
 	q->stopped = true;
-	for (unsigned i = 0; i < q->n; i++)
-		free(q->keys[i]);
-	free(q->keys);
-	free(q->klens);
-	free(q->gens);
-	q->keys = NULL;
-	q->klens = NULL;
+	evq_bufs_free(q->kbuf, q->koff, q->klens, q->gens);
+	q->kbuf = NULL;
+	q->koff = q->klens = NULL;
 	q->gens = NULL;
+	q->kused = q->kcap = 0;
 	q->n = q->cap = 0;
 }
 

@@ -46,7 +46,7 @@ struct kv_api {
 	/*
 	 * Store pages: one copy each into the publish pool (done before this
 	 * returns, so the sources may be reused at once), then their records
-	 * go to the directory; done runs when that finished. A key already in
+	 * go to placement; done runs when that finished. A key already in
 	 * the pool counts as stored. client_mem: the sources are a client's
 	 * shared memory (copies are guarded against it shrinking).
 	 */
