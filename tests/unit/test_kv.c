@@ -430,6 +430,88 @@ Test(placement, p2p_publish_lookup_and_conditional_unpublish)
 	node_stop();
 }
 
+/* A batch of B keys through the interface (kind as in struct pl_op). */
+enum { B = 128 };
+
+struct pl_batch {
+	int kind;
+	char kb[B][16];
+	const char *kp[B];
+	size_t kl[B];
+	struct dir_rec recs[B];
+	bool flags[B];
+	const char *node;
+	int ret;
+};
+
+static void pl_batch_run(struct rx_reactor *r, void *arg)
+{
+	struct pl_batch *b = arg;
+	const struct pl_ops *pl = t.ctx.svc.placement;
+	struct dir_keys k = {b->kp, b->kl, B};
+	if (b->kind == 0)
+		b->ret = pl->publish(r, &k, b->recs, b->flags, 0, pl_done, b);
+	else if (b->kind == 1)
+		b->ret = pl->lookup(r, &k, b->recs, 0, pl_done, b);
+	else
+		b->ret = pl->unpublish(r, &k, b->node, NULL, b->flags, 0,
+				       pl_done, b);
+	if (b->ret < 0)
+		signal_done();
+}
+
+static void pl_batch(struct pl_batch *b, int kind, const char *node)
+{
+	b->kind = kind;
+	b->node = node;
+	for (unsigned i = 0; i < B; i++) {
+		snprintf(b->kb[i], sizeof(b->kb[i]), "b-%u", i);
+		b->kp[i] = b->kb[i];
+		b->kl[i] = strlen(b->kb[i]);
+	}
+	on_reactor(pl_batch_run, b);
+	cr_assert_eq(b->ret, 0);
+}
+
+/* Records come back at their own index; unpublish of a producer with no
+ * generations removes any of its records, and with no producer whatever
+ * record is there. */
+Test(placement, batches_keep_their_order_and_unpublish_by_producer)
+{
+	node_start(16);
+	struct pl_batch *b = calloc(1, sizeof(*b));
+	cr_assert(b);
+	for (unsigned i = 0; i < B; i++) {
+		b->recs[i] = foreign_rec(100 + i, true);
+		if (i % 3 == 0) /* another producer's */
+			snprintf(b->recs[i].node, sizeof(b->recs[i].node),
+				 "127.0.0.7:31999");
+	}
+	pl_batch(b, 0, NULL);
+	for (unsigned i = 0; i < B; i++)
+		cr_assert(b->flags[i]);
+	memset(b->recs, 0, sizeof(b->recs));
+	pl_batch(b, 1, NULL);
+	for (unsigned i = 0; i < B; i++) {
+		cr_assert(b->recs[i].found, "key %u", i);
+		cr_assert_eq(b->recs[i].gen, 100 + i);
+	}
+	pl_batch(b, 2, "127.0.0.9:31999"); /* any generation of that one */
+	for (unsigned i = 0; i < B; i++)
+		cr_assert_eq(b->flags[i], i % 3 != 0, "key %u", i);
+	pl_batch(b, 1, NULL);
+	for (unsigned i = 0; i < B; i++)
+		cr_assert_eq(b->recs[i].found, i % 3 == 0, "key %u", i);
+	pl_batch(b, 2, NULL); /* whatever is there */
+	for (unsigned i = 0; i < B; i++)
+		cr_assert_eq(b->flags[i], i % 3 == 0, "key %u", i);
+	pl_batch(b, 1, NULL);
+	for (unsigned i = 0; i < B; i++)
+		cr_assert(!b->recs[i].found);
+	free(b);
+	node_stop();
+}
+
 Test(placement, records_of_this_node_are_here_and_non_resident_ones_miss)
 {
 	node_start(16);
