@@ -984,6 +984,8 @@ static void job_round(struct job *j)
 		return;
 	}
 	unsigned members = ring_size(j->ring);
+	/* count[] was sized at job_new: the job keeps the ring it began
+	 * with for its whole life, so its size cannot change. */
 	PC_ASSERT(members == j->members);
 	unsigned self = (unsigned)ring_find(j->ring, g.ctx->svc.self_id);
 	unsigned *count = j->count;
