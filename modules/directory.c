@@ -1,8 +1,9 @@
 /*
  * modules/directory.c — the p2p directory (module "directory"): this node's
  * shard of records, the dir.* RPC methods that serve it, and the client
- * side (lookup with replica fallback, publish, remove) offered to other
- * modules as the "dir" service (modules/services.h).
+ * side (lookup with replica fallback, publish, unpublish): p2p's placement
+ * (modules/placement.h), offered to other modules as the "placement"
+ * service (modules/services.h) when mode = p2p.
  *
  * Owns: the shard — DIR_STRIPES hash tables of records, each behind its own
  * mutex held only for a table operation (no I/O, no callback under it), each
@@ -47,6 +48,7 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "common/arena.h"
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/settings.h"
@@ -293,6 +295,10 @@ static int shard_store(const char *key, size_t klen, const struct dir_rec *rec,
 		gone = v;
 		evicted++;
 	}
+	/* Postconditions: the key now has exactly the new record, and the
+	 * stripe is within its bound unless the new record alone exceeds it. */
+	PC_DASSERT(*slot_of(s, h, key, klen) == n);
+	PC_ASSERT(s->bytes <= g.stripe_max || (s->oldest == n && s->newest == n));
 	pthread_mutex_unlock(&s->lock);
 	__atomic_add_fetch(&g.records, 1, __ATOMIC_RELAXED);
 	__atomic_add_fetch(&g.bytes, cost, __ATOMIC_RELAXED);
@@ -344,6 +350,10 @@ static bool shard_del(const char *key, size_t klen, const char *node,
 	bool match = r && (!node || (strcmp(rec_node(r), node) == 0 &&
 				     (gen == 0 || r->gen == gen)));
 	if (match) {
+		/* Never wrong: a conditional delete removes only a record of
+		 * its producer and, when given, of that generation. */
+		PC_DASSERT(!node || (strcmp(rec_node(r), node) == 0 &&
+				     (gen == 0 || r->gen == gen)));
 		stripe_remove(s, r);
 		r->next = NULL;
 	}
@@ -792,10 +802,10 @@ struct job;
 /* One RPC to one owner for some keys of a job. */
 struct job_rpc {
 	struct job *job;
-	unsigned *idx;  /* key indexes carried */
 	unsigned n;
 	unsigned owner; /* ring member asked */
 	unsigned timeout_ms;
+	unsigned idx[]; /* key indexes carried */
 };
 
 struct job {
@@ -815,7 +825,10 @@ struct job {
 	uint64_t *gens;
 	unsigned outstanding;
 	uint64_t deadline_ns; /* pc_now_ns() after which no round starts */
-	dir_done_fn done;
+	unsigned members;    /* ring size when the job began */
+	unsigned *count;     /* per round: keys for each member */
+	unsigned *tgt;       /* per lookup round: the member each key asks */
+	pl_done_fn done;
 	void *arg;
 	struct rx_timer timer; /* delivers an all-local job asynchronously */
 };
@@ -823,18 +836,8 @@ struct job {
 static void job_free(struct job *j)
 {
 	rx_timer_stop(j->r, &j->timer);
-	for (unsigned i = 0; i < j->nkeys; i++)
-		free(j->keys[i]);
-	free(j->keys);
-	free(j->klens);
-	free(j->owners);
-	free(j->nowners);
-	free(j->attempt);
-	free(j->done_key);
-	free(j->node);
-	free(j->gens);
 	ring_unref(j->ring);
-	free(j);
+	free(j); /* the arena: keys, arrays, node and gens with it */
 }
 
 static void job_round(struct job *j);
@@ -909,8 +912,8 @@ static void job_rpc_done(void *arg, const struct rpc_result *res)
 			met_inc(g.fallbacks);
 		j->attempt[k]++;
 	}
-	free(jr->idx);
 	free(jr);
+	PC_ASSERT(j->outstanding > 0);
 	if (--j->outstanding == 0) {
 		if (j->kind == JOB_LOOKUP)
 			job_round(j); /* next replicas for what is missing */
@@ -965,6 +968,7 @@ static void job_local(struct job *j, unsigned k)
 			met_inc(g.fallbacks);
 		j->attempt[k]++;
 	} else if (j->kind == JOB_PUBLISH) {
+		PC_DASSERT(j->recs[k].found && j->recs[k].gen != 0);
 		if (shard_put(j->keys[k], j->klens[k], &j->recs[k]) == 0)
 			j->flags[k] = true;
 	} else if (shard_del(j->keys[k], j->klens[k], j->node,
@@ -986,18 +990,14 @@ static void job_round(struct job *j)
 		return;
 	}
 	unsigned members = ring_size(j->ring);
+	/* count[] was sized at job_new: the job keeps the ring it began
+	 * with for its whole life, so its size cannot change. */
+	PC_ASSERT(members == j->members);
 	unsigned self = (unsigned)ring_find(j->ring, g.cl->self_id);
-	unsigned *count = calloc(members ? members : 1, sizeof(unsigned));
+	unsigned *count = j->count;
+	memset(count, 0, members * sizeof(*count));
 	/* lookup: the owner each key asks in this round (UINT32_MAX: none) */
-	unsigned *tgt = j->kind == JOB_LOOKUP
-				? malloc(j->nkeys * sizeof(unsigned))
-				: NULL;
-	if (!count || (j->kind == JOB_LOOKUP && !tgt)) {
-		free(count);
-		free(tgt);
-		rx_timer_start(j->r, &j->timer, 0, 0); /* report what we have */
-		return;
-	}
+	unsigned *tgt = j->tgt;
 	bool more_after = false; /* lookup: a key could still fall back */
 	for (unsigned k = 0; k < j->nkeys; k++) {
 		if (j->kind == JOB_LOOKUP) {
@@ -1031,8 +1031,6 @@ static void job_round(struct job *j)
 	for (unsigned o = 0; o < members; o++)
 		remote |= count[o] > 0;
 	if (!remote) {
-		free(count);
-		free(tgt);
 		/* Keys not found here go on to their next owner at once. */
 		bool more = false;
 		for (unsigned k = 0; j->kind == JOB_LOOKUP && k < j->nkeys; k++)
@@ -1056,15 +1054,13 @@ static void job_round(struct job *j)
 	for (unsigned o = 0; o < members; o++) {
 		if (!count[o])
 			continue;
-		struct job_rpc *jr = calloc(1, sizeof(*jr));
-		unsigned *idx = malloc(count[o] * sizeof(unsigned));
-		if (!jr || !idx) {
-			free(jr);
-			free(idx);
+		struct job_rpc *jr = malloc(sizeof(*jr) +
+					    count[o] * sizeof(jr->idx[0]));
+		if (!jr)
 			continue;
-		}
+		unsigned *idx = jr->idx;
 		jr->job = j;
-		jr->idx = idx;
+		jr->n = 0;
 		jr->owner = o;
 		jr->timeout_ms = timeout_ms;
 		for (unsigned k = 0; k < j->nkeys; k++) {
@@ -1082,7 +1078,6 @@ static void job_round(struct job *j)
 						j->kind == JOB_PUBLISH ? 2 : 1,
 						timeout_ms, job_rpc_done, jr);
 		if (!q) {
-			free(idx);
 			free(jr);
 			continue;
 		}
@@ -1092,62 +1087,93 @@ static void job_round(struct job *j)
 		j->outstanding++;
 		rpc_req_send(q);
 	}
-	free(count);
-	free(tgt);
 	if (j->outstanding == 0) /* every RPC failed to start */
 		rx_timer_start(j->r, &j->timer, 0, 0);
 }
 
+/*
+ * A job's arrays, key copies, producer name and generations, laid out in
+ * one arena (common/arena.h): both passes take the same sizes.
+ */
+static struct job *job_layout(struct pc_arena *a, const struct dir_keys *k,
+			      unsigned members, const char *node,
+			      const uint64_t *gens)
+{
+	unsigned n = k->n;
+	struct job *j = pc_arena_take(a, sizeof(*j));
+	char **keys = pc_arena_take(a, n * sizeof(*keys));
+	size_t *klens = pc_arena_take(a, n * sizeof(*klens));
+	unsigned (*owners)[DIR_REPLICAS_MAX] =
+		pc_arena_take(a, n * sizeof(*owners));
+	unsigned *nowners = pc_arena_take(a, n * sizeof(*nowners));
+	unsigned *attempt = pc_arena_take(a, n * sizeof(*attempt));
+	bool *done_key = pc_arena_take(a, n * sizeof(*done_key));
+	unsigned *count = pc_arena_take(a, (members ? members : 1) *
+					       sizeof(*count));
+	unsigned *tgt = pc_arena_take(a, n * sizeof(*tgt));
+	uint64_t *gcopy = gens ? pc_arena_take(a, n * sizeof(*gcopy)) : NULL;
+	char *ncopy = node ? pc_arena_take(a, strlen(node) + 1) : NULL;
+	for (unsigned i = 0; i < n; i++) {
+		char *c = pc_arena_take(a, k->klens[i]);
+		if (c) {
+			memcpy(c, k->keys[i], k->klens[i]);
+			keys[i] = c;
+			klens[i] = k->klens[i];
+		}
+	}
+	if (!j)
+		return NULL; /* planning */
+	if (gcopy)
+		memcpy(gcopy, gens, n * sizeof(*gcopy));
+	if (ncopy)
+		memcpy(ncopy, node, strlen(node) + 1);
+	*j = (struct job){.nkeys = n, .keys = keys, .klens = klens,
+			  .owners = owners, .nowners = nowners,
+			  .attempt = attempt, .done_key = done_key,
+			  .members = members, .count = count, .tgt = tgt,
+			  .gens = gcopy, .node = ncopy};
+	return j;
+}
+
 static struct job *job_new(enum job_kind kind, struct rx_reactor *r,
-			   const struct dir_keys *k, uint64_t deadline_ns,
-			   dir_done_fn done, void *arg)
+			   const struct dir_keys *k, const char *node,
+			   const uint64_t *gens, uint64_t deadline_ns,
+			   pl_done_fn done, void *arg)
 {
 	struct ring *ring = g.mb ? g.mb->ring() : NULL;
 	if (!ring || k->n == 0 || k->n > DIR_BATCH_MAX)
 		return NULL;
-	struct job *j = calloc(1, sizeof(*j));
-	if (!j)
+	for (unsigned i = 0; i < k->n; i++)
+		if (k->klens[i] == 0 || k->klens[i] > DIR_KEY_MAX)
+			return NULL;
+	struct pc_arena a;
+	pc_arena_plan(&a);
+	job_layout(&a, k, ring_size(ring), node, gens);
+	if (!pc_arena_alloc(&a))
 		return NULL;
+	struct job *j = job_layout(&a, k, ring_size(ring), node, gens);
 	j->kind = kind;
 	j->r = r;
 	j->ring = ring_ref(ring); /* the job outlives this callback */
-	j->nkeys = k->n;
 	j->done = done;
 	j->arg = arg;
 	j->deadline_ns = deadline_ns ? deadline_ns
 				     : pc_now_ns() + RX_MS(g.timeout_ms);
 	rx_timer_init(&j->timer, job_timer, j);
-	j->keys = calloc(k->n, sizeof(*j->keys));
-	j->klens = calloc(k->n, sizeof(*j->klens));
-	j->owners = calloc(k->n, sizeof(*j->owners));
-	j->nowners = calloc(k->n, sizeof(*j->nowners));
-	j->attempt = calloc(k->n, sizeof(*j->attempt));
-	j->done_key = calloc(k->n, sizeof(*j->done_key));
-	bool bad = !j->keys || !j->klens || !j->owners || !j->nowners ||
-		   !j->attempt || !j->done_key;
-	for (unsigned i = 0; i < k->n && !bad; i++) {
-		if (k->klens[i] == 0 || k->klens[i] > DIR_KEY_MAX ||
-		    !(j->keys[i] = malloc(k->klens[i]))) {
-			bad = true;
-			break;
-		}
-		memcpy(j->keys[i], k->keys[i], k->klens[i]);
-		j->klens[i] = k->klens[i];
+	for (unsigned i = 0; i < k->n; i++) {
 		j->nowners[i] = ring_owners(ring, k->keys[i], k->klens[i],
 					    g.replicas, j->owners[i]);
-	}
-	if (bad) {
-		job_free(j);
-		return NULL;
+		PC_ASSERT(j->nowners[i] <= DIR_REPLICAS_MAX);
 	}
 	return j;
 }
 
 static int api_lookup(struct rx_reactor *r, const struct dir_keys *k,
 		      struct dir_rec *recs, uint64_t deadline_ns,
-		      dir_done_fn done, void *arg)
+		      pl_done_fn done, void *arg)
 {
-	struct job *j = job_new(JOB_LOOKUP, r, k, deadline_ns, done, arg);
+	struct job *j = job_new(JOB_LOOKUP, r, k, NULL, NULL, deadline_ns, done,
+				 arg);
 	if (!j)
 		return -EINVAL;
 	memset(recs, 0, k->n * sizeof(*recs));
@@ -1159,9 +1185,10 @@ static int api_lookup(struct rx_reactor *r, const struct dir_keys *k,
 
 static int api_publish(struct rx_reactor *r, const struct dir_keys *k,
 		       const struct dir_rec *recs, bool *ok,
-		       uint64_t deadline_ns, dir_done_fn done, void *arg)
+		       uint64_t deadline_ns, pl_done_fn done, void *arg)
 {
-	struct job *j = job_new(JOB_PUBLISH, r, k, deadline_ns, done, arg);
+	struct job *j = job_new(JOB_PUBLISH, r, k, NULL, NULL, deadline_ns, done,
+				 arg);
 	if (!j)
 		return -EINVAL;
 	memset(ok, 0, k->n * sizeof(*ok));
@@ -1174,30 +1201,34 @@ static int api_publish(struct rx_reactor *r, const struct dir_keys *k,
 
 static int api_remove(struct rx_reactor *r, const struct dir_keys *k,
 		      const char *node, const uint64_t *gens, bool *existed,
-		      uint64_t deadline_ns, dir_done_fn done, void *arg)
+		      uint64_t deadline_ns, pl_done_fn done, void *arg)
 {
-	struct job *j = job_new(JOB_REMOVE, r, k, deadline_ns, done, arg);
+	/* Generations name one producer's pages: never without it. */
+	PC_ASSERT(!gens || node);
+	struct job *j = job_new(JOB_REMOVE, r, k, node, gens, deadline_ns,
+				done, arg);
 	if (!j)
 		return -EINVAL;
 	if (existed)
 		memset(existed, 0, k->n * sizeof(*existed));
 	j->flags = existed;
-	if ((node && !(j->node = strdup(node))) ||
-	    (gens && !(j->gens = malloc(k->n * sizeof(*gens))))) {
-		job_free(j);
-		return -ENOMEM;
-	}
-	if (gens)
-		memcpy(j->gens, gens, k->n * sizeof(*gens));
 	met_add(g.removes, k->n);
 	job_round(j);
 	return 0;
 }
 
-static const struct dir_api api = {
+/* Is the page here: the record names this node as its producer. */
+static bool api_is_here(const struct dir_rec *rec)
+{
+	return rec->found && strcmp(rec->node, g.cl->self_id) == 0;
+}
+
+static const struct pl_ops api = {
+	.mode = "p2p",
 	.lookup = api_lookup,
 	.publish = api_publish,
-	.remove = api_remove,
+	.unpublish = api_remove,
+	.is_here = api_is_here,
 };
 
 /* ------------------------------------------------------------- lifecycle */
@@ -1262,7 +1293,11 @@ static int d_init(struct pc_ctx *ctx)
 	g.clients = calloc(ctx->threads, sizeof(*g.clients));
 	if (!g.clients)
 		return -ENOMEM;
-	int ret = svc_publish_dir(ctx, "directory", &api);
+	/* p2p's placement; another mode brings its own (settings refuse
+	 * the modes not built). */
+	int ret = s->mode == PC_MODE_P2P
+			  ? svc_publish_placement(ctx, "directory", &api)
+			  : 0;
 	if (ret < 0)
 		return ret;
 	if (g.mb && g.mb->subscribe(MB_ON(MB_SUSPECT) | MB_ON(MB_LEAVE),
@@ -1334,7 +1369,8 @@ static void d_exit(struct rx_reactor *r, struct pc_ctx *ctx)
 
 static void d_fini(struct pc_ctx *ctx)
 {
-	svc_withdraw_dir(ctx);
+	if (svc_find_placement(ctx) == &api)
+		svc_withdraw_placement(ctx);
 	for (unsigned i = 0; i < DIR_STRIPES; i++) {
 		struct stripe *st = &g.stripes[i];
 		for (uint32_t b = 0; st->tab && b <= st->mask; b++)

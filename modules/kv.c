@@ -1,73 +1,84 @@
 /*
- * modules/kv.c — p2p mode's pages (module "kv"): the publish pool and the
- * kv.* RPC methods (set, get, exists, delete) for clients that carry values
- * inline (operators, tests, other languages).
+ * modules/kv.c — moving pages (module "kv"): the publish pool, copies into
+ * it, fetches out of it and from other nodes through the transport, and the
+ * validation of what arrives. Where pages are is placement's business
+ * (modules/placement.h, the "placement" service: p2p's directory today); what
+ * happens to an evicted page is the tier's (modules/tier.h: none today).
+ * The kv API (modules/kv.h, the "kv" service) is the only way in: the kv.* RPC
+ * methods (modules/kv_rpc.c) and the local-client sessions
+ * (modules/session.c) both use it.
  *
  * Owns: the publish pool (storage/pool.c), registered once with the
- * transport as a region peers may read; the per-reactor queue of directory
- * deletions that evictions cause; the read/write metrics under the original
- * PeerCache names. Threads: handlers run on the reactor that received the
- * call, and every asynchronous step (directory lookup, remote read) comes
- * back to that reactor; the pool is striped for concurrent use.
+ * transport as a region peers may read; the per-reactor queue of
+ * unpublishes that evictions cause; the node's staging budget
+ * (kv_staging_max, g.staged); the read/write metrics under the original
+ * PeerCache names. Threads: calls run on the reactor that made them, and
+ * every asynchronous step (placement lookup, remote read) comes back to
+ * that reactor; the pool is striped for concurrent use.
  *
  * Paths and copies (DESIGN §5):
- *   set  — one memcpy from the request into the pool, then the record goes
- *          to the key's directory owners. A key already in the pool counts
- *          as stored (idempotent set).
- *   get  — a page in this node's pool is one memcpy, no directory and no
- *          network; otherwise directory lookup, then one read straight into
- *          the result buffer. Every remotely read page is validated (key
+ *   set  — one memcpy from the caller into the pool, then the records go to
+ *          placement. A key already in the pool counts as stored
+ *          (idempotent set).
+ *   get  — a page in this node's pool is one memcpy, no placement and no
+ *          network; otherwise a placement lookup, then one read straight
+ *          into the destination. Every remotely read page is validated (key
  *          hash, generation, length, checksum unless page_checksums=false)
  *          and a page that fails is a miss, counted.
- * (Values travel inline in the RPC messages here, so the reply adds a copy;
- * local clients avoid that through shared memory.)
  *
- * Staging (kv.get only: it copies pages into buffers of its own before the
- * reply is packed): a call may stage at most what its reply may carry
- * (g.get_call_max), and all calls together at most kv_staging_max
- * (g.staged, an atomic counter). Bytes are taken before each buffer is
- * allocated and given back when the call is freed; the first refusal ends
- * the call's staging and it is answered with too_large or busy. Every kv.*
- * RPC call also holds its per-key state (KV_KEY_STATE) in g.staged from
- * its start to its reply (struct kv_call).
+ * Memory per call: one arena (common/arena.h) holds the call's state — key
+ * copies, records, flags, reads — whatever the batch size. get (staged
+ * pages, for kv.*) adds at most two blocks: one for the local pages, one
+ * for the remote ones. Staging: a get stages at most its stage_max, and
+ * all calls together at most kv_staging_max (g.staged, an atomic counter,
+ * which also holds what kv.* calls keep per key: kv_api.hold). Bytes are
+ * taken before a block is allocated and given back when the call ends; the
+ * first refusal ends the call's staging.
  *
- * Deadlines and frozen peers: every set, get, exists and delete (kv.* and
- * the sessions' calls alike) gets one budget, request_deadline, from its
- * start. The directory round trips and the data reads share it — a read
- * gets what the lookup left, never a timeout of its own on top — so a call
- * touching a peer that stopped answering returns within the budget. A page
- * whose producer is suspect (the "health" service) is a miss at once, and
- * exists does not count it; a read that gets no answer reports its producer.
+ * Deadlines and frozen peers: every set, get, exists and delete gets one
+ * budget, request_deadline, from its start. The placement round trips and
+ * the data reads share it — a read gets what the lookup left, never a
+ * timeout of its own on top — so a call touching a peer that stopped
+ * answering returns within the budget. A page whose producer is suspect
+ * (the "health" service) is a miss at once, and exists does not count it; a
+ * read that gets no answer reports its producer.
+ *
+ * Never wrong: a page is ok only after a local copy out of a pinned entry
+ * of the same key, or a remote read that passed pool_hdr_check_split.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/arena.h"
 #include "common/checksum.h"
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/settings.h"
 #include "common/guard.h"
-#include "modules/directory.h"
 #include "modules/kv.h"
+#include "modules/kv_rpc.h"
 #include "modules/membership.h"
 #include "modules/modules.h"
 #include "modules/peer_health.h"
+#include "modules/placement.h"
+#include "modules/tier.h"
 #include "modules/transport.h"
-#include "rpc/rpc.h"
 #include "storage/pool.h"
-#include "storage/ring.h"
 
 #define LOG_MOD "kv"
 #define KV_BATCH_MAX 65536
 #define KV_KEY_MAX DIR_KEY_MAX
 
-/* Evictions waiting to be removed from the directory, per reactor. */
+/* Unpublishes evictions queued, per reactor: keys packed in one buffer
+ * (keys[i] at koff[i]), so an eviction costs no allocation of its own. */
 struct evq {
 	struct rx_reactor *r;
 	bool stopped;       /* shutting down: evictions are not withdrawn */
-	char **keys;
+	char *kbuf;
+	size_t kused, kcap;
+	size_t *koff;
 	size_t *klens;
 	uint64_t *gens;
 	unsigned n, cap;
@@ -76,28 +87,24 @@ struct evq {
 
 static struct {
 	struct pc_ctx *ctx;
-	/* services (modules/services.h), looked up in init */
-	const struct svc_cluster *cl;
-	const struct svc_transport *tp;
-	const struct dir_api *dir;
-	const struct ph_api *health;      /* or NULL */
 	struct pool *pool;
+	const struct pl_ops *pl;    /* placement of the mode */
+	const struct svc_cluster *cl;     /* services, looked up in init */
+	const struct svc_transport *tp;
+	const struct ph_api *health;      /* or NULL */
+	const struct tier_ops *tier; /* the next tier down: none today */
 	struct evq *evqs;           /* per reactor */
 	bool checksums;
 	uint32_t rkey;              /* the pool's, for the records */
-	/* kv.get staging (the reply is built from buffers of the node's own) */
-	uint64_t get_call_max;      /* reply bytes one kv.get may build */
-	const char *get_call_limit; /* the setting that sets get_call_max */
-	uint64_t staging_max;       /* kv_staging_max: all kv.get calls */
-	uint64_t staged;            /* atomic: bytes staged now */
-	met_id refused_large, refused_busy;
+	uint64_t staging_max;       /* kv_staging_max: all calls */
+	uint64_t staged;            /* atomic: bytes staged or held now */
 	unsigned read_timeout_ms;   /* rpc_timeout: a read never waits longer */
 	uint64_t deadline_ns;       /* request_deadline */
 	met_id deadline_hit, rd_suspect;
-	met_id rd_req, rd_hit, rd_miss, rd_local, rd_remote, rd_bytes, rd_fail;
+	met_id rd_req, rd_hit, rd_miss, rd_local, rd_remote, rd_fail;
 	met_id wr_req, wr_pages, wr_bytes, ex_req, ex_found, del_req;
-	met_id lat_read, lat_write, ev_pub;
-	met_id copy_set, copy_get_local, copy_reply, landed;
+	met_id lat_read, lat_write, ev_pub, tier_kept, promotes;
+	met_id copy_set, copy_get_local, landed;
 } g;
 
 /* This reactor's queue (set by kv_start on each reactor thread), where
@@ -106,147 +113,161 @@ static _Thread_local struct evq *t_evq;
 
 /* ------------------------------------------------------------- evictions */
 
-static void evq_sent(void *arg)
+/* A queue's buffers, handed to one unpublish, and its keys' pointers. */
+struct evq_batch {
+	char *kbuf;
+	size_t *koff;
+	size_t *klens;
+	uint64_t *gens;
+	const char **keys;
+};
+
+static void evq_bufs_free(char *kbuf, size_t *koff, size_t *klens,
+			  uint64_t *gens)
 {
-	struct evq *batch = arg;
-	for (unsigned i = 0; i < batch->n; i++)
-		free(batch->keys[i]);
-	free(batch->keys);
-	free(batch->klens);
-	free(batch->gens);
-	free(batch);
+	free(kbuf);
+	free(koff);
+	free(klens);
+	free(gens);
 }
 
-/* Send what evictions queued: one conditional remove per batch. */
+static void evq_sent(void *arg)
+{
+	struct evq_batch *b = arg;
+	evq_bufs_free(b->kbuf, b->koff, b->klens, b->gens);
+	free(b); /* and the key pointers with it */
+}
+
+/* Send what evictions queued: one conditional unpublish per batch (only
+ * records that still name this node and the evicted generation go). */
 static void evq_flush(struct rx_reactor *r, struct rx_timer *t)
 {
 	struct evq *q = t->arg;
-	if (!q->n || !g.dir)
+	if (!q->n || !g.pl)
 		return;
-	struct evq *b = malloc(sizeof(*b));
+	struct evq_batch *b = malloc(sizeof(*b) + q->n * sizeof(b->keys[0]));
 	if (!b)
 		return; /* retried at the next eviction */
-	*b = *q;
-	q->keys = NULL;
-	q->klens = NULL;
+	*b = (struct evq_batch){q->kbuf, q->koff, q->klens, q->gens,
+				(const char **)(void *)(b + 1)};
+	for (unsigned i = 0; i < q->n; i++) {
+		PC_ASSERT(q->gens[i] != 0); /* only that generation goes */
+		b->keys[i] = q->kbuf + q->koff[i];
+	}
+	struct dir_keys k = {b->keys, b->klens, q->n};
+	q->kbuf = NULL;
+	q->koff = q->klens = NULL;
 	q->gens = NULL;
+	q->kused = q->kcap = 0;
 	q->n = q->cap = 0;
-	struct dir_keys k = {(const char *const *)b->keys, b->klens, b->n};
-	if (g.dir->remove(r, &k, g.cl->self_id, b->gens, NULL, 0,
-			  evq_sent, b) < 0)
+	if (g.pl->unpublish(r, &k, g.cl->self_id, b->gens, NULL, 0,
+			    evq_sent, b) < 0)
 		evq_sent(b);
 }
 
-/* Pool eviction: the record must go (only if it still names this gen). */
-static void on_evict(void *arg, const char *key, size_t klen, uint64_t gen)
+/* Room for one more entry of klen bytes; false when out of memory. */
+static bool evq_room(struct evq *q, size_t klen)
 {
-	(void)arg;
-	struct evq *q = t_evq;
-	if (!q || q->stopped || klen > KV_KEY_MAX)
-		return;
 	if (q->n == q->cap) {
 		unsigned cap = q->cap ? q->cap * 2 : 64;
-		char **k = realloc(q->keys, cap * sizeof(*k));
-		if (k)
-			q->keys = k;
+		size_t *o = realloc(q->koff, cap * sizeof(*o));
+		if (o)
+			q->koff = o;
 		size_t *l = realloc(q->klens, cap * sizeof(*l));
 		if (l)
 			q->klens = l;
 		uint64_t *gs = realloc(q->gens, cap * sizeof(*gs));
 		if (gs)
 			q->gens = gs;
-		if (!k || !l || !gs)
-			return; /* the stale record stays: reads of it miss */
+		if (!o || !l || !gs)
+			return false;
 		q->cap = cap;
 	}
-	char *copy = malloc(klen);
-	if (!copy)
+	if (q->kused + klen > q->kcap) {
+		size_t cap = PC_MAX(q->kcap * 2, q->kused + klen);
+		cap = PC_MAX(cap, (size_t)4096);
+		char *kb = realloc(q->kbuf, cap);
+		if (!kb)
+			return false;
+		q->kbuf = kb;
+		q->kcap = cap;
+	}
+	return true;
+}
+
+/* Queue the unpublish of an evicted page's record (that generation only). */
+static void evq_add(const char *key, size_t klen, uint64_t gen)
+{
+	struct evq *q = t_evq;
+	if (!q || q->stopped || klen > KV_KEY_MAX)
 		return;
-	memcpy(copy, key, klen);
-	q->keys[q->n] = copy;
+	if (!evq_room(q, klen))
+		return; /* the stale record stays: reads of it miss */
+	memcpy(q->kbuf + q->kused, key, klen);
+	q->koff[q->n] = q->kused;
 	q->klens[q->n] = klen;
 	q->gens[q->n++] = gen;
+	q->kused += klen;
 	met_inc(g.ev_pub);
 	if (!rx_timer_armed(&q->flush))
 		rx_timer_start(q->r, &q->flush, 0, 0);
 }
 
+/* Pool eviction: the next tier may keep the page (it then publishes the
+ * record non-resident); otherwise the record must go. */
+static void on_evict(void *arg, const char *key, size_t klen, uint64_t gen)
+{
+	(void)arg;
+	PC_ASSERT(klen > 0 && gen != 0);
+	struct tier_page pg = {key, klen, gen};
+	if (g.tier->offer(&pg) == 0) {
+		met_inc(g.tier_kept);
+		return;
+	}
+	evq_add(key, klen, gen);
+}
+
 /* ------------------------------------------------------------------ keys */
 
+/* A batch's keys, copied into its arena (async work outlives the
+ * caller's buffers). */
 struct keys {
 	unsigned n;
-	char **k;
+	const char **k;
 	size_t *len;
 };
 
-static void keys_free(struct keys *ks)
+/* Lay the keys of items out in a (both passes). */
+static void keys_layout(struct pc_arena *a, struct keys *ks,
+			const struct kv_item *it, unsigned n)
 {
-	for (unsigned i = 0; ks->k && i < ks->n; i++)
-		free(ks->k[i]);
-	free(ks->k);
-	free(ks->len);
-	memset(ks, 0, sizeof(*ks));
-}
-
-static int keys_alloc(struct keys *ks, unsigned n)
-{
-	memset(ks, 0, sizeof(*ks));
-	ks->k = calloc(n ? n : 1, sizeof(*ks->k));
-	ks->len = calloc(n ? n : 1, sizeof(*ks->len));
-	if (!ks->k || !ks->len) {
-		keys_free(ks);
-		return -ENOMEM;
+	ks->n = n;
+	ks->k = pc_arena_take(a, n * sizeof(*ks->k));
+	ks->len = pc_arena_take(a, n * sizeof(*ks->len));
+	for (unsigned i = 0; i < n; i++) {
+		char *c = pc_arena_take(a, it[i].klen);
+		if (!c)
+			continue; /* planning */
+		memcpy(c, it[i].key, it[i].klen);
+		ks->k[i] = c;
+		ks->len[i] = it[i].klen;
 	}
-	return 0;
 }
 
-static int keys_add(struct keys *ks, const char *k, size_t len)
+/* A batch the API accepts: 1..KV_BATCH_MAX keys of 1..KV_KEY_MAX bytes. */
+static bool items_valid(const struct kv_item *it, unsigned n)
 {
-	if (len == 0 || len > KV_KEY_MAX || !(ks->k[ks->n] = malloc(len)))
-		return -EINVAL;
-	memcpy(ks->k[ks->n], k, len);
-	ks->len[ks->n++] = len;
-	return 0;
-}
-
-/* Copy [key, ...] out of a request (async work outlives its buffer). */
-static int keys_read(struct mp_rd *p, struct keys *ks)
-{
-	uint32_t n;
-	if (mp_rd_array(p, &n) < 0 || n == 0 || n > KV_BATCH_MAX ||
-	    keys_alloc(ks, n) < 0)
-		return -EINVAL;
-	for (uint32_t i = 0; i < n; i++) {
-		const char *s;
-		uint32_t len;
-		if (mp_rd_str(p, &s, &len) < 0 || keys_add(ks, s, len) < 0) {
-			keys_free(ks);
-			return -EINVAL;
-		}
-	}
-	return 0;
-}
-
-static int keys_of_items(struct keys *ks, const struct kv_item *it,
-			 unsigned n)
-{
-	if (n == 0 || n > KV_BATCH_MAX || keys_alloc(ks, n) < 0)
-		return -EINVAL;
+	if (n == 0 || n > KV_BATCH_MAX)
+		return false;
 	for (unsigned i = 0; i < n; i++)
-		if (keys_add(ks, it[i].key, it[i].klen) < 0) {
-			keys_free(ks);
-			return -EINVAL;
-		}
-	return 0;
+		if (it[i].klen == 0 || it[i].klen > KV_KEY_MAX)
+			return false;
+	return true;
 }
-
-static const char keys_help[] = "keys: an array of 1..65536 strings of "
-				"1..512 bytes";
 
 static struct dir_keys dir_keys_of(const struct keys *ks, unsigned from)
 {
-	return (struct dir_keys){(const char *const *)ks->k + from,
-				 ks->len + from, ks->n - from};
+	return (struct dir_keys){ks->k + from, ks->len + from, ks->n - from};
 }
 
 static int copy_in(bool client_mem, void *dst, const void *src, size_t n)
@@ -255,6 +276,24 @@ static int copy_in(bool client_mem, void *dst, const void *src, size_t n)
 		return pc_guarded_copy(dst, src, n);
 	memcpy(dst, src, n);
 	return 0;
+}
+
+/* --------------------------------------------------------------- staging */
+
+static int kv_hold(uint64_t bytes)
+{
+	if (__atomic_add_fetch(&g.staged, bytes, __ATOMIC_RELAXED) >
+	    g.staging_max) {
+		__atomic_sub_fetch(&g.staged, bytes, __ATOMIC_RELAXED);
+		return -EBUSY;
+	}
+	return 0;
+}
+
+static void kv_release(uint64_t bytes)
+{
+	uint64_t was = __atomic_fetch_sub(&g.staged, bytes, __ATOMIC_RELAXED);
+	PC_ASSERT(was >= bytes); /* never more given back than held */
 }
 
 /* ------------------------------------------------------------ deadlines */
@@ -286,14 +325,33 @@ struct publish {
 	unsigned n;
 	bool *ok;
 	struct dir_rec *recs;
-	bool *pub_ok;       /* per record: an owner stored it */
+	bool *pub_ok;       /* per record: placement stored it */
 	unsigned *pub_idx;  /* record -> item index */
+	const char **pk;    /* record -> key (the caller's, copied by
+			     * placement before publish returns) */
+	size_t *pl;
 	unsigned npub;
 	kv_done_fn done;
 	void *arg;
 	uint64_t t0;
 	uint64_t deadline;
 };
+
+static struct publish *publish_layout(struct pc_arena *a, unsigned n)
+{
+	struct publish *p = pc_arena_take(a, sizeof(*p));
+	bool *ok = pc_arena_take(a, n * sizeof(*ok));
+	struct dir_rec *recs = pc_arena_take(a, n * sizeof(*recs));
+	bool *pub_ok = pc_arena_take(a, n * sizeof(*pub_ok));
+	unsigned *pub_idx = pc_arena_take(a, n * sizeof(*pub_idx));
+	const char **pk = pc_arena_take(a, n * sizeof(*pk));
+	size_t *pl = pc_arena_take(a, n * sizeof(*pl));
+	if (p)
+		*p = (struct publish){.n = n, .ok = ok, .recs = recs,
+				      .pub_ok = pub_ok, .pub_idx = pub_idx,
+				      .pk = pk, .pl = pl};
+	return p;
+}
 
 static void publish_finish(struct publish *p)
 {
@@ -302,11 +360,7 @@ static void publish_finish(struct publish *p)
 	met_observe_ns(g.lat_write, pc_now_ns() - p->t0);
 	op_end(p->deadline);
 	p->done(p->arg, p->ok, p->n);
-	free(p->ok);
-	free(p->recs);
-	free(p->pub_ok);
-	free(p->pub_idx);
-	free(p);
+	free(p); /* the arena */
 }
 
 static void publish_published(void *arg)
@@ -314,7 +368,7 @@ static void publish_published(void *arg)
 	publish_finish(arg);
 }
 
-/* Copy one page into the pool; the record for the directory on success. */
+/* Copy one page into the pool; the record for placement on success. */
 static bool publish_one(const struct kv_item *it, bool client_mem,
 			struct dir_rec *r)
 {
@@ -342,6 +396,7 @@ static bool publish_one(const struct kv_item *it, bool client_mem,
 	r->len = (uint32_t)it->len;
 	r->gen = gen;
 	r->rkey = g.rkey;
+	PC_DASSERT(g.pl->is_here(r));
 	return true;
 }
 
@@ -350,29 +405,12 @@ static int kv_publish(struct rx_reactor *rr, const struct kv_item *it,
 {
 	if (n == 0 || n > KV_BATCH_MAX)
 		return -EINVAL;
-	struct publish *p = calloc(1, sizeof(*p));
-	const char **pk = calloc(n, sizeof(*pk));
-	size_t *pl = calloc(n, sizeof(*pl));
-	if (p) {
-		p->ok = calloc(n, sizeof(bool));
-		p->recs = calloc(n, sizeof(*p->recs));
-		p->pub_ok = calloc(n, sizeof(bool));
-		p->pub_idx = calloc(n, sizeof(unsigned));
-	}
-	if (!p || !pk || !pl || !p->ok || !p->recs || !p->pub_ok ||
-	    !p->pub_idx) {
-		if (p) {
-			free(p->ok);
-			free(p->recs);
-			free(p->pub_ok);
-			free(p->pub_idx);
-		}
-		free(p);
-		free(pk);
-		free(pl);
+	struct pc_arena a;
+	pc_arena_plan(&a);
+	publish_layout(&a, n);
+	if (!pc_arena_alloc(&a))
 		return -ENOMEM;
-	}
-	p->n = n;
+	struct publish *p = publish_layout(&a, n);
 	p->done = done;
 	p->arg = arg;
 	p->t0 = pc_now_ns();
@@ -387,69 +425,97 @@ static int kv_publish(struct rx_reactor *rr, const struct kv_item *it,
 		}
 		if (!publish_one(&it[i], client_mem, &p->recs[p->npub]))
 			continue;
-		pk[p->npub] = it[i].key;
-		pl[p->npub] = it[i].klen;
+		p->pk[p->npub] = it[i].key;
+		p->pl[p->npub] = it[i].klen;
 		p->pub_idx[p->npub++] = i;
 	}
-	struct dir_keys k = {pk, pl, p->npub};
-	/* The directory copies the keys; the sources are free to go now. */
+	struct dir_keys k = {p->pk, p->pl, p->npub};
+	/* Placement copies the keys; the sources are free to go now. */
 	if (p->npub == 0 ||
-	    g.dir->publish(rr, &k, p->recs, p->pub_ok, p->deadline,
-			   publish_published, p) < 0) {
+	    g.pl->publish(rr, &k, p->recs, p->pub_ok, p->deadline,
+			  publish_published, p) < 0) {
 		memset(p->pub_ok, 0, n * sizeof(bool));
 		publish_finish(p); /* callers of publish accept an early done */
 	}
-	free(pk);
-	free(pl);
 	return 0;
 }
 
 /* ---------------------------------------------------------------- fetch */
 
+/* A local page's state during a fetch's local pass. */
+enum { LOC_NONE, LOC_PINNED, LOC_READY };
+
 struct fetch {
 	struct rx_reactor *r;
 	unsigned n;
 	struct keys ks;
-	void **dst;          /* destinations; NULL entries: allocate */
-	uint8_t **own;       /* allocated payloads */
+	uint8_t **at;        /* where page i lands: the caller's destination,
+			      * or (staging) a place in stage[] */
 	uint64_t *want;      /* wanted length; 0 = any */
 	uint64_t *len;       /* the page's length when ok */
 	bool *ok;
 	bool client_mem;
+	bool staging;        /* get: pages go to buffers of kv's own */
+	uint64_t stage_max;  /* get: page bytes the call may stage */
+	uint8_t *stage[2];   /* get: local pages' block, remote pages' block */
+	uint8_t *loc;        /* LOC_* per item */
+	struct pool_ref *refs; /* local pass: pinned entries */
+	const uint8_t **src; /* local pass: pinned payloads */
 	uint8_t (*hdr)[POOL_HDR_BYTES]; /* remote pages' headers */
 	struct dir_rec *recs;
 	unsigned *ridx;      /* record -> item */
+	const char **lk;     /* record -> key (for the lookup) */
+	size_t *ll;
 	unsigned nrec;
 	struct tp_read *reads;
 	unsigned *readr;     /* read -> record */
 	unsigned nreads;
-	void (*done)(void *arg, struct fetch *f);
+	kv_done_fn done;     /* fetch */
+	kv_got_fn got;       /* get */
 	void *arg;
 	uint64_t t0;
-	uint64_t staged;     /* bytes of own[] taken from the node's budget */
+	uint64_t staged;     /* bytes of stage[] taken from the node's budget */
 	int refused;         /* -E2BIG (call over its cap), -EBUSY (node) */
 	uint64_t deadline;
 	unsigned read_ms;    /* the reads' timeout */
 };
 
+static struct fetch *fetch_layout(struct pc_arena *a, const struct kv_item *it,
+				  unsigned n)
+{
+	struct fetch *f = pc_arena_take(a, sizeof(*f));
+	struct keys ks;
+	keys_layout(a, &ks, it, n);
+	uint8_t **at = pc_arena_take(a, n * sizeof(*at));
+	uint64_t *want = pc_arena_take(a, n * sizeof(*want));
+	uint64_t *len = pc_arena_take(a, n * sizeof(*len));
+	bool *ok = pc_arena_take(a, n * sizeof(*ok));
+	uint8_t *loc = pc_arena_take(a, n * sizeof(*loc));
+	struct pool_ref *refs = pc_arena_take(a, n * sizeof(*refs));
+	const uint8_t **src = pc_arena_take(a, n * sizeof(*src));
+	uint8_t (*hdr)[POOL_HDR_BYTES] = pc_arena_take(a, n * sizeof(*hdr));
+	struct dir_rec *recs = pc_arena_take(a, n * sizeof(*recs));
+	unsigned *ridx = pc_arena_take(a, n * sizeof(*ridx));
+	const char **lk = pc_arena_take(a, n * sizeof(*lk));
+	size_t *ll = pc_arena_take(a, n * sizeof(*ll));
+	struct tp_read *reads = pc_arena_take(a, n * sizeof(*reads));
+	unsigned *readr = pc_arena_take(a, n * sizeof(*readr));
+	if (f)
+		*f = (struct fetch){.n = n, .ks = ks, .at = at, .want = want,
+				    .len = len, .ok = ok, .loc = loc,
+				    .refs = refs, .src = src, .hdr = hdr,
+				    .recs = recs, .ridx = ridx, .lk = lk,
+				    .ll = ll, .reads = reads, .readr = readr};
+	return f;
+}
+
 static void fetch_free(struct fetch *f)
 {
-	for (unsigned i = 0; f->own && i < f->n; i++)
-		free(f->own[i]);
 	if (f->staged)
-		__atomic_sub_fetch(&g.staged, f->staged, __ATOMIC_RELAXED);
-	keys_free(&f->ks);
-	free(f->dst);
-	free(f->own);
-	free(f->want);
-	free(f->len);
-	free(f->ok);
-	free(f->hdr);
-	free(f->recs);
-	free(f->ridx);
-	free(f->reads);
-	free(f->readr);
-	free(f);
+		kv_release(f->staged);
+	free(f->stage[0]);
+	free(f->stage[1]);
+	free(f); /* the arena */
 }
 
 static void fetch_finish(struct fetch *f)
@@ -462,34 +528,30 @@ static void fetch_finish(struct fetch *f)
 	met_observe_ns(g.lat_read, pc_now_ns() - f->t0);
 	if (f->nrec)
 		op_end(f->deadline); /* all local: no deadline to run into */
-	f->done(f->arg, f);
+	if (f->got) {
+		struct kv_got got = {f->n, f->ok, f->len, f->at, f->staged,
+				     f->refused};
+		f->got(f->arg, &got);
+	} else {
+		f->done(f->arg, f->ok, f->n);
+	}
 	fetch_free(f);
 }
 
-/* Reply bytes besides the pages: the envelope, the array header and one
- * bin header (or nil) per key. */
-static uint64_t get_reply_overhead(unsigned n)
-{
-	return 32 + 5 * (uint64_t)n;
-}
-
 /*
- * Take len bytes of staging for a page the call must hold itself (kv.get):
- * within the call's cap (a reply must fit one message) and the node's
- * kv_staging_max. The first refusal sticks: nothing more is staged, and
- * the call is answered with the error instead of pages.
+ * Take len bytes of staging for a page the call must hold itself (get):
+ * within the call's stage_max and the node's kv_staging_max. The first
+ * refusal sticks: nothing more is staged, and the caller is told.
  */
 static int stage_take(struct fetch *f, uint64_t len)
 {
 	if (f->refused)
 		return f->refused;
-	if (f->staged + len + get_reply_overhead(f->n) > g.get_call_max) {
+	if (f->staged + len > f->stage_max) {
 		f->refused = -E2BIG;
 		return f->refused;
 	}
-	uint64_t now = __atomic_add_fetch(&g.staged, len, __ATOMIC_RELAXED);
-	if (now > g.staging_max) {
-		__atomic_sub_fetch(&g.staged, len, __ATOMIC_RELAXED);
+	if (kv_hold(len) < 0) {
 		f->refused = -EBUSY;
 		return f->refused;
 	}
@@ -497,17 +559,21 @@ static int stage_take(struct fetch *f, uint64_t len)
 	return 0;
 }
 
-/* Where item i's payload of len bytes goes; NULL when it cannot. */
-static void *fetch_dest(struct fetch *f, unsigned i, uint64_t len)
+/* May item i take a page of len bytes (its size fits; staged: the call's
+ * staging has room)? */
+static bool fetch_dest_ok(struct fetch *f, unsigned i, uint64_t len)
 {
 	if (f->want[i] && f->want[i] != len)
-		return NULL; /* a page of another size is a miss */
-	if (f->dst[i])
-		return f->dst[i];
-	if (stage_take(f, len) < 0)
-		return NULL;
-	f->own[i] = malloc(len ? len : 1);
-	return f->own[i];
+		return false; /* a page of another size is a miss */
+	return f->at[i] || stage_take(f, len) == 0;
+}
+
+/* One staging block of need bytes; false when out of memory. */
+static bool stage_block(struct fetch *f, unsigned which, uint64_t need)
+{
+	PC_ASSERT(f->staging && !f->stage[which] && need <= f->staged);
+	f->stage[which] = malloc(need ? need : 1);
+	return f->stage[which] != NULL;
 }
 
 struct sum_args {
@@ -555,7 +621,7 @@ static void fetch_read_done(void *arg, struct tp_read *reads, unsigned n)
 			    (reads[j].res != -ETIMEDOUT ||
 			     f->read_ms >= PH_EVIDENCE_MS))
 				g.health->failed(r->node, reads[j].res,
-						 "data read");
+							  "data read");
 			continue;
 		}
 		f->ok[i] = true;
@@ -566,175 +632,207 @@ static void fetch_read_done(void *arg, struct tp_read *reads, unsigned n)
 	fetch_finish(f);
 }
 
+static void promote_done(void *arg, int res)
+{
+	(void)arg;
+	if (res < 0)
+		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "a page could not be promoted "
+			  "from the %s tier: %s", g.tier->name, strerror(-res));
+}
+
+/* A page this node produced lives in the next tier: ask for it back. This
+ * get misses; the next one finds the page in memory. */
+static void fetch_promote(struct fetch *f, unsigned i, const struct dir_rec *r)
+{
+	if (g.tier->promote(f->r, f->ks.k[i], f->ks.len[i], r, promote_done,
+			    NULL) == 0)
+		met_inc(g.promotes);
+}
+
+/* Should record j be read from its producer? Staging is taken for it. */
+static bool fetch_wants_read(struct fetch *f, unsigned j)
+{
+	struct dir_rec *r = &f->recs[j];
+	unsigned i = f->ridx[j];
+	if (!r->found)
+		return false;
+	if (!r->resident) { /* in a lower tier */
+		if (g.pl->is_here(r))
+			fetch_promote(f, i, r);
+		return false;
+	}
+	/* Our own record but no page here: evicted since. */
+	if (g.pl->is_here(r))
+		return false;
+	if (producer_suspect(r)) { /* not answering: a miss now */
+		met_inc(g.rd_suspect);
+		return false;
+	}
+	return fetch_dest_ok(f, i, r->len);
+}
+
 static void fetch_looked_up(void *arg)
 {
 	struct fetch *f = arg;
-	f->reads = calloc(f->nrec, sizeof(*f->reads));
-	f->readr = calloc(f->nrec, sizeof(*f->readr));
-	if (!f->reads || !f->readr) {
-		fetch_finish(f);
-		return;
-	}
 	/* The reads get what the lookup left of the budget. */
 	uint64_t now = pc_now_ns();
 	uint64_t left_ms = now < f->deadline ? (f->deadline - now) / 1000000u
 					     : 0;
+	uint64_t need = 0; /* staging for the remote pages */
 	for (unsigned j = 0; j < f->nrec && left_ms; j++) {
-		struct dir_rec *r = &f->recs[j];
+		if (!fetch_wants_read(f, j))
+			continue;
 		unsigned i = f->ridx[j];
-		/* Our own record but no page here: evicted since. No disk
-		 * tier yet, so a non-resident record is a miss too. */
-		if (!r->found || !r->resident ||
-		    strcmp(r->node, g.cl->self_id) == 0)
-			continue;
-		if (producer_suspect(r)) { /* not answering: a miss now */
-			met_inc(g.rd_suspect);
-			continue;
+		if (!f->at[i])
+			need += f->recs[j].len;
+		f->readr[f->nreads++] = j;
+	}
+	if (need && !f->refused && !stage_block(f, 1, need)) {
+		fetch_finish(f); /* out of memory: misses */
+		return;
+	}
+	uint8_t *stage = f->stage[1];
+	for (unsigned k = 0; k < f->nreads; k++) {
+		struct dir_rec *r = &f->recs[f->readr[k]];
+		unsigned i = f->ridx[f->readr[k]];
+		if (!f->at[i] && stage) {
+			f->at[i] = stage;
+			stage += r->len;
 		}
-		void *dst = fetch_dest(f, i, r->len);
-		if (!dst)
-			continue;
-		struct tp_read *rd = &f->reads[f->nreads];
+		struct tp_read *rd = &f->reads[k];
 		snprintf(rd->peer, sizeof(rd->peer), "%s", r->data);
 		rd->rkey = r->rkey;
 		rd->addr = r->addr;
 		rd->len = POOL_HDR_BYTES + r->len;
 		rd->hdr = f->hdr[i];
 		rd->hdr_len = POOL_HDR_BYTES;
-		rd->dst = dst; /* the payload lands here: no copy */
+		rd->dst = f->at[i]; /* the payload lands here: no copy */
 		rd->node = r->node; /* f->recs outlive the batch */
-		f->readr[f->nreads++] = j;
 	}
 	f->read_ms = (unsigned)PC_MIN(left_ms, (uint64_t)g.read_timeout_ms);
 	if (f->nreads == 0 || f->refused ||
 	    g.tp->ops->read_batch(g.tp->clients[rx_reactor_id(f->r)],
-				  f->reads, f->nreads, f->read_ms,
-				  fetch_read_done, f) < 0)
+				      f->reads, f->nreads, f->read_ms,
+				      fetch_read_done, f) < 0)
 		fetch_finish(f);
 }
 
-/* Copy a page from the pool if this node holds it. */
-static void fetch_local(struct fetch *f, unsigned i)
+/* Pin item i's page if this node holds it and the item may take it. */
+static void fetch_local_pin(struct fetch *f, unsigned i)
 {
-	struct pool_ref ref;
 	const uint8_t *hdr;
 	uint64_t len, gen;
-	if (pool_get(g.pool, f->ks.k[i], f->ks.len[i], &ref, &hdr, &len,
+	if (pool_get(g.pool, f->ks.k[i], f->ks.len[i], &f->refs[i], &hdr, &len,
 		     &gen) < 0)
 		return;
-	void *dst = fetch_dest(f, i, len);
-	if (dst && copy_in(f->client_mem, dst, hdr + POOL_HDR_BYTES, len) == 0) {
-		f->ok[i] = true;
-		f->len[i] = len;
-		met_inc(g.rd_local);
-		met_add(g.copy_get_local, len);
-	}
-	pool_unpin(g.pool, &ref);
+	f->loc[i] = LOC_PINNED;
+	f->src[i] = hdr + POOL_HDR_BYTES;
+	f->len[i] = len;
+	if (fetch_dest_ok(f, i, len))
+		f->loc[i] = LOC_READY;
 }
 
-/* dst/want NULL: allocate and accept any length (kv.get). */
-static int fetch_start(struct rx_reactor *r, struct keys *ks, void **dst,
-		       const uint64_t *want, bool client_mem,
-		       void (*done)(void *arg, struct fetch *f), void *arg)
+/* Copy item i's pinned page out of the pool (when it may), and unpin it. */
+static void fetch_local_copy(struct fetch *f, unsigned i)
 {
-	unsigned n = ks->n;
-	struct fetch *f = calloc(1, sizeof(*f));
-	if (!f)
+	if (f->loc[i] == LOC_READY && f->at[i] &&
+	    copy_in(f->client_mem, f->at[i], f->src[i], f->len[i]) == 0) {
+		f->ok[i] = true;
+		met_inc(g.rd_local);
+		met_add(g.copy_get_local, f->len[i]);
+	}
+	pool_unpin(g.pool, &f->refs[i]);
+	f->loc[i] = LOC_NONE;
+}
+
+/* Pages this node holds: pinned all at once so that what get stages for
+ * them is one block, then copied and unpinned. */
+static void fetch_locals(struct fetch *f)
+{
+	uint64_t need = 0;
+	for (unsigned i = 0; i < f->n; i++) {
+		fetch_local_pin(f, i);
+		if (f->loc[i] == LOC_READY && !f->at[i])
+			need += f->len[i];
+	}
+	uint8_t *stage = NULL;
+	if (need && stage_block(f, 0, need))
+		stage = f->stage[0];
+	for (unsigned i = 0; i < f->n; i++) {
+		if (f->loc[i] == LOC_NONE)
+			continue;
+		if (f->loc[i] == LOC_READY && !f->at[i] && stage) {
+			f->at[i] = stage;
+			stage += f->len[i];
+		}
+		fetch_local_copy(f, i);
+	}
+}
+
+/*
+ * Fetch items: into their data (dst) when staging is false, else into
+ * blocks of kv's own (get). done or got runs once, maybe before this
+ * returns (callers accept that).
+ */
+static int fetch_start(struct rx_reactor *r, const struct kv_item *it,
+		       unsigned n, bool client_mem, bool staging,
+		       uint64_t stage_max, kv_done_fn done, kv_got_fn got,
+		       void *arg)
+{
+	if (!items_valid(it, n))
+		return -EINVAL;
+	for (unsigned i = 0; i < n && !staging; i++)
+		if (!it[i].data)
+			return -EINVAL; /* fetch: every page has a destination */
+	struct pc_arena a;
+	pc_arena_plan(&a);
+	fetch_layout(&a, it, n);
+	if (!pc_arena_alloc(&a))
 		return -ENOMEM;
+	struct fetch *f = fetch_layout(&a, it, n);
 	f->r = r;
-	f->n = n;
-	f->ks = *ks; /* takes the keys */
-	memset(ks, 0, sizeof(*ks));
 	f->client_mem = client_mem;
+	f->staging = staging;
+	f->stage_max = stage_max;
 	f->done = done;
+	f->got = got;
 	f->arg = arg;
 	f->t0 = pc_now_ns();
 	f->deadline = op_deadline();
-	f->dst = calloc(n, sizeof(*f->dst));
-	f->own = calloc(n, sizeof(*f->own));
-	f->want = calloc(n, sizeof(*f->want));
-	f->len = calloc(n, sizeof(*f->len));
-	f->ok = calloc(n, sizeof(*f->ok));
-	f->hdr = calloc(n, sizeof(*f->hdr));
-	f->recs = calloc(n, sizeof(*f->recs));
-	f->ridx = calloc(n, sizeof(*f->ridx));
-	const char **lk = calloc(n, sizeof(*lk));
-	size_t *ll = calloc(n, sizeof(*ll));
-	if (!f->dst || !f->own || !f->want || !f->len || !f->ok || !f->hdr ||
-	    !f->recs || !f->ridx || !lk || !ll) {
-		free(lk);
-		free(ll);
-		fetch_free(f);
-		return -ENOMEM;
+	for (unsigned i = 0; i < n && !staging; i++) {
+		f->at[i] = it[i].data;
+		f->want[i] = it[i].len ? it[i].len : UINT64_MAX;
 	}
-	if (dst)
-		memcpy(f->dst, dst, n * sizeof(*dst));
-	if (want)
-		memcpy(f->want, want, n * sizeof(*want));
 	met_add(g.rd_req, n);
+	fetch_locals(f);
 	for (unsigned i = 0; i < n; i++) {
-		fetch_local(f, i);
 		if (f->ok[i])
-			continue; /* local: no directory, no network */
-		lk[f->nrec] = f->ks.k[i];
-		ll[f->nrec] = f->ks.len[i];
+			continue; /* local: no placement, no network */
+		f->lk[f->nrec] = f->ks.k[i];
+		f->ll[f->nrec] = f->ks.len[i];
 		f->ridx[f->nrec++] = i;
 	}
-	struct dir_keys k = {lk, ll, f->nrec};
+	struct dir_keys k = {f->lk, f->ll, f->nrec};
 	/* Nothing is looked up for a call already refused its staging. */
 	int ret = f->nrec && !f->refused
-			  ? g.dir->lookup(r, &k, f->recs, f->deadline,
-					  fetch_looked_up, f)
+			  ? g.pl->lookup(r, &k, f->recs, f->deadline,
+					 fetch_looked_up, f)
 			  : -ENOENT;
-	free(lk);
-	free(ll);
 	if (ret < 0)
 		fetch_finish(f); /* done runs now: callers accept that */
 	return 0;
 }
 
-struct api_call {
-	kv_done_fn done;
-	void *arg;
-};
-
-static void api_fetched(void *arg, struct fetch *f)
-{
-	struct api_call c = *(struct api_call *)arg;
-	free(arg);
-	c.done(c.arg, f->ok, f->n);
-}
-
 static int kv_fetch(struct rx_reactor *r, const struct kv_item *it,
 		    unsigned n, bool client_mem, kv_done_fn done, void *arg)
 {
-	struct keys ks;
-	if (keys_of_items(&ks, it, n) < 0)
-		return -EINVAL;
-	void **dst = calloc(n, sizeof(*dst));
-	uint64_t *want = calloc(n, sizeof(*want));
-	struct api_call *c = malloc(sizeof(*c));
-	if (!dst || !want || !c) {
-		keys_free(&ks);
-		free(dst);
-		free(want);
-		free(c);
-		return -ENOMEM;
-	}
-	for (unsigned i = 0; i < n; i++) {
-		dst[i] = it[i].data;
-		want[i] = it[i].len ? it[i].len : UINT64_MAX;
-	}
-	c->done = done;
-	c->arg = arg;
-	int ret = fetch_start(r, &ks, dst, want, client_mem, api_fetched, c);
-	free(dst);
-	free(want);
-	if (ret < 0) {
-		keys_free(&ks);
-		free(c);
-	}
-	return ret;
+	return fetch_start(r, it, n, client_mem, false, 0, done, NULL, arg);
+}
+
+static int kv_get(struct rx_reactor *r, const struct kv_item *it, unsigned n,
+		  uint64_t stage_max, kv_got_fn got, void *arg)
+{
+	return fetch_start(r, it, n, false, true, stage_max, NULL, got, arg);
 }
 
 /* --------------------------------------------------------------- exists */
@@ -748,16 +846,33 @@ struct exists_op {
 	void *arg;
 };
 
+static struct exists_op *exists_layout(struct pc_arena *a,
+				       const struct kv_item *it, unsigned n)
+{
+	struct exists_op *e = pc_arena_take(a, sizeof(*e));
+	struct keys ks;
+	keys_layout(a, &ks, it, n);
+	struct dir_rec *recs = pc_arena_take(a, n * sizeof(*recs));
+	if (e)
+		*e = (struct exists_op){.ks = ks, .recs = recs};
+	return e;
+}
+
+/* Does a record name a page a get could read now? */
+static bool exists_readable(const struct dir_rec *r)
+{
+	/* Not resident: promote first. Ours: not in the pool, so evicted.
+	 * A suspect producer's page could not be read now. */
+	return r->found && r->resident && !g.pl->is_here(r) &&
+	       !producer_suspect(r);
+}
+
 static void exists_done(void *arg)
 {
 	struct exists_op *e = arg;
 	unsigned count = e->local;
 	for (unsigned i = e->local; i < e->ks.n && e->recs; i++) {
-		struct dir_rec *r = &e->recs[i - e->local];
-		/* A suspect producer's page could not be read now. */
-		if (!r->found || !r->resident ||
-		    strcmp(r->node, g.cl->self_id) == 0 ||
-		    producer_suspect(r))
+		if (!exists_readable(&e->recs[i - e->local]))
 			break;
 		count++;
 	}
@@ -765,20 +880,21 @@ static void exists_done(void *arg)
 		op_end(e->deadline);
 	met_add(g.ex_found, count);
 	e->done(e->arg, count);
-	keys_free(&e->ks);
-	free(e->recs);
-	free(e);
+	free(e); /* the arena */
 }
 
-/* Takes the keys. done may run before this returns. */
-static int exists_start(struct rx_reactor *r, struct keys *ks,
-			void (*done)(void *arg, unsigned count), void *arg)
+static int kv_exists(struct rx_reactor *r, const struct kv_item *it,
+		     unsigned n, void (*done)(void *arg, unsigned count),
+		     void *arg)
 {
-	struct exists_op *e = calloc(1, sizeof(*e));
-	if (!e)
+	if (!items_valid(it, n))
+		return -EINVAL;
+	struct pc_arena a;
+	pc_arena_plan(&a);
+	exists_layout(&a, it, n);
+	if (!pc_arena_alloc(&a))
 		return -ENOMEM;
-	e->ks = *ks;
-	memset(ks, 0, sizeof(*ks));
+	struct exists_op *e = exists_layout(&a, it, n);
 	e->done = done;
 	e->arg = arg;
 	e->deadline = op_deadline();
@@ -787,29 +903,16 @@ static int exists_start(struct rx_reactor *r, struct keys *ks,
 	       pool_contains(g.pool, e->ks.k[e->local], e->ks.len[e->local]))
 		e->local++;
 	if (e->local == e->ks.n) {
+		e->recs = NULL;
 		exists_done(e);
 		return 0;
 	}
-	e->recs = calloc(e->ks.n - e->local, sizeof(*e->recs));
 	struct dir_keys k = dir_keys_of(&e->ks, e->local);
-	if (!e->recs ||
-	    g.dir->lookup(r, &k, e->recs, e->deadline, exists_done,
-			  e) < 0) {
-		free(e->recs);
+	if (g.pl->lookup(r, &k, e->recs, e->deadline, exists_done, e) < 0) {
 		e->recs = NULL;
 		exists_done(e);
 	}
 	return 0;
-}
-
-static int kv_exists(struct rx_reactor *r, const struct kv_item *it,
-		     unsigned n, void (*done)(void *arg, unsigned count),
-		     void *arg)
-{
-	struct keys ks;
-	if (keys_of_items(&ks, it, n) < 0)
-		return -EINVAL;
-	return exists_start(r, &ks, done, arg);
 }
 
 /* --------------------------------------------------------------- remove */
@@ -822,319 +925,61 @@ struct del_op {
 	void *arg;
 };
 
+static struct del_op *del_layout(struct pc_arena *a, const struct kv_item *it,
+				 unsigned n)
+{
+	struct del_op *d = pc_arena_take(a, sizeof(*d));
+	struct keys ks;
+	keys_layout(a, &ks, it, n);
+	bool *local = pc_arena_take(a, n * sizeof(*local));
+	bool *existed = pc_arena_take(a, n * sizeof(*existed));
+	if (d)
+		*d = (struct del_op){.ks = ks, .local = local,
+				     .existed = existed};
+	return d;
+}
+
 static void del_done(void *arg)
 {
 	struct del_op *d = arg;
 	for (unsigned i = 0; i < d->ks.n; i++)
 		d->existed[i] |= d->local[i];
 	d->done(d->arg, d->existed, d->ks.n);
-	keys_free(&d->ks);
-	free(d->local);
-	free(d->existed);
-	free(d);
+	free(d); /* the arena */
 }
 
-/* Takes the keys. done may run before this returns. */
-static int remove_start(struct rx_reactor *r, struct keys *ks,
-			kv_done_fn done, void *arg)
+/* Delete here and unpublish whatever record of the key exists. */
+static int kv_remove(struct rx_reactor *r, const struct kv_item *it,
+		     unsigned n, kv_done_fn done, void *arg)
 {
-	struct del_op *d = calloc(1, sizeof(*d));
-	bool *local = calloc(ks->n, sizeof(bool));
-	bool *existed = calloc(ks->n, sizeof(bool));
-	if (!d || !local || !existed) {
-		free(d);
-		free(local);
-		free(existed);
+	if (!items_valid(it, n))
+		return -EINVAL;
+	struct pc_arena a;
+	pc_arena_plan(&a);
+	del_layout(&a, it, n);
+	if (!pc_arena_alloc(&a))
 		return -ENOMEM;
-	}
-	d->ks = *ks;
-	memset(ks, 0, sizeof(*ks));
-	d->local = local;
-	d->existed = existed;
+	struct del_op *d = del_layout(&a, it, n);
 	d->done = done;
 	d->arg = arg;
 	met_add(g.del_req, d->ks.n);
 	for (unsigned i = 0; i < d->ks.n; i++)
 		d->local[i] = pool_delete(g.pool, d->ks.k[i], d->ks.len[i]) == 0;
 	struct dir_keys k = dir_keys_of(&d->ks, 0);
-	if (g.dir->remove(r, &k, NULL, NULL, d->existed, op_deadline(),
-			  del_done, d) < 0)
+	if (g.pl->unpublish(r, &k, NULL, NULL, d->existed, op_deadline(),
+			    del_done, d) < 0)
 		del_done(d);
 	return 0;
-}
-
-static int kv_remove(struct rx_reactor *r, const struct kv_item *it,
-		     unsigned n, kv_done_fn done, void *arg)
-{
-	struct keys ks;
-	if (keys_of_items(&ks, it, n) < 0)
-		return -EINVAL;
-	return remove_start(r, &ks, done, arg);
 }
 
 static const struct kv_api kv_api = {
 	.publish = kv_publish,
 	.fetch = kv_fetch,
+	.get = kv_get,
 	.exists = kv_exists,
 	.remove = kv_remove,
-};
-
-/* ----------------------------------------------------------- kv.* methods */
-
-/*
- * What a kv.* call holds per key while it is in flight, besides the page
- * bytes kv.get stages: the directory record and page header a lookup
- * fills, the operation's and its directory job's arrays, and two copies of
- * the key (an estimate on the high side). Without it 65,536 one-byte keys
- * (a 200 KB request) would hold ~40 MB, and a connection may have
- * rpc_max_inflight calls in flight.
- */
-#define KV_KEY_STATE (sizeof(struct dir_rec) + POOL_HDR_BYTES + 224)
-
-/* A kv.* call in flight and the staging its bookkeeping holds. */
-struct kv_call {
-	struct rpc_call *call;
-	uint64_t held;
-};
-
-static void refuse_busy(struct rpc_call *call, const char *what)
-{
-	met_inc(g.refused_busy);
-	PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "%s: %s refused: the node already "
-		  "holds kv_staging_max (%llu bytes) for other calls",
-		  rpc_call_peer(call), what, (unsigned long long)g.staging_max);
-	rpc_reply_error(call, RPC_E_BUSY, "the node already holds "
-			"kv_staging_max (%llu bytes) for other kv.* calls; "
-			"retry later", (unsigned long long)g.staging_max);
-}
-
-/*
- * Take the staging a call of n keys (key_bytes in all) holds until it
- * replies. NULL when it cannot: the call was answered (busy, or too_large
- * when it alone exceeds kv_staging_max).
- */
-static struct kv_call *call_hold(struct rpc_call *call, const char *what,
-				 unsigned n, uint64_t key_bytes)
-{
-	uint64_t need = (uint64_t)n * KV_KEY_STATE + 2 * key_bytes;
-	if (need > g.staging_max) {
-		met_inc(g.refused_large);
-		rpc_reply_error(call, RPC_E_TOO_LARGE, "%s of %u keys needs %llu"
-				" bytes of bookkeeping, over kv_staging_max "
-				"(%llu); send fewer keys per call", what, n,
-				(unsigned long long)need,
-				(unsigned long long)g.staging_max);
-		return NULL;
-	}
-	struct kv_call *kc = malloc(sizeof(*kc));
-	if (!kc) {
-		rpc_reply_error(call, RPC_E_BUSY, "out of memory");
-		return NULL;
-	}
-	if (__atomic_add_fetch(&g.staged, need, __ATOMIC_RELAXED) >
-	    g.staging_max) {
-		__atomic_sub_fetch(&g.staged, need, __ATOMIC_RELAXED);
-		free(kc);
-		refuse_busy(call, what);
-		return NULL;
-	}
-	kc->call = call;
-	kc->held = need;
-	return kc;
-}
-
-/* Give the staging back; the call, to reply to. */
-static struct rpc_call *call_release(struct kv_call *kc)
-{
-	struct rpc_call *call = kc->call;
-	__atomic_sub_fetch(&g.staged, kc->held, __ATOMIC_RELAXED);
-	free(kc);
-	return call;
-}
-
-static uint64_t keys_bytes(const struct keys *ks)
-{
-	uint64_t n = 0;
-	for (unsigned i = 0; i < ks->n; i++)
-		n += ks->len[i];
-	return n;
-}
-
-static void reply_bools(void *arg, const bool *ok, unsigned n)
-{
-	rpc_reply_bools(call_release(arg), ok, n);
-}
-
-static void reply_count(void *arg, unsigned count)
-{
-	rpc_reply_uint(call_release(arg), count);
-}
-
-static void reply_existed(void *arg, const bool *ok, unsigned n)
-{
-	unsigned count = 0;
-	for (unsigned i = 0; i < n; i++)
-		count += ok[i];
-	rpc_reply_uint(call_release(arg), count);
-}
-
-static void m_set(struct rpc_call *call, struct mp_rd *p)
-{
-	uint32_t nk, nv;
-	struct mp_rd keys = *p;
-	if (mp_rd_array(p, &nk) < 0 || nk == 0 || nk > KV_BATCH_MAX) {
-		rpc_reply_error(call, RPC_E_BAD_PARAMS, "expected [keys, values]"
-				"; %s", keys_help);
-		return;
-	}
-	/* The keys' bytes: what the call's bookkeeping copies of them. */
-	uint64_t key_bytes = 0;
-	for (uint32_t i = 0; i < nk; i++) {
-		const uint8_t *before = p->p;
-		mp_skip(p);
-		key_bytes += (uint64_t)(p->p - before);
-	}
-	struct kv_call *kc = call_hold(call, "kv.set", nk, key_bytes);
-	if (!kc)
-		return;
-	struct kv_item *it = calloc(nk, sizeof(*it));
-	if (!it) {
-		rpc_reply_error(call_release(kc), RPC_E_BUSY, "out of memory");
-		return;
-	}
-	/* Items point into the request: publish copies before it returns. */
-	bool bad = mp_rd_array(p, &nv) < 0 || nv != nk ||
-		   mp_rd_array(&keys, &nk) < 0;
-	for (uint32_t i = 0; i < nk && !bad; i++) {
-		const char *k;
-		uint32_t kl;
-		const uint8_t *v;
-		uint32_t vl;
-		bad = mp_rd_str(&keys, &k, &kl) < 0 || kl == 0 ||
-		      kl > KV_KEY_MAX || mp_rd_bin(p, &v, &vl) < 0;
-		it[i] = (struct kv_item){k, kl, (void *)(uintptr_t)v, vl};
-	}
-	if (bad) {
-		free(it);
-		rpc_reply_error(call_release(kc), RPC_E_BAD_PARAMS,
-				"expected [keys, values] with one bin value "
-				"per key; %s", keys_help);
-		return;
-	}
-	int ret = kv_publish(rpc_call_reactor(call), it, nk, false, reply_bools,
-			     kc);
-	free(it);
-	if (ret < 0)
-		rpc_reply_error(call_release(kc), RPC_E_BUSY, "%s",
-				strerror(-ret));
-}
-
-static void get_reply(void *arg, struct fetch *f)
-{
-	struct rpc_call *call = call_release(arg);
-	if (f->refused == -E2BIG) {
-		met_inc(g.refused_large);
-		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "%s: kv.get of %u keys refused: "
-			  "its pages exceed %llu bytes per call (%s)",
-			  rpc_call_peer(call), f->n,
-			  (unsigned long long)g.get_call_max, g.get_call_limit);
-		rpc_reply_error(call, RPC_E_TOO_LARGE, "the pages of this kv.get "
-				"exceed %llu reply bytes per call (setting %s); "
-				"ask for fewer keys per call",
-				(unsigned long long)g.get_call_max,
-				g.get_call_limit);
-		return;
-	}
-	if (f->refused) {
-		refuse_busy(call, "kv.get");
-		return;
-	}
-	/* The reply is copied into the connection's output queue: the RPC
-	 * layer's reply budget (per connection and node-wide) must have room
-	 * for it first; the queue accounts for the bytes once written. */
-	size_t reply = (size_t)(f->staged + get_reply_overhead(f->n));
-	int ret = rpc_call_budget_take(call, reply);
-	if (ret < 0) {
-		met_inc(g.refused_busy);
-		rpc_reply_error(call, RPC_E_BUSY, "no room for a %zu-byte reply: "
-				"this connection's unread replies or all "
-				"connections' (rpc_max_reply_bytes) are at "
-				"their limit; read the replies, or retry later",
-				reply);
-		return;
-	}
-	msgpack_packer *pk = rpc_reply_begin(call);
-	msgpack_pack_array(pk, f->n);
-	for (unsigned i = 0; i < f->n; i++) {
-		if (!f->ok[i]) {
-			msgpack_pack_nil(pk);
-			continue;
-		}
-		msgpack_pack_bin(pk, f->len[i]);
-		msgpack_pack_bin_body(pk, f->own[i], f->len[i]);
-		met_add(g.rd_bytes, f->len[i]);
-		met_add(g.copy_reply, f->len[i]);
-	}
-	rpc_call_budget_give(call, reply);
-	rpc_reply_end(call);
-}
-
-/* Read [keys] and hold their bookkeeping: NULL when the call was answered. */
-static struct kv_call *keys_call(struct rpc_call *call, struct mp_rd *p,
-				 const char *what, struct keys *ks)
-{
-	if (keys_read(p, ks) < 0) {
-		rpc_reply_error(call, RPC_E_BAD_PARAMS, "expected [keys]; %s",
-				keys_help);
-		return NULL;
-	}
-	struct kv_call *kc = call_hold(call, what, ks->n, keys_bytes(ks));
-	if (!kc)
-		keys_free(ks);
-	return kc;
-}
-
-/* An operation did not start: free what it did not take, answer busy. */
-static void keys_call_failed(struct kv_call *kc, struct keys *ks)
-{
-	keys_free(ks);
-	rpc_reply_error(call_release(kc), RPC_E_BUSY, "out of memory");
-}
-
-static void m_get(struct rpc_call *call, struct mp_rd *p)
-{
-	struct keys ks;
-	struct kv_call *kc = keys_call(call, p, "kv.get", &ks);
-	if (kc && fetch_start(rpc_call_reactor(call), &ks, NULL, NULL, false,
-			      get_reply, kc) < 0)
-		keys_call_failed(kc, &ks);
-}
-
-static void m_exists(struct rpc_call *call, struct mp_rd *p)
-{
-	struct keys ks;
-	struct kv_call *kc = keys_call(call, p, "kv.exists", &ks);
-	if (kc && exists_start(rpc_call_reactor(call), &ks, reply_count, kc) < 0)
-		keys_call_failed(kc, &ks);
-}
-
-static void m_delete(struct rpc_call *call, struct mp_rd *p)
-{
-	struct keys ks;
-	struct kv_call *kc = keys_call(call, p, "kv.delete", &ks);
-	if (kc && remove_start(rpc_call_reactor(call), &ks, reply_existed, kc) <
-			  0)
-		keys_call_failed(kc, &ks);
-}
-
-static const struct rpc_method kv_methods[] = {
-	{"kv.set", m_set, 0,
-	 "[keys, values] -> [stored: bool, ...] (idempotent)"},
-	{"kv.get", m_get, 0, "[keys] -> [bin | nil, ...]"},
-	{"kv.exists", m_exists, 0,
-	 "[keys] -> how many leading keys exist"},
-	{"kv.delete", m_delete, 0, "[keys] -> how many existed"},
-	{NULL, NULL, 0, NULL},
+	.hold = kv_hold,
+	.release = kv_release,
 };
 
 /* ------------------------------------------------------------- lifecycle */
@@ -1172,8 +1017,8 @@ static double staged_fn(void *arg)
 	return (double)__atomic_load_n(&g.staged, __ATOMIC_RELAXED);
 }
 
-/* A producer became suspect or left: reads still waiting for it on this
- * reactor fail now (misses) instead of at their deadline. */
+/* A producer became suspect: reads still waiting for it on this reactor
+ * fail now (misses) instead of at their deadline. */
 static void on_peer_gone(struct rx_reactor *r, enum mb_event ev,
 			 const char *peer, uint64_t epoch, void *arg)
 {
@@ -1192,31 +1037,14 @@ static int kv_init(struct pc_ctx *ctx)
 	g.ctx = ctx;
 	g.checksums = s->page_checksums;
 	g.read_timeout_ms = (unsigned)s->rpc_timeout_ms;
-	/* A kv.get reply must fit one message, the connection's output cap
-	 * and the node's staging budget: the smallest names the limit. */
 	g.staging_max = s->kv_staging_max;
-	g.get_call_max = s->rpc_max_message_bytes;
-	g.get_call_limit = "rpc_max_message_bytes";
-	if (s->conn_out_max < g.get_call_max) {
-		g.get_call_max = s->conn_out_max;
-		g.get_call_limit = "conn_out_max";
-	}
-	if (s->kv_staging_max < g.get_call_max) {
-		g.get_call_max = s->kv_staging_max;
-		g.get_call_limit = "kv_staging_max";
-	}
-	/* One connection's share of the reply budget (rpc_server.c): a
-	 * reply above it could only ever get busy; say too_large instead. */
-	if (s->rpc_max_reply_bytes / 4 < g.get_call_max) {
-		g.get_call_max = s->rpc_max_reply_bytes / 4;
-		g.get_call_limit = "rpc_max_reply_bytes / 4";
-	}
 	g.deadline_ns = RX_MS(s->request_deadline_ms);
 	if (!(g.cl = svc_need_cluster(ctx, "kv")) ||
 	    !(g.tp = svc_need_transport(ctx, "kv")) ||
-	    !(g.dir = svc_need_dir(ctx, "kv")))
+	    !(g.pl = svc_need_placement(ctx, "kv")))
 		return -ENOENT;
 	g.health = svc_find_health(ctx);
+	g.tier = &tier_none; /* no lower tier is built yet */
 	struct pool_opts po = {.size = s->pool_size, .try_huge_pages = true};
 	int ret = pool_new(&g.pool, &po);
 	if (ret < 0) {
@@ -1260,7 +1088,6 @@ static int kv_init(struct pc_ctx *ctx)
 	    "pages served from this node's pool (no network)");
 	CTR(g.rd_remote, "peercache_read_remote_hits_total",
 	    "pages read from another node's pool");
-	CTR(g.rd_bytes, "peercache_bytes_read_total", "page bytes returned");
 	CTR(g.rd_fail, "peercache_read_failures_total",
 	    "remote pages that failed to arrive or to validate (counted as "
 	    "misses)");
@@ -1273,6 +1100,11 @@ static int kv_init(struct pc_ctx *ctx)
 	CTR(g.del_req, "peercache_delete_requests_total", "keys deleted");
 	CTR(g.ev_pub, "peercache_eviction_unpublishes_total",
 	    "directory records withdrawn after an eviction");
+	CTR(g.tier_kept, "peercache_tier_kept_total",
+	    "evicted pages the next tier kept (none without a tier)");
+	CTR(g.promotes, "peercache_tier_promotions_total",
+	    "promotions of non-resident pages started (none without a "
+	    "tier)");
 	CTR(g.landed, "peercache_bytes_landed_total",
 	    "remote page bytes received straight into their destination (no "
 	    "CPU copy by the node)");
@@ -1283,13 +1115,6 @@ static int kv_init(struct pc_ctx *ctx)
 	    "remote pages not read because their producer is suspect (misses "
 	    "at once)");
 #undef CTR
-	static const char refused_help[] =
-		"kv.* calls refused for memory (kv_staging_max, or a kv.get "
-		"reply over its cap), by reason";
-	g.refused_large = met_register(MET_COUNTER, "peercache_kv_refused_total",
-				       refused_help, "reason=\"too_large\"");
-	g.refused_busy = met_register(MET_COUNTER, "peercache_kv_refused_total",
-				  refused_help, "reason=\"busy\"");
 	met_register_fn("peercache_kv_staged_bytes",
 			"bytes kv.* calls in flight hold now: kv.get's pages "
 			"and every call's per-key state", NULL, staged_fn, NULL);
@@ -1300,8 +1125,6 @@ static int kv_init(struct pc_ctx *ctx)
 	g.copy_get_local = met_register(MET_COUNTER,
 					"peercache_copy_bytes_total",
 					copy_help, "op=\"get_local\"");
-	g.copy_reply = met_register(MET_COUNTER, "peercache_copy_bytes_total",
-				    copy_help, "op=\"rpc_reply\"");
 	g.lat_read = met_register(MET_HISTOGRAM, "peercache_op_latency_seconds",
 				  "latency of page operations", "op=\"read\"");
 	g.lat_write = met_register(MET_HISTOGRAM, "peercache_op_latency_seconds",
@@ -1315,7 +1138,7 @@ static int kv_init(struct pc_ctx *ctx)
 	met_register_counter_fn("peercache_evictions_total",
 			"pages evicted from the pool for space", NULL,
 			pool_stat, POOL_STAT(evictions));
-	return 0;
+	return kv_rpc_init(ctx);
 }
 
 static int kv_start(struct rx_reactor *r, struct pc_ctx *ctx)
@@ -1336,14 +1159,11 @@ static void kv_stop(struct rx_reactor *r, struct pc_ctx *ctx)
 	 * one gets a validated miss. */
 	rx_timer_stop(r, &q->flush);
 	q->stopped = true;
-	for (unsigned i = 0; i < q->n; i++)
-		free(q->keys[i]);
-	free(q->keys);
-	free(q->klens);
-	free(q->gens);
-	q->keys = NULL;
-	q->klens = NULL;
+	evq_bufs_free(q->kbuf, q->koff, q->klens, q->gens);
+	q->kbuf = NULL;
+	q->koff = q->klens = NULL;
 	q->gens = NULL;
+	q->kused = q->kcap = 0;
 	q->n = q->cap = 0;
 }
 
@@ -1362,5 +1182,5 @@ const struct pc_module pc_mod_kv = {
 	.start = kv_start,
 	.stop = kv_stop,
 	.fini = kv_fini,
-	.rpc_methods = kv_methods,
+	.rpc_methods = kv_rpc_methods, /* modules/kv_rpc.c */
 };

@@ -1,10 +1,13 @@
 /*
- * modules/kv.h — moving pages in and out of p2p mode, for other modules.
+ * modules/kv.h — moving pages in and out of the node, for other modules.
  *
- * Owns: the interface the kv module (modules/kv.c) offers as the "kv" service
- * (modules/services.h). The RPC methods kv.* and the local-client sessions
- * (modules/session.c) both use it. Threading: calls are made on a reactor
- * thread and complete on it.
+ * Owns: the interface the kv module (modules/kv.c) offers through
+ * the "kv" service (modules/services.h). The RPC methods kv.* (modules/kv_rpc.c) and the
+ * local-client sessions (modules/session.c) both use it and nothing else
+ * of kv. Threading: calls are made on a reactor thread and complete on it.
+ *
+ * Memory: each call makes one allocation for its own state (an arena,
+ * common/arena.h), plus, for get, at most two for the pages it stages.
  */
 #ifndef PC_MODULES_KV_H
 #define PC_MODULES_KV_H
@@ -26,11 +29,24 @@ struct kv_item {
 /* Per-item outcome, ok[i], and the bytes the node copied with its CPU. */
 typedef void (*kv_done_fn)(void *arg, const bool *ok, unsigned n);
 
+/* What a get found: page i is data[i] (len[i] bytes) when ok[i]. Valid
+ * until the done callback returns. */
+struct kv_got {
+	unsigned n;
+	const bool *ok;
+	const uint64_t *len;
+	uint8_t *const *data;
+	uint64_t staged;  /* page bytes staged for the call */
+	int refused;      /* 0; -E2BIG: the pages exceed the call's stage_max;
+			   * -EBUSY: the node's kv_staging_max is in use */
+};
+typedef void (*kv_got_fn)(void *arg, const struct kv_got *got);
+
 struct kv_api {
 	/*
 	 * Store pages: one copy each into the publish pool (done before this
 	 * returns, so the sources may be reused at once), then their records
-	 * go to the directory; done runs when that finished. A key already in
+	 * go to placement; done runs when that finished. A key already in
 	 * the pool counts as stored. client_mem: the sources are a client's
 	 * shared memory (copies are guarded against it shrinking).
 	 */
@@ -44,6 +60,15 @@ struct kv_api {
 	 */
 	int (*fetch)(struct rx_reactor *r, const struct kv_item *items,
 		     unsigned n, bool client_mem, kv_done_fn done, void *arg);
+	/*
+	 * Fetch pages of any size into buffers kv stages itself (for replies
+	 * that carry values inline: kv.*). items' data and len are unused.
+	 * A call stages at most stage_max bytes, and all calls together at
+	 * most kv_staging_max; the first refusal ends the staging and is
+	 * reported in got->refused (nothing more is looked up or read).
+	 */
+	int (*get)(struct rx_reactor *r, const struct kv_item *items,
+		   unsigned n, uint64_t stage_max, kv_got_fn done, void *arg);
 	/* How many leading keys exist (data unused). */
 	int (*exists)(struct rx_reactor *r, const struct kv_item *items,
 		      unsigned n, void (*done)(void *arg, unsigned count),
@@ -51,6 +76,10 @@ struct kv_api {
 	/* Delete pages here and their records everywhere; ok[i] = existed. */
 	int (*remove)(struct rx_reactor *r, const struct kv_item *items,
 		      unsigned n, kv_done_fn done, void *arg);
+	/* Hold bytes of the node's staging budget (kv_staging_max) for
+	 * state a caller keeps besides pages: 0, or -EBUSY. */
+	int (*hold)(uint64_t bytes);
+	void (*release)(uint64_t bytes);
 };
 
 #endif /* PC_MODULES_KV_H */

@@ -36,7 +36,7 @@
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/settings.h"
-#include "modules/directory.h"
+#include "modules/placement.h"
 #include "modules/membership.h"
 #include "modules/modules.h"
 #include "storage/pool.h"
@@ -69,7 +69,7 @@ static struct {
 	bool ok[REPUB_BATCH];
 	met_id sent, stored, walks;
 	const struct svc_cluster *cl;     /* services, looked up in init */
-	const struct dir_api *dir;
+	const struct pl_ops *pl;
 	const struct mb_api *mb;
 } g;
 
@@ -154,7 +154,7 @@ static void step(struct rx_reactor *r, struct rx_timer *t)
 		met_add(g.sent, g.n);
 		g.walk_sent += g.n;
 		g.busy = true;
-		if (g.dir->publish(r, &k, g.recs, g.ok, 0, published,
+		if (g.pl->publish(r, &k, g.recs, g.ok, 0, published,
 					    NULL) < 0) {
 			g.busy = false;
 			PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "cannot publish %u "
@@ -203,7 +203,7 @@ static int rp_init(struct pc_ctx *ctx)
 	memset(&g, 0, sizeof(g));
 	g.ctx = ctx;
 	if (!(g.pool = svc_need_pool(ctx, "republish")) ||
-	    !(g.dir = svc_need_dir(ctx, "republish")) ||
+	    !(g.pl = svc_need_placement(ctx, "republish")) ||
 	    !(g.mb = svc_need_membership(ctx, "republish")) ||
 	    !(g.cl = svc_need_cluster(ctx, "republish")))
 		return -ENOENT;

@@ -8,11 +8,11 @@
  * object its provider published. The objects belong to their providers.
  *
  * Use:
- *   provider, in init:  svc_publish_dir(ctx, "directory", &api);
- *                       in fini: svc_withdraw_dir(ctx);
+ *   provider, in init:  svc_publish_placement(ctx, "directory", &api);
+ *                       in fini: svc_withdraw_placement(ctx);
  *   user, once, in init (when the provider comes earlier in the module
  *   list) or in start, keeping the pointer for the module's lifetime:
- *                       g.dir = svc_need_dir(ctx, "kv");    (required)
+ *                       g.pl = svc_need_placement(ctx, "kv"); (required)
  *                       g.health = svc_find_health(ctx);    (optional)
  *   svc_need_X logs which module needs which service from which provider
  *   and returns NULL; the user fails its init/start with -ENOENT, so the
@@ -36,7 +36,7 @@ struct pool;        /* storage/pool.h */
 struct tp_ops;      /* modules/transport.h */
 struct tp_client;
 struct tp_region;
-struct dir_api;     /* modules/directory.h */
+struct pl_ops;      /* modules/placement.h */
 struct kv_api;      /* modules/kv.h */
 struct ph_api;      /* modules/peer_health.h */
 struct mb_api;      /* modules/membership.h */
@@ -63,7 +63,7 @@ struct svc_cluster {
 	X(cluster, CLUSTER, const struct svc_cluster *, "cluster")             \
 	X(health, HEALTH, const struct ph_api *, "cluster")                    \
 	X(membership, MEMBERSHIP, const struct mb_api *, "cluster")            \
-	X(dir, DIR, const struct dir_api *, "directory")                       \
+	X(placement, PLACEMENT, const struct pl_ops *, "directory")            \
 	X(kv, KV, const struct kv_api *, "kv")                                 \
 	X(pool, POOL, struct pool *, "kv")
 

@@ -73,6 +73,8 @@ prefixes_of() { # object path (relative to the build dir) -> allowed prefixes
 	modules/*/services.c.o) echo "svc_" ;;
 	modules/*/http_parse.c.o) echo "http_" ;;
 	modules/*/dashboard_html.c.o) echo "pc_dashboard_" ;;
+	modules/*/kv_rpc.c.o) echo "kv_rpc_" ;;
+	modules/*/tier.c.o) echo "tier_" ;;
 	modules/*) echo "pc_mod_" ;;
 	server/*) echo "pc_ main" ;;
 	client/*) echo "pcache_ main" ;;
@@ -81,6 +83,8 @@ prefixes_of() { # object path (relative to the build dir) -> allowed prefixes
 	bench/*/p2p_setup.c.o) echo "setup_" ;;
 	bench/*/p2p_targets.c.o) echo "target_" ;;
 	bench/*/p2p_sink.c.o) echo "sink_" ;;
+	# an LD_PRELOAD allocation counter: interposing is its job
+	bench/*/alloc_count.c.o) echo "malloc calloc realloc free aligned_alloc memalign posix_memalign" ;;
 	bench/*) echo "main" ;;
 	*) echo "" ;;
 	esac

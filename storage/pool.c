@@ -759,6 +759,20 @@ static struct pool_stripe *stripe_of(struct pool *p, uint64_t key_lo)
 	return &p->stripe[key_lo % p->nstripes];
 }
 
+/* Does a live entry's header in the region say what its record says: its
+ * key (stored after the payload, re-hashed), generation and length? For
+ * debug assertions (lock held). */
+static PC_UNUSED bool hdr_matches(const struct pool_stripe *s,
+				  const struct pool_ext *x)
+{
+	const uint8_t *h = pool_ext_addr(s, x);
+	uint64_t hi, lo;
+	pool_key_hash(h + POOL_HDR_BYTES + x->len, x->keylen, &hi, &lo);
+	return hi == x->key_hi && lo == x->key_lo &&
+	       pool_hdr_check(h, POOL_HDR_BYTES + x->len, hi, lo, x->gen, x->len,
+			      false) == 0;
+}
+
 /* The record a ref names, checked (lock held): a stale or forged ref is a
  * caller bug that would corrupt pin counts, so it stops the process. */
 static struct pool_ext *ref_rec(struct pool *p, const struct pool_ref *ref,
@@ -788,6 +802,7 @@ int pool_reserve(struct pool *p, const void *key, size_t keylen, uint64_t len,
 	uint64_t tag = 0;
 	if (a > 0) {
 		struct pool_ext *x = &s->ext[a];
+		PC_ASSERT(x->units >= n && x->pins == 0);
 		x->state = POOL_EXT_RESERVED;
 		x->key_hi = kh;
 		x->key_lo = kl;
@@ -857,6 +872,9 @@ int pool_commit(struct pool *p, struct pool_ref *ref, bool checksum,
 		entry_retire(s, old);
 	x->gen = gen;
 	x->state = POOL_EXT_LIVE;
+	/* Never wrong: a committed page's header names its key, generation
+	 * and length (debug builds also re-hash the stored key). */
+	PC_DASSERT(hdr_matches(s, x));
 	idx_insert(s, ref->idx);
 	lru_push_head(s, ref->idx);
 	s->keys++;
@@ -903,6 +921,7 @@ int pool_get(struct pool *p, const void *key, size_t keylen,
 	uint32_t i = find_locked(p, key, keylen, &s);
 	if (i) {
 		struct pool_ext *x = &s->ext[i];
+		PC_DASSERT(x->state == POOL_EXT_LIVE && hdr_matches(s, x));
 		entry_pin(s, i);
 		ref->stripe = (uint32_t)(s - p->stripe);
 		ref->idx = i;
@@ -941,6 +960,7 @@ int pool_pin_addr(struct pool *p, uintptr_t hdr_addr, uint64_t total_len,
 	} else if (total_len > POOL_HDR_BYTES + x->len) {
 		rc = -ERANGE;
 	} else {
+		PC_DASSERT(hdr_matches(s, x));
 		entry_pin(s, i);
 		ref->stripe = si;
 		ref->idx = i;

@@ -24,7 +24,7 @@ Test(services, publish_find_need_withdraw)
 	cr_assert_eq(svc_publish_kv(&ctx, "kv", &fake_kv), 0);
 	cr_assert_eq(svc_find_kv(&ctx), &fake_kv);
 	cr_assert_eq(svc_need_kv(&ctx, "session"), &fake_kv);
-	cr_assert_null(svc_find_dir(&ctx), "services are kept apart");
+	cr_assert_null(svc_find_placement(&ctx), "services are kept apart");
 	svc_withdraw_kv(&ctx);
 	cr_assert_null(svc_find_kv(&ctx));
 	pc_ctx_fini(&ctx);
@@ -43,8 +43,8 @@ Test(services, one_provider_per_service)
 
 Test(services, names_and_providers)
 {
-	cr_assert_str_eq(svc_name(SVC_DIR), "dir");
-	cr_assert_str_eq(svc_provider(SVC_DIR), "directory");
+	cr_assert_str_eq(svc_name(SVC_PLACEMENT), "placement");
+	cr_assert_str_eq(svc_provider(SVC_PLACEMENT), "directory");
 	cr_assert_str_eq(svc_name(SVC_TRANSPORT), "transport");
 	cr_assert_str_eq(svc_provider(SVC_HEALTH), "cluster");
 	cr_assert_str_eq(svc_provider(SVC_POOL), "kv");

@@ -1,0 +1,36 @@
+/*
+ * modules/tier.c — tier_none, the tier of a node without a lower tier (see
+ * modules/tier.h).
+ *
+ * Owns: no state. Threading: any. It keeps nothing: every offered page is
+ * refused (kv unpublishes its record) and there is never anything to
+ * promote.
+ */
+#include <errno.h>
+
+#include "modules/tier.h"
+
+static int none_offer(const struct tier_page *pg)
+{
+	(void)pg;
+	return -ENOTSUP;
+}
+
+static int none_promote(struct rx_reactor *r, const char *key, size_t klen,
+			const struct dir_rec *rec,
+			void (*done)(void *arg, int res), void *arg)
+{
+	(void)r;
+	(void)key;
+	(void)klen;
+	(void)rec;
+	(void)done;
+	(void)arg;
+	return -ENOENT;
+}
+
+const struct tier_ops tier_none = {
+	.name = "none",
+	.offer = none_offer,
+	.promote = none_promote,
+};

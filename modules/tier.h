@@ -1,0 +1,64 @@
+/*
+ * modules/tier.h — the hooks where a lower storage tier (disk) attaches
+ * below the memory pool.
+ *
+ * Owns: the tier interface and tier_none, the tier of a node that has none
+ * (every node today). The kv module (modules/kv.c) calls it; the disk tier
+ * (a later issue) will be its first real implementation. Threading: hooks
+ * are called on a reactor thread; promote completes on it, never inside
+ * the call.
+ *
+ * The three places a tier joins the life of a page:
+ *   1. Eviction — when the pool evicts a page for space, kv offers it to
+ *      the tier (offer). A tier that keeps it re-publishes its record with
+ *      resident = false (through placement, modules/placement.h); one that
+ *      does not (tier_none: -ENOTSUP) leaves kv to unpublish the record of
+ *      that generation, as nodes without a tier always did.
+ *   2. Lookup — placement may answer with a non-resident record
+ *      (dir_rec.resident false): the page exists, but not in memory.
+ *   3. Promote — a get that meets a non-resident record of a page this
+ *      node produced asks the tier to bring it back into the pool and
+ *      publish it resident again; that get is a miss, the next one finds
+ *      the page in memory. tier_none has nothing to bring back (-ENOENT):
+ *      a miss, as today.
+ *
+ * What the hooks see: offer runs from the pool's eviction callback
+ * (storage/pool.h pool_set_evict_cb), after the pool released its locks,
+ * with the page's key and generation; its bytes are no longer the pool's
+ * to give. A tier that keeps evicted bytes needs the pool to hold the
+ * extent until the tier copied it — the disk-tier issue adds that to the
+ * pool; the hook's shape stays.
+ */
+#ifndef PC_MODULES_TIER_H
+#define PC_MODULES_TIER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "modules/placement.h"
+#include "reactor/reactor.h"
+
+/* A page leaving memory. */
+struct tier_page {
+	const char *key;
+	size_t klen;
+	uint64_t gen; /* the pool generation that was evicted */
+};
+
+struct tier_ops {
+	const char *name; /* "none", "disk" */
+	/* Keep an evicted page: 0 (the tier owns it now and publishes its
+	 * record non-resident), or -errno (not kept: kv unpublishes it). */
+	int (*offer)(const struct tier_page *pg);
+	/* Bring key's page (rec: its non-resident record) back into memory.
+	 * 0 when started (done(arg, res) runs later, on r), or -errno when
+	 * not (done does not run): -ENOENT when the tier does not hold it. */
+	int (*promote)(struct rx_reactor *r, const char *key, size_t klen,
+		       const struct dir_rec *rec,
+		       void (*done)(void *arg, int res), void *arg);
+};
+
+/* No lower tier: evicted pages are dropped, non-resident pages miss. */
+extern const struct tier_ops tier_none;
+
+#endif /* PC_MODULES_TIER_H */
