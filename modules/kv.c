@@ -78,7 +78,7 @@ static struct {
 	struct pool *pool;
 	struct evq *evqs;           /* per reactor */
 	bool checksums;
-	uint32_t rkey;              /* the pool's, for the records */
+	uint32_t rkey;              /* the transport's key of the pool */
 	/* kv.get staging (the reply is built from buffers of the node's own) */
 	uint64_t get_call_max;      /* reply bytes one kv.get may build */
 	const char *get_call_limit; /* the setting that sets get_call_max */
@@ -1202,7 +1202,7 @@ static int kv_init(struct pc_ctx *ctx)
 		g.get_call_limit = "rpc_max_reply_bytes / 4";
 	}
 	g.deadline_ns = RX_MS(s->request_deadline_ms);
-	if (!ctx->svc.dir || !ctx->svc.tp || !ctx->svc.tp_register) {
+	if (!ctx->svc.dir || !ctx->svc.tp || !ctx->svc.tp_node) {
 		PC_LOGE(LOG_MOD, "the directory and transport modules must come "
 			"before kv in the module list");
 		return -EINVAL;
@@ -1223,10 +1223,12 @@ static int kv_init(struct pc_ctx *ctx)
 			"pages are faulted in on first use", strerror(-ret));
 	uint8_t *base;
 	size_t len;
-	pool_region(g.pool, &base, &len, &g.rkey);
-	struct tp_region reg = {(uintptr_t)base, len, g.rkey, pin_hook,
-				unpin_hook, g.pool};
-	if ((ret = ctx->svc.tp_register(&reg)) < 0) {
+	pool_region(g.pool, &base, &len);
+	struct tp_region reg = {.base = (uintptr_t)base, .len = len,
+				.access = TP_ACCESS_READ, .pin = pin_hook,
+				.unpin = unpin_hook, .ctx = g.pool};
+	if ((ret = ctx->svc.tp->reg_region(ctx->svc.tp_node, &reg,
+					   &g.rkey)) < 0) {
 		pool_free(g.pool);
 		return ret;
 	}
@@ -1336,6 +1338,8 @@ static void kv_stop(struct rx_reactor *r, struct pc_ctx *ctx)
 
 static void kv_fini(struct pc_ctx *ctx)
 {
+	if (g.rkey && ctx->svc.tp)
+		ctx->svc.tp->dereg_region(ctx->svc.tp_node, g.rkey);
 	ctx->svc.pool = NULL;
 	ctx->svc.kv = NULL;
 	pool_free(g.pool);

@@ -39,7 +39,7 @@ struct ring;        /* storage/ring.h */
 struct pool;        /* storage/pool.h */
 struct tp_ops;      /* modules/transport.h */
 struct tp_client;
-struct tp_region;
+struct tp_node;
 struct dir_api;     /* modules/directory.h */
 struct kv_api;      /* modules/kv.h */
 struct ph_api;      /* modules/peer_health.h */
@@ -54,7 +54,7 @@ struct pc_services {
 	/* transport module */
 	const struct tp_ops *tp;
 	struct tp_client **tp_clients;   /* one per reactor */
-	int (*tp_register)(const struct tp_region *region);
+	struct tp_node *tp_node;         /* this node's regions (reg_region) */
 	/* cluster module */
 	struct ring *ring;
 	char self_id[160];               /* ring id: "host:rpc_port" */
