@@ -235,5 +235,7 @@ int tp_io_check(uint32_t len, uint32_t hdr_len, const void *hdr,
  * the settings check). Main thread.
  */
 const char *tp_select(const struct pc_settings *s);
+/* RDMA devices on this host (libibverbs via dlopen): how many, 0 without. */
+int tp_rdma_devices(void);
 
 #endif /* PC_MODULES_TRANSPORT_H */

@@ -16,8 +16,7 @@
 
 #define LOG_MOD "transport"
 
-/* RDMA devices on this host: how many, or 0 without libibverbs. */
-static int rdma_devices(void)
+int tp_rdma_devices(void)
 {
 	void *h = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_LOCAL);
 	int n = 0;
@@ -37,7 +36,7 @@ static int rdma_devices(void)
 const char *tp_select(const struct pc_settings *s)
 {
 	if (s->protocol == PC_PROTO_AUTO) {
-		int n = rdma_devices();
+		int n = tp_rdma_devices();
 		PC_LOGI(LOG_MOD, "protocol=auto: %d RDMA device%s found; using "
 			"TCP (the RDMA data path is not in this version)", n,
 			n == 1 ? "" : "s");
