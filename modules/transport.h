@@ -226,6 +226,50 @@ void tp_regs_release(struct tp_hold *h);
 int tp_io_check(uint32_t len, uint32_t hdr_len, const void *hdr,
 		const void *buf);
 
+/* ---------------------------------------- what every transport's batch has */
+
+/*
+ * The bookkeeping of one batch, embedded first in each transport's own
+ * batch struct: the caller's operations, how many are still open, the
+ * done callback and the timeout timer, and its place in the client's list
+ * of live batches (for cancel and peer failures). Reactor thread only.
+ */
+struct tp_bcore {
+	struct tp_bcore *prev, *next;
+	bool write;              /* ops are struct tp_write, else tp_read */
+	bool cancelled, timed_out;
+	void *ops;
+	unsigned n, left;        /* operations; not yet finished */
+	tp_done_fn rdone;
+	tp_wdone_fn wdone;
+	void *arg;
+	struct rx_timer timer;   /* the timeout, or a 0-delay delivery */
+};
+
+/* One operation of a batch seen the same way for reads and writes. */
+struct tp_io {
+	struct tp_peer *ph;
+	const char *peer, *node;
+	uint32_t rkey;
+	uint64_t addr;
+	uint32_t len, hdr_len;
+	uint8_t *hdr, *buf;      /* writes: sent from, never written to */
+	int *res;
+};
+
+/* Fill b (zeroed by the caller) and put it first on *list. */
+void tp_bcore_link(struct tp_bcore *b, struct tp_bcore **list, bool write,
+		   void *ops, unsigned n, void *arg,
+		   void (*timeout)(struct rx_reactor *r, struct rx_timer *t));
+/* Operation i of b, with its res reset to 0. */
+void tp_bcore_io(struct tp_bcore *b, unsigned i, struct tp_io *io);
+/* Stop the timer, leave *list and run done (once). b is not freed. */
+void tp_bcore_deliver(struct tp_bcore *b, struct tp_bcore **list,
+		      struct rx_reactor *r);
+/* The res an operation that failed with err reports: -ECANCELED once the
+ * batch was cancelled, -ETIMEDOUT once it timed out, else err. */
+int tp_bcore_res(const struct tp_bcore *b, int err);
+
 /* ------------------------------------------------------------- selection */
 
 /*

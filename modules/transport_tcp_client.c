@@ -25,6 +25,7 @@
  *   channel is closed at once and later batches fail with -ESHUTDOWN.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,18 +61,13 @@ struct tp_pending {
 };
 
 struct tp_batch {
+	struct tp_bcore c;            /* first: the list holds &c */
 	struct tp_client *tc;
-	struct tp_batch *prev, *next; /* the client's live batches */
-	bool write;
-	void *ops;                    /* struct tp_read[] or tp_write[] */
-	unsigned n, left, ghosts;
-	bool timed_out, cancelled, finished;
-	tp_done_fn rdone;
-	tp_wdone_fn wdone;
-	void *arg;
-	struct rx_timer timer;
+	unsigned ghosts;              /* pendings still on channels */
+	bool finished;                /* done ran */
 	struct tp_pending pend[];
 };
+_Static_assert(offsetof(struct tp_batch, c) == 0, "a batch is its core");
 
 enum chan_state { CH_CONNECTING, CH_AUTH, CH_READY, CH_DEAD };
 
@@ -112,7 +108,7 @@ struct tp_client {
 	struct rx_reactor *r;
 	const struct tp_tcpc_cfg *cfg;
 	struct tp_peer *peers;
-	struct tp_batch *batches;
+	struct tp_bcore *batches;     /* live (done not yet run) */
 	uint64_t next_id;
 };
 
@@ -126,19 +122,8 @@ static void batch_free_maybe(struct tp_batch *b)
 
 static void batch_finish(struct tp_batch *b)
 {
-	struct tp_client *tc = b->tc;
-	rx_timer_stop(tc->r, &b->timer);
-	if (b->prev)
-		b->prev->next = b->next;
-	else
-		tc->batches = b->next;
-	if (b->next)
-		b->next->prev = b->prev;
 	b->finished = true;
-	if (b->write)
-		b->wdone(b->arg, b->ops, b->n);
-	else
-		b->rdone(b->arg, b->ops, b->n);
+	tp_bcore_deliver(&b->c, &b->tc->batches, b->tc->r);
 	batch_free_maybe(b);
 }
 
@@ -150,10 +135,7 @@ static void pending_done(struct tp_pending *p, int res)
 	if (p->fin)
 		return;
 	p->fin = true;
-	if (res < 0 && b->cancelled)
-		res = -ECANCELED;
-	else if (res < 0 && b->timed_out)
-		res = -ETIMEDOUT;
+	res = tp_bcore_res(&b->c, res);
 	*p->res = res;
 	bool w = p->op == TP_OP_WRITE;
 	if (res == 0) {
@@ -162,7 +144,7 @@ static void pending_done(struct tp_pending *p, int res)
 	} else {
 		met_inc(w ? cfg->write_errors : cfg->read_errors);
 	}
-	if (--b->left == 0)
+	if (--b->c.left == 0)
 		batch_finish(b);
 }
 
@@ -504,11 +486,11 @@ static void batch_timeout(struct rx_reactor *r, struct rx_timer *t)
 {
 	struct tp_batch *b = t->arg;
 	(void)r;
-	if (b->left == 0) { /* finished before it started: deliver */
+	if (b->c.left == 0) { /* finished before it started: deliver */
 		batch_finish(b);
 		return;
 	}
-	b->timed_out = true;
+	b->c.timed_out = true;
 	/* Their operations end (-ETIMEDOUT) before the batch is reported. */
 	batch_close_chans(b, -ETIMEDOUT);
 }
@@ -557,32 +539,38 @@ static struct tp_peer *peer_of(struct tp_client *tc, struct tp_peer *ph,
 	return peer;
 }
 
-static struct tp_batch *batch_new(struct tp_client *tc, unsigned n, bool write,
-				  void *ops, void *arg)
+/* Start a batch of reads or writes: each is queued on a channel of its
+ * peer, or fails at once (delivered from a 0-delay timer, never from the
+ * caller's frame). */
+static int batch_start(struct tp_client *tc, bool write, void *ops,
+		       unsigned n, unsigned timeout_ms, tp_done_fn rdone,
+		       tp_wdone_fn wdone, void *arg)
 {
+	if (n == 0)
+		return -EINVAL;
 	struct tp_batch *b = calloc(1, sizeof(*b) + n * sizeof(b->pend[0]));
 	if (!b)
-		return NULL;
+		return -ENOMEM;
 	b->tc = tc;
-	b->write = write;
-	b->ops = ops;
-	b->n = n;
-	b->left = n;
-	b->arg = arg;
-	rx_timer_init(&b->timer, batch_timeout, b);
-	b->next = tc->batches;
-	if (tc->batches)
-		tc->batches->prev = b;
-	tc->batches = b;
-	return b;
-}
-
-/* After the operations were placed: failed ones count as done; at-once
- * failures are delivered from a timer, never from the caller's frame. */
-static int batch_go(struct tp_batch *b, unsigned failed, unsigned timeout_ms)
-{
-	b->left -= failed;
-	rx_timer_start(b->tc->r, &b->timer, b->left ? RX_MS(timeout_ms) : 0, 0);
+	tp_bcore_link(&b->c, &tc->batches, write, ops, n, arg, batch_timeout);
+	b->c.rdone = rdone;
+	b->c.wdone = wdone;
+	unsigned failed = 0;
+	for (unsigned i = 0; i < n; i++) {
+		struct tp_io io;
+		tp_bcore_io(&b->c, i, &io);
+		struct tp_pending *p = &b->pend[i];
+		*p = (struct tp_pending){.b = b, .id = ++tc->next_id,
+			.op = write ? TP_OP_WRITE : TP_OP_READ, .rkey = io.rkey,
+			.addr = io.addr, .len = io.len, .hdr = io.hdr,
+			.hdr_len = io.hdr_len, .buf = io.buf, .res = io.res};
+		int check = tp_io_check(io.len, io.hdr_len, io.hdr, io.buf);
+		struct tp_peer *peer = peer_of(tc, io.ph, io.peer, io.node);
+		failed += !pending_place(tc, p, peer, check);
+	}
+	b->c.left -= failed;
+	rx_timer_start(tc->r, &b->c.timer, b->c.left ? RX_MS(timeout_ms) : 0,
+		       0);
 	return 0;
 }
 
@@ -590,55 +578,14 @@ int tp_tcpc_read_batch(struct tp_client *tc, struct tp_read *reads,
 		       unsigned n, unsigned timeout_ms, tp_done_fn done,
 		       void *arg)
 {
-	if (n == 0)
-		return -EINVAL;
-	struct tp_batch *b = batch_new(tc, n, false, reads, arg);
-	if (!b)
-		return -ENOMEM;
-	b->rdone = done;
-	unsigned failed = 0;
-	for (unsigned i = 0; i < n; i++) {
-		struct tp_read *rd = &reads[i];
-		struct tp_pending *p = &b->pend[i];
-		*p = (struct tp_pending){.b = b, .id = ++tc->next_id,
-			.op = TP_OP_READ, .rkey = rd->rkey, .addr = rd->addr,
-			.len = rd->len, .hdr = rd->hdr, .hdr_len = rd->hdr_len,
-			.buf = rd->dst, .res = &rd->res};
-		rd->res = 0;
-		int check = tp_io_check(rd->len, rd->hdr_len, rd->hdr, rd->dst);
-		struct tp_peer *peer = peer_of(tc, rd->ph, rd->peer, rd->node);
-		failed += !pending_place(tc, p, peer, check);
-	}
-	return batch_go(b, failed, timeout_ms);
+	return batch_start(tc, false, reads, n, timeout_ms, done, NULL, arg);
 }
 
 int tp_tcpc_write_batch(struct tp_client *tc, struct tp_write *writes,
 			unsigned n, unsigned timeout_ms, tp_wdone_fn done,
 			void *arg)
 {
-	if (n == 0)
-		return -EINVAL;
-	struct tp_batch *b = batch_new(tc, n, true, writes, arg);
-	if (!b)
-		return -ENOMEM;
-	b->wdone = done;
-	unsigned failed = 0;
-	for (unsigned i = 0; i < n; i++) {
-		struct tp_write *w = &writes[i];
-		struct tp_pending *p = &b->pend[i];
-		/* Sent from, never written to: the casts drop const only to
-		 * share the pending's shape with reads. */
-		*p = (struct tp_pending){.b = b, .id = ++tc->next_id,
-			.op = TP_OP_WRITE, .rkey = w->rkey, .addr = w->addr,
-			.len = w->len, .hdr = (uint8_t *)(uintptr_t)w->hdr,
-			.hdr_len = w->hdr_len,
-			.buf = (uint8_t *)(uintptr_t)w->src, .res = &w->res};
-		w->res = 0;
-		int check = tp_io_check(w->len, w->hdr_len, w->hdr, w->src);
-		struct tp_peer *peer = peer_of(tc, w->ph, w->peer, w->node);
-		failed += !pending_place(tc, p, peer, check);
-	}
-	return batch_go(b, failed, timeout_ms);
+	return batch_start(tc, true, writes, n, timeout_ms, NULL, done, arg);
 }
 
 /* Cancel one pending on ch: drop it if unsent, make it a ghost if sent,
@@ -671,10 +618,11 @@ static bool cancel_on_chan(struct tp_chan *ch, struct tp_pending *p)
 int tp_tcpc_cancel(struct tp_client *tc, void *arg)
 {
 	int count = 0;
-	for (struct tp_batch *b = tc->batches; b; b = b->next) {
-		if (b->arg != arg || b->cancelled)
+	for (struct tp_bcore *bc = tc->batches; bc; bc = bc->next) {
+		struct tp_batch *b = (struct tp_batch *)bc;
+		if (bc->arg != arg || bc->cancelled)
 			continue;
-		b->cancelled = true;
+		bc->cancelled = true;
 		count++;
 		for (struct tp_peer *peer = tc->peers; peer; peer = peer->next)
 			for (struct tp_chan *ch = peer->chans; ch;
@@ -688,14 +636,14 @@ int tp_tcpc_cancel(struct tp_client *tc, void *arg)
 					if (cancel_on_chan(ch, p)) {
 						p->fin = true;
 						*p->res = -ECANCELED;
-						b->left--;
+						bc->left--;
 					}
 				}
 			}
 		/* Deliver from the reactor; a closing channel delivers the
 		 * rest. */
-		if (b->left == 0)
-			rx_timer_start(tc->r, &b->timer, 0, 0);
+		if (bc->left == 0)
+			rx_timer_start(tc->r, &bc->timer, 0, 0);
 	}
 	return count;
 }
@@ -795,8 +743,8 @@ void tp_tcpc_free(struct tp_client *tc)
 	/* Batches that failed at once and whose delivery timer never ran
 	 * before the loop ended: nobody waits for them any more. */
 	while (tc->batches) {
-		struct tp_batch *b = tc->batches;
-		tc->batches = b->next;
+		struct tp_batch *b = (struct tp_batch *)tc->batches;
+		tc->batches = b->c.next;
 		PC_ASSERT(b->ghosts == 0);
 		free(b);
 	}

@@ -17,6 +17,7 @@
 #include "tests/fake/transport_fake.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -155,17 +156,11 @@ struct fpend {
 };
 
 struct fbatch {
+	struct tp_bcore c;       /* first: the list holds &c */
 	struct tp_client *tc;
-	struct fbatch *prev, *next;
-	bool write, cancelled, timed_out;
-	void *ops;
-	unsigned n, left;
-	tp_done_fn rdone;
-	tp_wdone_fn wdone;
-	void *arg;
-	struct rx_timer timer;
 	struct fpend pend[];
 };
+_Static_assert(offsetof(struct fbatch, c) == 0, "a batch is its core");
 
 struct tp_peer {
 	char name[160];
@@ -184,7 +179,7 @@ struct tp_client {
 	struct tp_fake_opts o;
 	uint64_t rng;
 	struct tp_peer *peers;
-	struct fbatch *batches;
+	struct tp_bcore *batches;
 };
 
 static uint64_t rnd(struct tp_client *tc)
@@ -204,18 +199,7 @@ static bool dice(struct tp_client *tc, unsigned pct)
 
 static void fbatch_finish(struct fbatch *b)
 {
-	struct tp_client *tc = b->tc;
-	rx_timer_stop(tc->r, &b->timer);
-	if (b->prev)
-		b->prev->next = b->next;
-	else
-		tc->batches = b->next;
-	if (b->next)
-		b->next->prev = b->prev;
-	if (b->write)
-		b->wdone(b->arg, b->ops, b->n);
-	else
-		b->rdone(b->arg, b->ops, b->n);
+	tp_bcore_deliver(&b->c, &b->tc->batches, b->tc->r);
 	free(b);
 }
 
@@ -228,8 +212,8 @@ static bool fpend_end(struct fpend *p, int res)
 	rx_timer_stop(p->b->tc->r, &p->timer);
 	if (p->placed && p->peer->busy[p->chan])
 		p->peer->busy[p->chan]--;
-	*p->res = res;
-	p->b->left--;
+	*p->res = tp_bcore_res(&p->b->c, res);
+	p->b->c.left--;
 	return true;
 }
 
@@ -238,7 +222,7 @@ static void fpend_done(struct fpend *p, int res)
 	if (p->peer && res < 0 && res != -ECANCELED && res != -ETIMEDOUT &&
 	    (res == -ECONNRESET || res == -ECONNREFUSED || res == -EHOSTDOWN))
 		p->peer->last_err = res;
-	if (fpend_end(p, res) && p->b->left == 0)
+	if (fpend_end(p, res) && p->b->c.left == 0)
 		fbatch_finish(p->b);
 }
 
@@ -300,9 +284,9 @@ static void fbatch_timeout(struct rx_reactor *r, struct rx_timer *t)
 {
 	struct fbatch *b = t->arg;
 	(void)r;
-	if (b->left) {
-		b->timed_out = true;
-		for (unsigned i = 0; i < b->n; i++)
+	if (b->c.left) {
+		b->c.timed_out = true;
+		for (unsigned i = 0; i < b->c.n; i++)
 			fpend_end(&b->pend[i], -ETIMEDOUT);
 	}
 	fbatch_finish(b);
@@ -363,26 +347,6 @@ static void fpend_place(struct tp_client *tc, struct fpend *p)
 	rx_timer_start(tc->r, &p->timer, at - now, 0);
 }
 
-static struct fbatch *fbatch_new(struct tp_client *tc, unsigned n, bool write,
-				 void *ops, void *arg)
-{
-	struct fbatch *b = calloc(1, sizeof(*b) + n * sizeof(b->pend[0]));
-	if (!b)
-		return NULL;
-	b->tc = tc;
-	b->write = write;
-	b->ops = ops;
-	b->n = n;
-	b->left = n;
-	b->arg = arg;
-	rx_timer_init(&b->timer, fbatch_timeout, b);
-	b->next = tc->batches;
-	if (tc->batches)
-		tc->batches->prev = b;
-	tc->batches = b;
-	return b;
-}
-
 /* Start p, or end it at once with the reason it cannot start. */
 static void fpend_start(struct tp_client *tc, struct fpend *p,
 			struct tp_peer *ph, const char *name, const char *node)
@@ -401,10 +365,33 @@ static void fpend_start(struct tp_client *tc, struct fpend *p,
 	fpend_place(tc, p);
 }
 
-static int fbatch_go(struct fbatch *b, unsigned timeout_ms)
+/* Start a batch: every operation is placed on a channel of its peer, or
+ * ends at once (delivered from a 0-delay timer). */
+static int fbatch_start(struct tp_client *tc, bool write, void *ops,
+			unsigned n, unsigned timeout_ms, tp_done_fn rdone,
+			tp_wdone_fn wdone, void *arg)
 {
-	/* Everything failed at start: deliver from the reactor. */
-	rx_timer_start(b->tc->r, &b->timer, b->left ? RX_MS(timeout_ms) : 0, 0);
+	if (n == 0)
+		return -EINVAL;
+	struct fbatch *b = calloc(1, sizeof(*b) + n * sizeof(b->pend[0]));
+	if (!b)
+		return -ENOMEM;
+	b->tc = tc;
+	tp_bcore_link(&b->c, &tc->batches, write, ops, n, arg, fbatch_timeout);
+	b->c.rdone = rdone;
+	b->c.wdone = wdone;
+	for (unsigned i = 0; i < n; i++) {
+		struct tp_io io;
+		tp_bcore_io(&b->c, i, &io);
+		struct fpend *p = &b->pend[i];
+		*p = (struct fpend){.b = b, .write = write, .rkey = io.rkey,
+				    .addr = io.addr, .len = io.len,
+				    .hdr_len = io.hdr_len, .hdr = io.hdr,
+				    .buf = io.buf, .res = io.res};
+		fpend_start(tc, p, io.ph, io.peer, io.node);
+	}
+	rx_timer_start(tc->r, &b->c.timer,
+		       b->c.left ? RX_MS(timeout_ms) : 0, 0);
 	return 0;
 }
 
@@ -412,62 +399,28 @@ static int fake_read_batch(struct tp_client *tc, struct tp_read *reads,
 			   unsigned n, unsigned timeout_ms, tp_done_fn done,
 			   void *arg)
 {
-	if (n == 0)
-		return -EINVAL;
-	struct fbatch *b = fbatch_new(tc, n, false, reads, arg);
-	if (!b)
-		return -ENOMEM;
-	b->rdone = done;
-	for (unsigned i = 0; i < n; i++) {
-		struct tp_read *rd = &reads[i];
-		struct fpend *p = &b->pend[i];
-		*p = (struct fpend){.b = b, .rkey = rd->rkey, .addr = rd->addr,
-				    .len = rd->len, .hdr_len = rd->hdr_len,
-				    .hdr = rd->hdr, .buf = rd->dst,
-				    .res = &rd->res};
-		rd->res = 0;
-		fpend_start(tc, p, rd->ph, rd->peer, rd->node);
-	}
-	return fbatch_go(b, timeout_ms);
+	return fbatch_start(tc, false, reads, n, timeout_ms, done, NULL, arg);
 }
 
 static int fake_write_batch(struct tp_client *tc, struct tp_write *writes,
 			    unsigned n, unsigned timeout_ms, tp_wdone_fn done,
 			    void *arg)
 {
-	if (n == 0)
-		return -EINVAL;
-	struct fbatch *b = fbatch_new(tc, n, true, writes, arg);
-	if (!b)
-		return -ENOMEM;
-	b->wdone = done;
-	for (unsigned i = 0; i < n; i++) {
-		struct tp_write *w = &writes[i];
-		struct fpend *p = &b->pend[i];
-		/* Copied from, never written to (the shape is shared). */
-		*p = (struct fpend){.b = b, .write = true, .rkey = w->rkey,
-				    .addr = w->addr, .len = w->len,
-				    .hdr_len = w->hdr_len,
-				    .hdr = (uint8_t *)(uintptr_t)w->hdr,
-				    .buf = (uint8_t *)(uintptr_t)w->src,
-				    .res = &w->res};
-		w->res = 0;
-		fpend_start(tc, p, w->ph, w->peer, w->node);
-	}
-	return fbatch_go(b, timeout_ms);
+	return fbatch_start(tc, true, writes, n, timeout_ms, NULL, done, arg);
 }
 
 static int fake_cancel(struct tp_client *tc, void *arg)
 {
 	int count = 0;
-	for (struct fbatch *b = tc->batches; b; b = b->next) {
-		if (b->arg != arg || b->cancelled)
+	for (struct tp_bcore *bc = tc->batches; bc; bc = bc->next) {
+		struct fbatch *b = (struct fbatch *)bc;
+		if (bc->arg != arg || bc->cancelled)
 			continue;
-		b->cancelled = true;
+		bc->cancelled = true;
 		count++;
-		for (unsigned i = 0; i < b->n; i++)
+		for (unsigned i = 0; i < bc->n; i++)
 			fpend_end(&b->pend[i], -ECANCELED);
-		rx_timer_start(tc->r, &b->timer, 0, 0);
+		rx_timer_start(tc->r, &bc->timer, 0, 0);
 	}
 	return count;
 }
@@ -475,9 +428,9 @@ static int fake_cancel(struct tp_client *tc, void *arg)
 /* Every live operation to peer ends with err, from its timer. */
 static void fpeer_fail(struct tp_client *tc, struct tp_peer *peer, int err)
 {
-	for (struct fbatch *b = tc->batches; b; b = b->next)
-		for (unsigned i = 0; i < b->n; i++) {
-			struct fpend *p = &b->pend[i];
+	for (struct tp_bcore *bc = tc->batches; bc; bc = bc->next)
+		for (unsigned i = 0; i < bc->n; i++) {
+			struct fpend *p = &((struct fbatch *)bc)->pend[i];
 			if (p->peer == peer && !p->fin) {
 				p->forced = err;
 				rx_timer_start(tc->r, &p->timer, 0, 0);
@@ -505,9 +458,11 @@ static int fake_peer_health(struct tp_client *tc, struct tp_peer *p,
 {
 	struct tp_peer_info i = {TP_PEER_IDLE, p->last_err, p->nchans, 0,
 				 p->refs};
-	for (struct fbatch *b = tc->batches; b; b = b->next)
-		for (unsigned k = 0; k < b->n; k++)
-			i.inflight += b->pend[k].peer == p && !b->pend[k].fin;
+	for (struct tp_bcore *bc = tc->batches; bc; bc = bc->next)
+		for (unsigned k = 0; k < bc->n; k++) {
+			struct fpend *q = &((struct fbatch *)bc)->pend[k];
+			i.inflight += q->peer == p && !q->fin;
+		}
 	if (p->up)
 		i.state = TP_PEER_UP;
 	else if (p->last_err)
