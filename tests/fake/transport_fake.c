@@ -240,13 +240,13 @@ static int fpend_serve(struct tp_client *tc, struct fpend *p)
 	if (partial)
 		n = p->len / 2;
 	uint32_t nh = PC_MIN(n, p->hdr_len);
-	if (p->write) {
-		memcpy(remote, p->hdr, nh);
-		memcpy(remote + nh, p->buf, n - nh);
-	} else {
-		memcpy(p->hdr, remote, nh);
-		memcpy(p->buf, remote + nh, n - nh);
-	}
+	/* memcpy with a NULL pointer is undefined even for 0 bytes. */
+	if (nh)
+		memcpy(p->write ? remote : p->hdr, p->write ? p->hdr : remote,
+		       nh);
+	if (n > nh)
+		memcpy(p->write ? remote + nh : p->buf,
+		       p->write ? p->buf : remote + nh, n - nh);
 	tp_regs_release(&h);
 	return partial ? -EIO : 0;
 }
