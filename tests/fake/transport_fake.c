@@ -324,6 +324,9 @@ static void fpend_place(struct tp_client *tc, struct fpend *p)
 {
 	struct tp_peer *peer = p->peer;
 	unsigned best = 0;
+	/* A lowered cap closes the channels above it (as new TCP ones
+	 * would not open): they finish what they hold and get no more. */
+	peer->nchans = PC_MIN(peer->nchans, cap_of(tc));
 	for (unsigned i = 1; i < peer->nchans; i++)
 		if (peer->busy[i] < peer->busy[best])
 			best = i;

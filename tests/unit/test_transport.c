@@ -483,15 +483,38 @@ static void writes_landed(struct tfx *f)
 	go_reads(f, W_N, 10000);
 }
 
+#define BIG_OFF (512u * 1024)
+#define BIG_LEN (512u * 1024)
+
 static void writes_read_back(struct tfx *f)
 {
 	for (unsigned i = 0; i < W_N; i++)
 		rd_check(f, i, 9, i * 8192u);
+	/* One large write: its payload arrives over many receives. */
+	uint8_t *src = dst_of(f, 0);
+	tu_fill_pattern(src, BIG_LEN, 11, BIG_OFF);
+	memset(f->wr, 0, sizeof(f->wr));
+	snprintf(f->wr[0].peer, sizeof(f->wr[0].peer), "%s", f->ep);
+	f->wr[0].rkey = f->rw.key;
+	f->wr[0].addr = (uintptr_t)f->rw.mem + BIG_OFF;
+	f->wr[0].len = BIG_LEN;
+	f->wr[0].src = src;
+	f->n = 1;
+	cr_assert_eq(f->ops->write_batch(f->tc, f->wr, 1, 10000, wdone_next,
+					 f), 0);
+}
+
+static void writes_big_landed(struct tfx *f)
+{
+	cr_assert_eq(f->wr[0].res, 0, "%s: %s", f->k->name,
+		     strerror(-f->wr[0].res));
+	cr_assert_eq(tu_check_pattern(f->rw.mem + BIG_OFF, BIG_LEN, 11,
+				      BIG_OFF), -1);
 	next(f);
 }
 
 static const step_fn writes[] = {writes_go, writes_landed, writes_read_back,
-				 NULL};
+				 writes_big_landed, NULL};
 
 /* --------------------------------------------------------- case: timeout */
 
@@ -763,6 +786,87 @@ static void cap_check(struct tfx *f)
 }
 
 static const step_fn chan_cap[] = {cap_go, cap_check, NULL};
+
+/* ------------------------------------------ the fake's faults (fake only) */
+
+static void fault_set(struct tfx *f, struct tp_fake_opts o)
+{
+	o.seed = SEED;
+	tp_fake_client_set(f->tc, &o);
+}
+
+static void faults_errors(struct tfx *f)
+{
+	fault_set(f, (struct tp_fake_opts){.error_pct = 100,
+					   .error_errno = -EREMOTEIO});
+	for (unsigned i = 0; i < 8; i++)
+		rd_set(f, i, f->ep, &f->ro, i * 4096u, 4096, 0);
+	go_reads(f, 8, 10000);
+}
+
+static void faults_partial(struct tfx *f)
+{
+	for (unsigned i = 0; i < 8; i++)
+		cr_assert_eq(f->rd[i].res, -EREMOTEIO);
+	fault_set(f, (struct tp_fake_opts){.partial_pct = 100});
+	memset(f->dst, 0, 8 * 4096);
+	for (unsigned i = 0; i < 8; i++)
+		rd_set(f, i, f->ep, &f->ro, i * 4096u, 4096, 0);
+	go_reads(f, 8, 10000);
+}
+
+static void faults_drops(struct tfx *f)
+{
+	for (unsigned i = 0; i < 8; i++) {
+		cr_assert_eq(f->rd[i].res, -EIO);
+		/* Half arrived, the rest never did. */
+		cr_assert_eq(tu_check_pattern(dst_of(f, i), 2048, 1,
+					      i * 4096u), -1);
+		cr_assert_eq(dst_of(f, i)[2048], 0);
+	}
+	fault_set(f, (struct tp_fake_opts){.drop_pct = 50, .latency_us = 100});
+	for (unsigned i = 0; i < 32; i++)
+		rd_set(f, i, f->ep, &f->ro, i * 4096u, 4096, 0);
+	go_reads(f, 32, 300);
+}
+
+static void faults_check(struct tfx *f)
+{
+	unsigned ok = 0, lost = 0;
+	for (unsigned i = 0; i < 32; i++) {
+		if (f->rd[i].res == 0) {
+			rd_check(f, i, 1, i * 4096u);
+			ok++;
+		} else {
+			cr_assert_eq(f->rd[i].res, -ETIMEDOUT);
+			lost++;
+		}
+	}
+	cr_assert(ok > 0 && lost > 0, "%u served, %u dropped", ok, lost);
+	/* In order on one channel without reorder: latency adds up. */
+	fault_set(f, (struct tp_fake_opts){.latency_us = 20000,
+					   .max_chans = 1});
+	for (unsigned i = 0; i < 5; i++)
+		rd_set(f, i, f->ep, &f->ro, i * 4096u, 4096, 0);
+	go_reads(f, 5, 10000);
+}
+
+static void faults_latency(struct tfx *f)
+{
+	for (unsigned i = 0; i < 5; i++)
+		rd_check(f, i, 1, i * 4096u);
+	cr_assert_geq(since_ms(f), 90, "5 x 20 ms on one channel took %llu ms",
+		      (unsigned long long)since_ms(f));
+	next(f);
+}
+
+static const step_fn faults[] = {faults_errors, faults_partial, faults_drops,
+				 faults_check, faults_latency, NULL};
+
+Test(transport_fake, injected_errors_partial_reads_drops_and_latency)
+{
+	run(&K_FAKE, 16, faults);
+}
 
 /* ------------------------------------------------------------- the matrix */
 
