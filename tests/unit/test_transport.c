@@ -15,6 +15,7 @@
  */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +28,7 @@
 #include "common/util.h"
 #include "modules/modules.h"
 #include "modules/transport.h"
+#include "modules/transport_wire.h"
 #include "testutil.h"
 #include "tests/fake/transport_fake.h"
 
@@ -431,11 +433,21 @@ static void bounds_check2(struct tfx *f)
 	cr_assert_eq(f->wr[1].res, -EFAULT);
 	cr_assert_eq(tu_check_pattern(f->ro.mem, REG_BYTES, 1, 0), -1,
 		     "a refused write changed the region");
+	/* The refused payloads were skipped: the channels still answer. */
+	for (unsigned i = 0; i < 4; i++)
+		rd_set(f, i, f->ep, &f->ro, 8192 + i * 512u, 512, 0);
+	go_reads(f, 4, 10000);
+}
+
+static void bounds_check3(struct tfx *f)
+{
+	for (unsigned i = 0; i < 4; i++)
+		rd_check(f, i, 1, 8192 + i * 512u);
 	next(f);
 }
 
 static const step_fn bounds[] = {bounds_go, bounds_check, bounds_check2,
-				 NULL};
+				 bounds_check3, NULL};
 
 /* ----------------------------------------------------------- case: writes */
 
@@ -866,6 +878,91 @@ static const step_fn faults[] = {faults_errors, faults_partial, faults_drops,
 Test(transport_fake, injected_errors_partial_reads_drops_and_latency)
 {
 	run(&K_FAKE, 16, faults);
+}
+
+/* ------------------------------- the TCP data port, byte by byte (tcp only) */
+
+struct raw {
+	struct tfx *f;
+	pthread_t th;
+	int write_status;   /* the answer to the WRITE, or 1: none */
+	bool closed;        /* the node closed the connection after it */
+};
+
+static uint16_t port_of(const char *ep)
+{
+	return (uint16_t)atoi(strrchr(ep, ':') + 1);
+}
+
+static void raw_back(struct rx_reactor *r, void *arg)
+{
+	(void)r;
+	next(arg);
+}
+
+/* A peer that sends a WRITE as its first request: with a secret it is not
+ * authenticated (-EACCES, closed); without one, a WRITE of 0 bytes is a
+ * protocol error (closed without an answer). */
+static void *raw_main(void *arg)
+{
+	struct raw *w = arg;
+	struct tfx *f = w->f;
+	int fd = tu_connect(port_of(f->ep));
+	uint8_t msg[32 + 16];
+	struct tp_req q = {TP_OP_WRITE, 0, f->rw.key, f->k->secret ? 16 : 0,
+			   (uintptr_t)f->rw.mem, 7};
+	tp_wire_req_encode(&q, msg);
+	memset(msg + 32, 0xab, 16);
+	size_t len = f->k->secret ? sizeof(msg) : 32;
+	w->write_status = 1;
+	if (send(fd, msg, len, MSG_NOSIGNAL) == (ssize_t)len) {
+		uint8_t resp[TP_RESP_BYTES];
+		struct tp_resp r;
+		if (recv(fd, resp, sizeof(resp), MSG_WAITALL) == sizeof(resp) &&
+		    tp_wire_resp_decode(resp, &r) == 0 && r.id == 7)
+			w->write_status = r.status;
+		char c;
+		w->closed = recv(fd, &c, 1, 0) <= 0;
+	}
+	close(fd);
+	rx_post(f->r, raw_back, f);
+	return NULL;
+}
+
+static struct raw raw_state;
+
+static void raw_go(struct tfx *f)
+{
+	raw_state = (struct raw){.f = f};
+	cr_assert_eq(pthread_create(&raw_state.th, NULL, raw_main, &raw_state),
+		     0);
+}
+
+static void raw_check(struct tfx *f)
+{
+	pthread_join(raw_state.th, NULL);
+	if (f->k->secret)
+		cr_assert_eq(raw_state.write_status, -EACCES, "%d",
+			     raw_state.write_status);
+	else
+		cr_assert_eq(raw_state.write_status, 1, "answered a WRITE of "
+			     "0 bytes");
+	cr_assert(raw_state.closed, "the connection stayed open");
+	cr_assert_eq(tu_check_pattern(f->rw.mem, REG_BYTES, 2, 0), -1,
+		     "the refused write changed the region");
+	next(f);
+}
+
+static const step_fn raw_write[] = {raw_go, raw_check, NULL};
+
+Test(transport_tcp_auth, a_write_before_authentication_is_refused_and_closed)
+{
+	run(&K_TCP_AUTH, 16, raw_write);
+}
+
+Test(transport_tcp, a_write_of_zero_bytes_closes_the_connection)
+{
+	run(&K_TCP, 16, raw_write);
 }
 
 /* ------------------------------------------------------------- the matrix */
