@@ -14,7 +14,8 @@
  *     keys and addresses are steered to the registered ones half of the
  *     time so the accepting paths are reached;
  *   - prefixes: a header decoded from fewer bytes than it needs must ask for
- *     more (0), never accept or reject differently from the whole input;
+ *     more (0), never accept or reject differently from the whole input,
+ *     and an accepted header encodes back to the same bytes;
  *   - responses: every 24-byte window decodes or is refused, and an
  *     accepted failure never carries bytes.
  * Every pin is released (counted). Any violation traps.
@@ -130,10 +131,9 @@ static void stream(const uint8_t *data, size_t size)
 		check(n == 0 || n == -EPROTO || n == TP_REQ_BYTES);
 		if (n <= 0)
 			return;
-		/* A header decoded from its exact bytes, in a heap copy of
-		 * that size, answers the same; one byte less asks for more. */
-		uint8_t *copy = malloc(TP_REQ_BYTES);
-		check(copy != NULL);
+		/* A header decoded from its exact bytes answers the same; one
+		 * byte less asks for more; what decodes encodes back. */
+		uint8_t copy[TP_REQ_BYTES];
 		memcpy(copy, data + used, TP_REQ_BYTES);
 		struct tp_req q2;
 		check(tp_wire_req_decode(copy, TP_REQ_BYTES, &q2) == n);
@@ -141,11 +141,9 @@ static void stream(const uint8_t *data, size_t size)
 		      q.rkey == q2.rkey && q.len == q2.len &&
 		      q.addr == q2.addr && q.id == q2.id);
 		check(tp_wire_req_decode(copy, TP_REQ_BYTES - 1, &q2) == 0);
-		/* What decodes, encodes back to the same bytes. */
 		uint8_t again[TP_REQ_BYTES];
 		tp_wire_req_encode(&q, again);
 		check(memcmp(again, copy, TP_REQ_BYTES) == 0);
-		free(copy);
 		if (q.op == TP_OP_WRITE)
 			check(q.len > 0 && q.len <= TP_IO_MAX);
 		used += TP_REQ_BYTES;
