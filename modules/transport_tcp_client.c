@@ -387,7 +387,7 @@ static void ch_on_close(struct rx_conn *c, int err)
 {
 	struct tp_chan *ch = rx_conn_udata(c);
 	struct tp_peer *peer = ch->peer;
-	if (err && err != -ESHUTDOWN && err != -ECANCELED)
+	if (err && err != -ESHUTDOWN && err != -ECONNABORTED)
 		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "data channel to %s closed: %s",
 			  peer->name, strerror(-err));
 	ch->c = NULL;
@@ -607,7 +607,10 @@ static bool cancel_on_chan(struct tp_chan *ch, struct tp_pending *p)
 		return true;
 	}
 	if (ch->in_payload && ch->head == p) {
-		rx_conn_close(ch->c, RX_CLOSE_NOW, -ECANCELED);
+		/* Its bytes are landing in the caller's buffer: only a close
+		 * stops them. The other operations of the channel fail with
+		 * -ECONNABORTED (not -ECANCELED: they were not cancelled). */
+		rx_conn_close(ch->c, RX_CLOSE_NOW, -ECONNABORTED);
 		return false;
 	}
 	p->ghost = true;
