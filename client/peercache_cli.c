@@ -659,7 +659,7 @@ static int http_fetch(const char *addr, unsigned timeout_ms,
 	uint64_t deadline = pc_now_ns() + (uint64_t)timeout_ms * 1000000ull;
 	struct sockaddr_storage ss;
 	socklen_t sl;
-	int ret = rpc_endpoint_parse(addr, &ss, &sl);
+	int ret = pc_endpoint_parse(addr, &ss, &sl);
 	if (ret < 0)
 		return ret;
 	int fd = rpc_connect_by(&ss, sl, deadline);

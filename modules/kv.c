@@ -95,7 +95,8 @@ static struct {
 	const struct tier_ops *tier; /* the next tier down: none today */
 	struct evq *evqs;           /* per reactor */
 	bool checksums;
-	uint32_t rkey;              /* the pool's, for the records */
+	uint32_t rkey;              /* the transport's key of the pool */
+	struct svc_pool pool_svc;   /* published: the pool and its key */
 	uint64_t staging_max;       /* kv_staging_max: all calls */
 	uint64_t staged;            /* atomic: bytes staged or held now */
 	unsigned read_timeout_ms;   /* rpc_timeout: a read never waits longer */
@@ -1061,14 +1062,17 @@ static int kv_init(struct pc_ctx *ctx)
 			"pages are faulted in on first use", strerror(-ret));
 	uint8_t *base;
 	size_t len;
-	pool_region(g.pool, &base, &len, &g.rkey);
-	struct tp_region reg = {(uintptr_t)base, len, g.rkey, pin_hook,
-				unpin_hook, g.pool};
-	if ((ret = g.tp->reg(&reg)) < 0) {
+	pool_region(g.pool, &base, &len);
+	struct tp_region reg = {.base = (uintptr_t)base, .len = len,
+				.access = TP_ACCESS_READ, .pin = pin_hook,
+				.unpin = unpin_hook, .ctx = g.pool};
+	if ((ret = g.tp->ops->reg_region(g.tp->node, &reg, &g.rkey)) < 0) {
 		pool_free(g.pool);
 		return ret;
 	}
-	if ((ret = svc_publish_pool(ctx, "kv", g.pool)) < 0 ||
+	g.pool_svc.pool = g.pool;
+	g.pool_svc.rkey = g.rkey;
+	if ((ret = svc_publish_pool(ctx, "kv", &g.pool_svc)) < 0 ||
 	    (ret = svc_publish_kv(ctx, "kv", &kv_api)) < 0)
 		return ret;
 	const struct mb_api *mb = svc_find_membership(ctx);
@@ -1171,6 +1175,8 @@ static void kv_fini(struct pc_ctx *ctx)
 {
 	svc_withdraw_pool(ctx);
 	svc_withdraw_kv(ctx);
+	if (g.rkey && g.tp)
+		g.tp->ops->dereg_region(g.tp->node, g.rkey);
 	pool_free(g.pool);
 	free(g.evqs);
 	memset(&g, 0, sizeof(g));

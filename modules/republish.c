@@ -202,14 +202,14 @@ static int rp_init(struct pc_ctx *ctx)
 {
 	memset(&g, 0, sizeof(g));
 	g.ctx = ctx;
-	if (!(g.pool = svc_need_pool(ctx, "republish")) ||
+	const struct svc_pool *ps;
+	if (!(ps = svc_need_pool(ctx, "republish")) ||
 	    !(g.pl = svc_need_placement(ctx, "republish")) ||
 	    !(g.mb = svc_need_membership(ctx, "republish")) ||
 	    !(g.cl = svc_need_cluster(ctx, "republish")))
 		return -ENOENT;
-	uint8_t *base;
-	size_t len;
-	pool_region(g.pool, &base, &len, &g.rkey);
+	g.pool = ps->pool;
+	g.rkey = ps->rkey; /* what kv's own records carry */
 	g.replicas = (unsigned)PC_MIN(ctx->cfg->directory_replicas,
 				      (int64_t)REPUB_REPLICAS_MAX);
 	rx_timer_init(&g.step, step, NULL);

@@ -30,12 +30,14 @@
 #ifndef PC_MODULES_SERVICES_H
 #define PC_MODULES_SERVICES_H
 
+#include <stdint.h>
+
 struct pc_ctx;      /* modules/module.h */
 struct ring;        /* storage/ring.h */
 struct pool;        /* storage/pool.h */
 struct tp_ops;      /* modules/transport.h */
 struct tp_client;
-struct tp_region;
+struct tp_node;
 struct pl_ops;      /* modules/placement.h */
 struct kv_api;      /* modules/kv.h */
 struct ph_api;      /* modules/peer_health.h */
@@ -45,8 +47,7 @@ struct mb_api;      /* modules/membership.h */
 struct svc_transport {
 	const struct tp_ops *ops;
 	struct tp_client **clients;   /* one per reactor, set in its start */
-	/* Registers memory peers read through the data port (init only). */
-	int (*reg)(const struct tp_region *region);
+	struct tp_node *node;         /* this node's regions: ops->reg_region */
 };
 
 /* cluster module: who this node is. Filled on reactor 0 in the cluster's
@@ -57,6 +58,13 @@ struct svc_cluster {
 	char self_data[160];    /* data endpoint: "host:data_port" */
 };
 
+/* kv module: the publish pool and the key the transport gave it (what a
+ * record of one of its pages carries as rkey). */
+struct svc_pool {
+	struct pool *pool;
+	uint32_t rkey;
+};
+
 /* X(name, ID, pointer type, providing module) */
 #define SVC_LIST(X)                                                            \
 	X(transport, TRANSPORT, const struct svc_transport *, "transport")     \
@@ -65,7 +73,7 @@ struct svc_cluster {
 	X(membership, MEMBERSHIP, const struct mb_api *, "cluster")            \
 	X(placement, PLACEMENT, const struct pl_ops *, "directory")            \
 	X(kv, KV, const struct kv_api *, "kv")                                 \
-	X(pool, POOL, struct pool *, "kv")
+	X(pool, POOL, const struct svc_pool *, "kv")
 
 enum svc_id {
 #define SVC_ENUM_(name, ID, type, provider) SVC_##ID,

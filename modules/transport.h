@@ -1,44 +1,71 @@
 /*
- * modules/transport.h — the data transport: one-sided reads of registered
- * memory on other nodes.
+ * modules/transport.h — the data transport: one-sided reads and writes of
+ * registered memory on other nodes. Every transport (TCP today, the
+ * in-process fake of the tests, RDMA RC QPs later) implements struct tp_ops.
  *
- * Owns: the interface every transport implements (TCP today; RDMA RC QPs
- * later), the table of regions this node lets peers read, and the read-batch
- * API. Threading: regions are registered on the main thread during init; a
- * transport client belongs to one reactor and is used on its thread only.
+ * Owns: the interface, and the region table every transport shares
+ * (struct tp_regs, transport.c): which regions of this node peers may read
+ * or write, under which keys. Threading: regions are registered and
+ * deregistered from any thread (the table has its own lock); a transport
+ * client belongs to one reactor and is used on its thread only; every done
+ * callback runs on that reactor, never inside the call that started it.
  *
- * The shape is one-sided: a reader names (peer, rkey, remote addr, len) and
- * the bytes land in its own destination buffer; the serving node runs no
- * application code for it (RDMA), or only validates and sends (TCP). A read
- * is served only when [addr, addr+len) lies inside a region registered under
- * that rkey; the region's pin hook then keeps the bytes from being reused
- * until the send completes.
+ * The shape is one-sided: an initiator names (peer, key, remote addr, len)
+ * and the bytes land in its own buffer (read) or in the peer's region
+ * (write); the serving node runs no application code for it (RDMA), or only
+ * validates and copies (TCP). An operation is served only when
+ * [addr, addr+len) lies inside a region registered under that key with that
+ * access, and the region's pin hook accepts it; the pin keeps the bytes from
+ * being reused until the transfer completes.
+ *
+ * Keys: the transport chooses them (random, non-zero, never reused while the
+ * region lives), so RDMA can hand out its MR's rkey and rotate it; the owner
+ * publishes whatever key register returned.
+ *
+ * Errors are negative errnos in each operation's res: -EFAULT (no such key,
+ * or out of the region's bounds), -EACCES (region not writable, or not
+ * authenticated), -EINVAL (bad arguments), -ETIMEDOUT (the batch's timeout),
+ * -ECANCELED (tp_ops.cancel), -EHOSTDOWN / -ECONNRESET / -ECONNREFUSED
+ * (peer closed, failed or departed), -ESHUTDOWN (the reactor stops), -EIO
+ * (short transfer), -ENOMEM.
  */
 #ifndef PC_MODULES_TRANSPORT_H
 #define PC_MODULES_TRANSPORT_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 
 #include "reactor/reactor.h"
+
+struct pc_settings;
 
 /* What a region's pin hook hands back: opaque to the transport. */
 struct tp_pin {
 	uint64_t a, b;
 };
 
-/* A region peers may read, with hooks that pin what is being served. */
+/* Access a region grants to peers. */
+enum { TP_ACCESS_READ = 1, TP_ACCESS_WRITE = 2 };
+
+/* A region peers may read (and write, with TP_ACCESS_WRITE). */
 struct tp_region {
 	uintptr_t base;
 	uint64_t len;
-	uint32_t rkey;
-	/* Pin [addr, addr+len) for a read; 0 and a handle, or -errno. */
+	unsigned access; /* TP_ACCESS_*; 0 means TP_ACCESS_READ */
+	/* Pin [addr, addr+len) for a transfer; 0 and a handle, or -errno.
+	 * Any reactor thread. */
 	int (*pin)(void *ctx, uintptr_t addr, uint64_t len, struct tp_pin *pin);
 	void (*unpin)(void *ctx, const struct tp_pin *pin);
+	/* Optional: after deregistration, once no transfer touches the
+	 * region any more (any thread). The owner may free it then. */
+	void (*released)(void *ctx);
 	void *ctx;
 };
 
-/* One read of a batch. */
+/* Names a remote buffer: the peer, and the region key and address there.
+ * The peer is a data endpoint ("host:port"), or a handle from peer_open
+ * (then peer[] is ignored). */
 struct tp_read {
 	char peer[160];   /* data endpoint "host:port" */
 	const char *node; /* the peer's ring id, for fail_node; may be NULL;
@@ -50,40 +77,209 @@ struct tp_read {
 	uint32_t hdr_len; /* e.g. a page header kept apart from its payload */
 	void *dst;        /* the remaining len - hdr_len bytes land here */
 	int res;          /* on completion: 0, or a negative errno */
+	struct tp_peer *ph; /* a peer handle, or NULL: use peer[] */
+};
+
+/* One write of a batch: len bytes (hdr_len from hdr, the rest from src)
+ * into [addr, addr+len) of a writable region of the peer. hdr and src must
+ * stay valid until done runs. */
+struct tp_write {
+	char peer[160];
+	const char *node;
+	uint32_t rkey;
+	uint64_t addr;
+	uint32_t len;
+	const void *hdr;
+	uint32_t hdr_len;
+	const void *src;
+	int res;
+	struct tp_peer *ph;
 };
 
 typedef void (*tp_done_fn)(void *arg, struct tp_read *reads, unsigned n);
+typedef void (*tp_wdone_fn)(void *arg, struct tp_write *writes, unsigned n);
 
-struct tp_client;
+struct tp_node;   /* one node's transport instance (its regions, server) */
+struct tp_client; /* one reactor's initiator side */
+struct tp_peer;   /* a peer of one client (a handle) */
+
+/* Peer health as a client sees it. */
+enum tp_peer_state {
+	TP_PEER_IDLE = 0,   /* no channel open, no failure since the last */
+	TP_PEER_UP = 1,     /* a channel is open and answering */
+	TP_PEER_FAILED = 2, /* no channel up; the last one failed (err) */
+};
+
+struct tp_peer_info {
+	int state;          /* enum tp_peer_state */
+	int err;            /* the last channel failure, 0 if none */
+	unsigned channels;  /* open or opening (<= the per-peer cap) */
+	unsigned inflight;  /* operations issued and not answered */
+	unsigned refs;      /* peer_open handles held */
+};
 
 struct tp_ops {
-	const char *name; /* "tcp", "rdma" */
+	const char *name; /* "tcp", "fake", "rdma" */
+
+	/*
+	 * Let peers access region; *key gets the key they must name. Main
+	 * thread or any, not on a hot path. 0, -ENOSPC (table full),
+	 * -EINVAL (empty region, no pin hooks).
+	 */
+	int (*reg_region)(struct tp_node *tn, const struct tp_region *region,
+			  uint32_t *key);
+	/*
+	 * Withdraw key: new operations naming it fail with -EFAULT at once;
+	 * transfers already pinned finish, then the region's released hook
+	 * runs. 0 or -ENOENT.
+	 */
+	int (*dereg_region)(struct tp_node *tn, uint32_t key);
+
 	/*
 	 * Read a batch; done(arg, reads, n) runs once every read finished
 	 * (each with its own res), later, on the reactor — never inside
-	 * read_batch. timeout_ms bounds the whole batch. Returns 0, or a
-	 * negative errno when nothing was started (done does not run).
+	 * read_batch. timeout_ms bounds the whole batch. Reads to one peer
+	 * are issued in order. Returns 0, or a negative errno when nothing
+	 * was started (done does not run). A batch completes only when no
+	 * read of it can still write into hdr or dst.
 	 */
 	int (*read_batch)(struct tp_client *tc, struct tp_read *reads,
 			  unsigned n, unsigned timeout_ms, tp_done_fn done,
 			  void *arg);
+	/* The same for writes; a write's res 0 means the bytes are in the
+	 * peer's region. */
+	int (*write_batch)(struct tp_client *tc, struct tp_write *writes,
+			   unsigned n, unsigned timeout_ms, tp_wdone_fn done,
+			   void *arg);
 	/*
-	 * Node (a ring id, as in tp_read.node) does not answer: every read
-	 * still waiting for it on this client fails with err, soon (from the
-	 * reactor, never inside this call).
+	 * Cancel the batches of this client started with this done arg:
+	 * their done runs once, soon (from the reactor, never inside this
+	 * call), with -ECANCELED for every operation that had not finished.
+	 * Returns how many batches were cancelled (0: none pending).
+	 */
+	int (*cancel)(struct tp_client *tc, void *arg);
+
+	/*
+	 * A handle on the peer at endpoint (node: its ring id, may be NULL),
+	 * shared by every operation naming it by handle or by endpoint.
+	 * Reference-counted: each open needs one peer_close. 0 or -errno
+	 * (-EINVAL / -EHOSTUNREACH: bad endpoint, -ENOMEM).
+	 */
+	int (*peer_open)(struct tp_client *tc, const char *endpoint,
+			 const char *node, struct tp_peer **out);
+	/* The peer's state (enum tp_peer_state) and *out (may be NULL). */
+	int (*peer_health)(struct tp_client *tc, struct tp_peer *p,
+			   struct tp_peer_info *out);
+	/*
+	 * Drop a handle (p must not be used after its last close). Every
+	 * operation in flight to the peer ends with err (-EHOSTDOWN if 0)
+	 * soon, from the reactor, never inside this call; later operations
+	 * naming the peer open new channels.
+	 */
+	void (*peer_close)(struct tp_client *tc, struct tp_peer *p, int err);
+	/*
+	 * Node (a ring id, as in tp_read.node) departed or does not answer:
+	 * every operation still waiting for it on this client fails with err,
+	 * soon (from the reactor, never inside this call).
 	 */
 	void (*fail_node)(struct tp_client *tc, const char *node, int err);
 };
 
-/* Counters of the transport (all reactors). */
-struct tp_stats {
-	uint64_t reads;          /* reads completed by clients */
-	uint64_t read_bytes;
-	uint64_t read_errors;
-	uint64_t served;         /* reads served */
-	uint64_t served_bytes;
-	uint64_t refused;        /* requests refused: rkey, range, auth */
-	uint64_t channels_open;  /* client channels */
+/* ------------------------------------------------------- the region table */
+
+#define TP_REGIONS_MAX 16
+
+struct tp_reg_entry;
+
+/* The regions of one node, shared by its transport's reactors. */
+struct tp_regs {
+	pthread_mutex_t lock;
+	struct tp_reg_entry *e[TP_REGIONS_MAX];
 };
+
+/* A region an operation holds: pinned, and its entry kept alive. */
+struct tp_hold {
+	struct tp_reg_entry *e;
+	struct tp_pin pin;
+};
+
+void tp_regs_init(struct tp_regs *t);
+/* Deregisters what is left (released hooks run once nothing holds them). */
+void tp_regs_fini(struct tp_regs *t);
+int tp_regs_add(struct tp_regs *t, const struct tp_region *region,
+		uint32_t *key);
+int tp_regs_remove(struct tp_regs *t, uint32_t key);
+/*
+ * Find and pin [addr, addr+len) of the region under key for access: 0 and
+ * *h (release with tp_regs_release), or -EFAULT (no key, out of bounds),
+ * -EACCES (access not granted), -EINVAL (len 0), or the pin hook's error.
+ * Any thread.
+ */
+int tp_regs_hold(struct tp_regs *t, uint32_t key, uint64_t addr,
+		 uint64_t len, unsigned access, struct tp_hold *h);
+void tp_regs_release(struct tp_hold *h);
+
+/* The largest single transfer any transport accepts. */
+#define TP_IO_MAX (1u << 30)
+
+/* Shared argument checks of one read or write: 0 or -EINVAL. */
+int tp_io_check(uint32_t len, uint32_t hdr_len, const void *hdr,
+		const void *buf);
+
+/* ---------------------------------------- what every transport's batch has */
+
+/*
+ * The bookkeeping of one batch, embedded first in each transport's own
+ * batch struct: the caller's operations, how many are still open, the
+ * done callback and the timeout timer, and its place in the client's list
+ * of live batches (for cancel and peer failures). Reactor thread only.
+ */
+struct tp_bcore {
+	struct tp_bcore *prev, *next;
+	bool write;              /* ops are struct tp_write, else tp_read */
+	bool cancelled, timed_out;
+	void *ops;
+	unsigned n, left;        /* operations; not yet finished */
+	tp_done_fn rdone;
+	tp_wdone_fn wdone;
+	void *arg;
+	struct rx_timer timer;   /* the timeout, or a 0-delay delivery */
+};
+
+/* One operation of a batch seen the same way for reads and writes. */
+struct tp_io {
+	struct tp_peer *ph;
+	const char *peer, *node;
+	uint32_t rkey;
+	uint64_t addr;
+	uint32_t len, hdr_len;
+	uint8_t *hdr, *buf;      /* writes: sent from, never written to */
+	int *res;
+};
+
+/* Fill b (zeroed by the caller) and put it first on *list. */
+void tp_bcore_link(struct tp_bcore *b, struct tp_bcore **list, bool write,
+		   void *ops, unsigned n, void *arg,
+		   void (*timeout)(struct rx_reactor *r, struct rx_timer *t));
+/* Operation i of b, with its res reset to 0. */
+void tp_bcore_io(struct tp_bcore *b, unsigned i, struct tp_io *io);
+/* Stop the timer, leave *list and run done (once). b is not freed. */
+void tp_bcore_deliver(struct tp_bcore *b, struct tp_bcore **list,
+		      struct rx_reactor *r);
+/* The res an operation that failed with err reports: -ECANCELED once the
+ * batch was cancelled, -ETIMEDOUT once it timed out, else err. */
+int tp_bcore_res(const struct tp_bcore *b, int err);
+
+/* ------------------------------------------------------------- selection */
+
+/*
+ * protocol=auto|tcp|rdma: which transport this node runs (transport_select.c).
+ * Probes RDMA devices for "auto" and says what it found; this build has no
+ * RDMA data path, so it always answers "tcp" (protocol=rdma is refused by
+ * the settings check). Main thread.
+ */
+const char *tp_select(const struct pc_settings *s);
+/* RDMA devices on this host (libibverbs via dlopen): how many, 0 without. */
+int tp_rdma_devices(void);
 
 #endif /* PC_MODULES_TRANSPORT_H */

@@ -1,5 +1,5 @@
 /*
- * rpc/auth.c — the proof of the cluster challenge-response (see auth.h).
+ * rpc/auth.c — the RPC envelope of the cluster challenge-response (auth.h).
  *
  * Owns: nothing. Any thread.
  */
@@ -7,21 +7,6 @@
 
 #include <errno.h>
 #include <string.h>
-
-void rpc_auth_proof(const char *secret, const uint8_t snonce[RPC_NONCE_BYTES],
-		    const uint8_t cnonce[RPC_NONCE_BYTES], bool server_side,
-		    uint8_t out[PC_SHA256_BYTES])
-{
-	/* The role label keeps a client proof from passing as a server one. */
-	const char *label = server_side ? "peercache-auth-v1 server"
-					: "peercache-auth-v1 client";
-	struct pc_iov_c parts[3] = {
-		{label, strlen(label)},
-		{snonce, RPC_NONCE_BYTES},
-		{cnonce, RPC_NONCE_BYTES},
-	};
-	pc_hmac_sha256(secret, strlen(secret), parts, 3, out);
-}
 
 int rpc_auth_read_challenge(struct mp_rd r, uint8_t snonce[RPC_NONCE_BYTES])
 {
@@ -50,7 +35,7 @@ void rpc_auth_pack_response(msgpack_packer *pk, const char *secret,
 			    const uint8_t cnonce[RPC_NONCE_BYTES])
 {
 	uint8_t proof[PC_SHA256_BYTES];
-	rpc_auth_proof(secret, snonce, cnonce, false, proof);
+	pc_auth_proof(secret, snonce, cnonce, false, proof);
 	msgpack_pack_bin(pk, sizeof(proof));
 	msgpack_pack_bin_body(pk, proof, sizeof(proof));
 	msgpack_pack_bin(pk, RPC_NONCE_BYTES);
@@ -66,9 +51,8 @@ bool rpc_auth_check_server(struct mp_rd r, const char *secret,
 	uint32_t kl;
 	const uint8_t *b;
 	uint32_t bl;
-	uint8_t want[PC_SHA256_BYTES];
-	rpc_auth_proof(secret, snonce, cnonce, true, want);
 	return mp_rd_map(&r, &n) == 0 && n == 1 && mp_rd_str(&r, &k, &kl) == 0 &&
 	       mp_str_eq(k, kl, "proof") && mp_rd_bin(&r, &b, &bl) == 0 &&
-	       bl == sizeof(want) && pc_ct_equal(b, want, sizeof(want));
+	       bl == PC_AUTH_PROOF_BYTES &&
+	       pc_auth_check(secret, snonce, cnonce, true, b);
 }

@@ -1,7 +1,8 @@
 /*
- * rpc/auth.h — cluster challenge-response, shared by server and clients.
+ * rpc/auth.h — cluster challenge-response on the RPC port, shared by server
+ * and clients.
  *
- * Owns: the proof format. Any thread. The secret never crosses the wire:
+ * Owns: the RPC envelope of the exchange (the proof is common/auth.h's). Any thread. The secret never crosses the wire:
  * each side proves it knows the secret with an HMAC over both sides' fresh
  * random nonces, so a recorded exchange cannot be replayed and each side
  * authenticates the other.
@@ -17,14 +18,11 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "common/sha256.h"
+#include "common/auth.h"
 #include "rpc/mp.h"
 
-#define RPC_NONCE_BYTES 32
-
-void rpc_auth_proof(const char *secret, const uint8_t snonce[RPC_NONCE_BYTES],
-		    const uint8_t cnonce[RPC_NONCE_BYTES], bool server_side,
-		    uint8_t out[PC_SHA256_BYTES]);
+/* The proof itself is common/auth.h's (the data port uses it too). */
+#define RPC_NONCE_BYTES PC_AUTH_NONCE_BYTES
 
 /* Client side, shared by both clients. */
 /* Take the node's nonce out of an auth.challenge result; 0 or -EPROTO. */

@@ -233,7 +233,7 @@ struct rpc_req *rpc_req_new(struct rpc_client *cl, const char *endpoint,
 	if (!ep && (ep = calloc(1, sizeof(*ep)))) {
 		ep->cl = cl;
 		snprintf(ep->name, sizeof(ep->name), "%s", endpoint);
-		ep->resolve_err = rpc_endpoint_parse(endpoint, &ep->addr,
+		ep->resolve_err = pc_endpoint_parse(endpoint, &ep->addr,
 						     &ep->addrlen);
 		ep->next = cl->eps;
 		cl->eps = ep;
@@ -711,45 +711,4 @@ void rpc_client_free(struct rpc_client *cl)
 void rpc_client_stats(const struct rpc_client *cl, struct rpc_client_stats *s)
 {
 	*s = cl->st;
-}
-
-/* ---------------------------------------------------------------- endpoints */
-
-int rpc_endpoint_parse(const char *endpoint, struct sockaddr_storage *ss,
-		       socklen_t *len)
-{
-	memset(ss, 0, sizeof(*ss));
-	if (strncmp(endpoint, "unix:", 5) == 0) {
-		struct sockaddr_un *sun = (struct sockaddr_un *)ss;
-		const char *path = endpoint + 5;
-		if (!*path || strlen(path) >= sizeof(sun->sun_path))
-			return -ENAMETOOLONG;
-		sun->sun_family = AF_UNIX;
-		memcpy(sun->sun_path, path, strlen(path) + 1);
-		*len = sizeof(*sun);
-		return 0;
-	}
-	const char *colon = strrchr(endpoint, ':');
-	if (!colon || colon == endpoint || !colon[1])
-		return -EINVAL;
-	char host[256];
-	size_t hl = (size_t)(colon - endpoint);
-	if (hl >= sizeof(host))
-		return -EINVAL;
-	memcpy(host, endpoint, hl);
-	host[hl] = '\0';
-	if (host[0] == '[' && hl > 2 && host[hl - 1] == ']') {
-		memmove(host, host + 1, hl - 2);
-		host[hl - 2] = '\0';
-	}
-	struct addrinfo hints, *res = NULL;
-	memset(&hints, 0, sizeof(hints));
-	hints.ai_socktype = SOCK_STREAM;
-	hints.ai_flags = AI_NUMERICSERV;
-	if (getaddrinfo(host, colon + 1, &hints, &res) != 0 || !res)
-		return -EHOSTUNREACH;
-	memcpy(ss, res->ai_addr, res->ai_addrlen);
-	*len = res->ai_addrlen;
-	freeaddrinfo(res);
-	return 0;
 }

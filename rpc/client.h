@@ -29,6 +29,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "common/endpoint.h"
 #include "reactor/reactor.h"
 #include "rpc/mp.h"
 
@@ -174,8 +175,5 @@ int rpc_wait_fd(int fd, short events, uint64_t deadline);
 int rpc_connect_by(const struct sockaddr_storage *ss, socklen_t len,
 		   uint64_t deadline);
 
-/* Resolve "host:port" or "unix:/path" into a socket address. */
-int rpc_endpoint_parse(const char *endpoint, struct sockaddr_storage *ss,
-		       socklen_t *len);
 
 #endif /* PC_RPC_CLIENT_H */

@@ -1508,9 +1508,7 @@ static void m_auth_response(struct rpc_call *call, struct mp_rd *params)
 		return;
 	}
 	sc->nonce_issued = false; /* one answer per challenge */
-	uint8_t want[PC_SHA256_BYTES];
-	rpc_auth_proof(sc->srv->secret, sc->nonce, cnonce, false, want);
-	if (!pc_ct_equal(want, proof, sizeof(want))) {
+	if (!pc_auth_check(sc->srv->secret, sc->nonce, cnonce, false, proof)) {
 		RX_STAT_INC(sc->st->auth_failures);
 		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "%s: wrong cluster secret; "
 			  "closing", sc->peer);
@@ -1538,7 +1536,7 @@ static void m_auth_response(struct rpc_call *call, struct mp_rd *params)
 	sc->authed = true;
 	sc->strikes = 0;
 	uint8_t mine[PC_SHA256_BYTES];
-	rpc_auth_proof(sc->srv->secret, sc->nonce, cnonce, true, mine);
+	pc_auth_proof(sc->srv->secret, sc->nonce, cnonce, true, mine);
 	msgpack_packer *pk = rpc_reply_begin(call);
 	msgpack_pack_map(pk, 1);
 	mp_pack_cstr(pk, "proof");

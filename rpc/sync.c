@@ -294,7 +294,7 @@ struct rpc_sync *rpc_sync_new(const char *endpoint,
 	s->endpoint = strdup(endpoint);
 	if (o->secret && *o->secret)
 		s->secret = strdup(o->secret);
-	*err = rpc_endpoint_parse(endpoint, &s->addr, &s->addrlen);
+	*err = pc_endpoint_parse(endpoint, &s->addr, &s->addrlen);
 	if (*err == 0 && (!s->endpoint || (o->secret && *o->secret &&
 					   !s->secret)))
 		*err = -ENOMEM;

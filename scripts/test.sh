@@ -27,7 +27,7 @@ for t in "${trees[@]}"; do
       status=1; summary+=("fuzz: build failed"); continue
     fi
     secs=${PEERCACHE_FUZZ_SECONDS:-60}
-    for target in rpc http; do
+    for target in rpc http data; do
       work=$dir/fuzz-work-$target; rm -rf "$work"; mkdir -p "$work"
       seeds=("$root/tests/fuzz/corpus/$target")
       [ "$target" = rpc ] && seeds+=("$root/tests/corpus/rpc-malformed")

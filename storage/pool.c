@@ -1,8 +1,8 @@
 /*
  * storage/pool.c — the publish pool (see pool.h).
  *
- * Owns: the region (one mmap per node, registered once under a random rkey),
- * the stripes with their LRU of evictable entries, key index and counters,
+ * Owns: the region (one mmap per node; the transport picks its key), the
+ * stripes with their LRU of evictable entries, key index and counters,
  * and the eviction policy, and the optional thread that faults the region in
  * at start (pool_prefault_start). The extent allocator each stripe uses (records,
  * boundary map, free lists, span search) is pool_alloc.c. No metadata lives
@@ -83,7 +83,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/random.h>
 #include <xxhash.h>
 
 #include "common/checksum.h"
@@ -101,7 +100,6 @@ struct pool {
 	size_t stripe_bytes;      /* each stripe's contiguous share */
 	void *map;                /* the mapping to munmap ... */
 	size_t map_len;           /* ... and its length */
-	uint32_t rkey;            /* random, non-zero; never logged */
 	unsigned nstripes;
 	size_t max_page_bytes;    /* largest payload pool_reserve accepts */
 	enum pool_evict_policy policy;
@@ -579,13 +577,6 @@ int pool_new(struct pool **out, const struct pool_opts *o)
 	p->max_page_bytes = max_page;
 	p->policy = o->evict_policy;
 	atomic_init(&p->gen_next, 1);
-	do {
-		if (getrandom(&p->rkey, sizeof(p->rkey), 0) != sizeof(p->rkey)) {
-			int err = errno ? errno : EIO;
-			free(p);
-			return -err;
-		}
-	} while (p->rkey == 0);
 	char kind[96];
 	int rc = region_map(p, p->capacity, o->try_huge_pages, kind, sizeof(kind));
 	if (rc) {
@@ -691,12 +682,10 @@ uint64_t pool_prefaulted(const struct pool *p)
 	return atomic_load(&((struct pool *)p)->pf_done);
 }
 
-void pool_region(const struct pool *p, uint8_t **base, size_t *len,
-		 uint32_t *rkey)
+void pool_region(const struct pool *p, uint8_t **base, size_t *len)
 {
 	*base = p->base;
 	*len = p->capacity;
-	*rkey = p->rkey;
 }
 
 /* The cursor: stripe in the high 32 bits, next record index in the low. */

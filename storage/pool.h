@@ -157,8 +157,8 @@ struct pool_stats {
 
 /*
  * Create a pool: maps the region (huge pages when asked and reserved, else
- * anonymous memory advised for transparent huge pages; touched lazily) and
- * draws a random non-zero rkey. Returns 0, -EINVAL for bad options, -ENOMEM.
+ * anonymous memory advised for transparent huge pages; touched lazily).
+ * Returns 0, -EINVAL for bad options, -ENOMEM.
  */
 int pool_new(struct pool **out, const struct pool_opts *o);
 
@@ -177,9 +177,8 @@ int pool_prefault_start(struct pool *p);
 /* Bytes faulted in so far by that thread. */
 uint64_t pool_prefaulted(const struct pool *p);
 
-/* The region to register once with a transport, and its rkey. */
-void pool_region(const struct pool *p, uint8_t **base, size_t *len,
-		 uint32_t *rkey);
+/* The region to register with a transport (which chooses its key). */
+void pool_region(const struct pool *p, uint8_t **base, size_t *len);
 
 /* One live entry, as pool_scan() reports it. key is valid only during the
  * callback; addr is the header's address in the region. */
