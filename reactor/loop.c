@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "rx_internal.h"
+#include "stall.h"
 
 #define LOG_MOD "reactor"
 
@@ -295,7 +296,18 @@ static void handle_cqe(struct rx_reactor *r, const struct io_uring_cqe *cqe)
 			"res=%d", type, idx, gen, cqe->res);
 		return;
 	}
+	static const char *const names[RX_OP__COUNT] = {
+		[RX_OP_RECV] = "recv", [RX_OP_READ] = "read",
+		[RX_OP_SEND] = "send", [RX_OP_CONNECT] = "connect",
+		[RX_OP_ACCEPT] = "accept", [RX_OP_POLL] = "poll",
+		[RX_OP_FILE] = "file", [RX_OP_MSG] = "message",
+		[RX_OP_TEST] = "test"};
+	uint64_t conn = type <= RX_OP_CONNECT && op->obj
+				? rx_conn_id((const struct rx_conn *)op->obj)
+				: 0;
+	uint64_t t0 = rx_stall_begin();
 	rx_dispatch[type](r, op, cqe, idx);
+	rx_stall_end(r, t0, "completion", names[type], conn);
 }
 
 static void reap(struct rx_reactor *r)
@@ -582,6 +594,7 @@ int rx_reactor_run(struct rx_reactor *r)
 {
 	while (r->state != RX_DONE) {
 		r->now_ns = pc_now_ns();
+		uint64_t top = r->now_ns;
 		RX_STAT_INC(r->st.loop_iterations);
 		rx_timers_run(r);
 		rx_conns_run_pending(r);
@@ -601,6 +614,7 @@ int rx_reactor_run(struct rx_reactor *r)
 						: 0;
 			wait_ns = PC_MIN(wait_ns, left);
 		}
+		uint64_t pre = pc_now_ns();
 		int ret;
 		if (wait_ns == 0) {
 			ret = io_uring_submit_and_get_events(&r->ring);
@@ -628,7 +642,9 @@ int rx_reactor_run(struct rx_reactor *r)
 		 * computed from a stale clock fires early). */
 		if (wait_ns)
 			r->now_ns = pc_now_ns();
+		uint64_t post = wait_ns ? r->now_ns : pc_now_ns();
 		reap(r);
+		rx_stall_pass(r, top, pre, post);
 	}
 	return 0;
 }

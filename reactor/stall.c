@@ -1,0 +1,133 @@
+/*
+ * reactor/stall.c — see stall.h. Each reactor times its callbacks with the
+ * monotonic clock (two vDSO reads per callback, ~40 ns) and its loop passes;
+ * a callback over the threshold is a stall: counted per reactor, logged
+ * rate-limited with what it was. The metrics are per reactor (label
+ * reactor="i"), so the share of work each core does can be read from
+ * peercache_reactor_busy_seconds_total.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "common/log.h"
+#include "common/metrics.h"
+#include "common/util.h"
+#include "stall.h"
+
+#define LOG_MOD "stall"
+
+static struct {
+	unsigned n;
+	uint64_t threshold_ns;  /* 0: off */
+	met_id *iter_hist;      /* per reactor */
+	met_id *stalls;         /* per reactor */
+	uint64_t *busy_ns;      /* per reactor, atomic */
+	uint64_t *max_ns;       /* per reactor, longest callback, atomic */
+} g = {.threshold_ns = RX_STALL_DEFAULT_NS};
+
+static _Thread_local const char *t_tag;
+static _Thread_local uint64_t t_stalls;
+
+static double busy_fn(void *arg)
+{
+	uint64_t *v = arg;
+	return (double)__atomic_load_n(v, __ATOMIC_RELAXED) / 1e9;
+}
+
+static double max_fn(void *arg)
+{
+	uint64_t *v = arg;
+	return (double)__atomic_load_n(v, __ATOMIC_RELAXED) / 1e9;
+}
+
+int rx_stall_setup(unsigned nreactors, uint64_t threshold_ns)
+{
+	free(g.iter_hist);
+	free(g.stalls);
+	free(g.busy_ns);
+	free(g.max_ns);
+	g.n = 0;
+	g.threshold_ns = threshold_ns;
+	g.iter_hist = calloc(nreactors, sizeof(*g.iter_hist));
+	g.stalls = calloc(nreactors, sizeof(*g.stalls));
+	g.busy_ns = calloc(nreactors, sizeof(*g.busy_ns));
+	g.max_ns = calloc(nreactors, sizeof(*g.max_ns));
+	if (!g.iter_hist || !g.stalls || !g.busy_ns || !g.max_ns)
+		return -ENOMEM;
+	for (unsigned i = 0; i < nreactors; i++) {
+		char lab[32];
+		snprintf(lab, sizeof(lab), "reactor=\"%u\"", i);
+		g.iter_hist[i] = met_register(
+			MET_HISTOGRAM, "peercache_reactor_iteration_seconds",
+			"busy time of one event-loop pass (the wait in the "
+			"kernel excluded)", lab);
+		g.stalls[i] = met_register(
+			MET_COUNTER, "peercache_reactor_stalls_total",
+			"reactor callbacks that ran longer than "
+			"reactor_stall_threshold", lab);
+		met_register_counter_fn(
+			"peercache_reactor_busy_seconds_total",
+			"time a reactor spent working (callbacks and loop "
+			"bookkeeping, not waiting)", lab, busy_fn,
+			&g.busy_ns[i]);
+		met_register_fn("peercache_reactor_callback_max_seconds",
+				"the longest reactor callback since start",
+				lab, max_fn, &g.max_ns[i]);
+	}
+	g.n = nreactors;
+	return 0;
+}
+
+void rx_stall_tag(const char *what)
+{
+	t_tag = what;
+}
+
+uint64_t rx_stall_begin(void)
+{
+	t_tag = NULL;
+	return pc_now_ns();
+}
+
+void rx_stall_end(struct rx_reactor *r, uint64_t t0, const char *kind,
+		  const char *what, uint64_t conn_id)
+{
+	uint64_t ns = pc_now_ns() - t0;
+	unsigned id = rx_reactor_id(r);
+	if (id < g.n && ns > __atomic_load_n(&g.max_ns[id], __ATOMIC_RELAXED))
+		__atomic_store_n(&g.max_ns[id], ns, __ATOMIC_RELAXED);
+	if (!g.threshold_ns || ns <= g.threshold_ns)
+		return;
+	t_stalls++;
+	if (id < g.n)
+		met_inc(g.stalls[id]);
+	const char *tag = t_tag;
+	char conn[32] = "";
+	if (conn_id)
+		snprintf(conn, sizeof(conn), " on conn %llu",
+			 (unsigned long long)conn_id);
+	PC_LOG_RL(PC_LOG_WARN, LOG_MOD,
+		  "r%u: %s %s%s%s%s ran %.2f ms (reactor_stall_threshold %.2f "
+		  "ms)", id, kind, what, tag ? " " : "", tag ? tag : "", conn,
+		  (double)ns / 1e6, (double)g.threshold_ns / 1e6);
+}
+
+void rx_stall_pass(struct rx_reactor *r, uint64_t top, uint64_t pre,
+		   uint64_t post)
+{
+	unsigned id = rx_reactor_id(r);
+	if (id >= g.n)
+		return;
+	uint64_t now = pc_now_ns();
+	uint64_t busy = (pre - top) + (now - post);
+	__atomic_store_n(&g.busy_ns[id],
+			 __atomic_load_n(&g.busy_ns[id], __ATOMIC_RELAXED) + busy,
+			 __ATOMIC_RELAXED);
+	met_observe_ns(g.iter_hist[id], busy);
+}
+
+uint64_t rx_stall_count(void)
+{
+	return t_stalls;
+}
