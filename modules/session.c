@@ -21,8 +21,11 @@
  *    still on its way lands in node memory, never in memory the client may
  *    have reused, and the node never touches an unmapped address. The
  *    detached mapping goes when the last move on it ends;
- *  - publish copies (set) and local copies (get) run inside the call, so a
- *    pool reservation or pin never outlives it (modules/kv.c).
+ *  - publish copies (set) and local copies (get) run inside one kv call, so
+ *    a pool reservation or pin never outlives it (modules/kv.c);
+ *  - a move is cut into steps (move_step) of at most session_slice_bytes of
+ *    pages, one per loop pass, so no reactor copies or checksums a whole
+ *    batch at once; no step starts once the client gave its region up.
  *
  * Copies (DESIGN §5): set is one copy, from the region into the publish
  * pool; get of a local page is one copy into the region; get of a remote
@@ -41,8 +44,10 @@
 
 #include "common/log.h"
 #include "common/metrics.h"
+#include "common/settings.h"
 #include "modules/kv.h"
 #include "modules/modules.h"
+#include "reactor/stall.h"
 #include "rpc/rpc.h"
 
 #define LOG_MOD "session"
@@ -71,6 +76,7 @@ struct session {
 static struct {
 	struct pc_ctx *ctx;
 	met_id regions, region_bytes, refused, moves, detached;
+	uint64_t slice_bytes; /* session_slice_bytes */
 } g;
 
 static void region_unmap(struct region *rg)
@@ -286,38 +292,64 @@ static void m_unregister(struct rpc_call *call, struct mp_rd *p)
 
 /* ------------------------------------------------------------- set, get */
 
+/*
+ * A move is cut into steps of at most session_slice_bytes of pages (at least
+ * one page): each step is one kv call, started on its own loop pass (a
+ * zero-delay timer), so the copies and checksums a step does on the reactor
+ * stay bounded and other requests run in between. Steps overlap (a step's
+ * directory round or remote reads run while the next one copies); the reply
+ * waits for all of them. Before each step the region is checked: once the
+ * client gave it up, no further page is copied out of (or into) it.
+ */
 struct move {
 	struct rpc_call *call;
 	struct session *s;
 	struct region *rg;
+	struct rx_reactor *r;
 	struct kv_item *it;
+	char *keys;         /* copies of the keys when the move has steps */
+	bool *ok;           /* per item, filled as steps end */
 	unsigned n;
+	unsigned next;      /* first item not started yet */
+	unsigned pending;   /* steps started and not ended */
+	unsigned started;   /* steps started */
+	int first_err;      /* the first step could not start: reply an error */
+	bool stepping;      /* inside move_step: do not finish yet */
 	bool set;
+	struct rx_timer step;
+};
+
+struct move_part {
+	struct move *m;
+	unsigned from;
 };
 
 static void move_free(struct move *m)
 {
 	free(m->it);
+	free(m->keys);
+	free(m->ok);
 	free(m);
 }
 
-/* Runs on the reactor, maybe inside move() (kv may finish at once). */
-static void move_done(void *arg, const bool *ok, unsigned n)
+static void move_finish(struct move *m)
 {
-	struct move *m = arg;
 	struct session *s = m->s;
 	/* Pages of a get that the client gave up meanwhile landed in node
 	 * memory, not in its region: none of them is the client's. */
 	bool lost = !m->set && m->rg->detached;
 	region_put(m->rg);
-	if (lost) {
+	if (m->first_err) {
+		rpc_reply_error(m->call, RPC_E_BUSY, "%s",
+				strerror(-m->first_err));
+	} else if (lost) {
 		msgpack_packer *pk = rpc_reply_begin(m->call);
-		msgpack_pack_array(pk, n);
-		for (unsigned i = 0; i < n; i++)
+		msgpack_pack_array(pk, m->n);
+		for (unsigned i = 0; i < m->n; i++)
 			msgpack_pack_false(pk);
 		rpc_reply_end(m->call);
 	} else {
-		rpc_reply_bools(m->call, ok, n);
+		rpc_reply_bools(m->call, m->ok, m->n);
 	}
 	/* The reply may have ended the connection's last call and run its
 	 * cleanup; the session waited for this move. */
@@ -325,6 +357,89 @@ static void move_done(void *arg, const bool *ok, unsigned n)
 	s->moves--;
 	met_gauge_add(g.moves, -1);
 	session_maybe_free(s);
+}
+
+static void move_maybe_finish(struct move *m)
+{
+	if (!m->stepping && m->pending == 0 && m->next == m->n)
+		move_finish(m);
+}
+
+/* One step ended. Runs on the reactor, maybe inside move_step (kv may
+ * finish at once). */
+static void part_done(void *arg, const bool *ok, unsigned n)
+{
+	struct move_part *pt = arg;
+	struct move *m = pt->m;
+	memcpy(m->ok + pt->from, ok, n * sizeof(*ok));
+	free(pt);
+	m->pending--;
+	move_maybe_finish(m);
+}
+
+static void move_step_fired(struct rx_reactor *r, struct rx_timer *t);
+
+/* Start the next step: the pages from m->next up to the slice. */
+static void move_step(struct move *m)
+{
+	m->stepping = true;
+	unsigned from = m->next, to = from;
+	uint64_t bytes = 0;
+	while (to < m->n && (to == from || bytes + m->it[to].len <=
+						   g.slice_bytes))
+		bytes += m->it[to++].len;
+	/* A region given up (unregistered, client gone) is left alone: the
+	 * rest of the move are misses, never pages copied from node memory. */
+	struct move_part *pt = m->rg->live ? malloc(sizeof(*pt)) : NULL;
+	int ret = pt ? 0 : -ENOMEM;
+	if (pt) {
+		*pt = (struct move_part){m, from};
+		m->pending++;
+		const struct kv_api *kv = g.ctx->svc.kv;
+		ret = m->set ? kv->publish(m->r, m->it + from, to - from, true,
+					   part_done, pt)
+			     : kv->fetch(m->r, m->it + from, to - from, true,
+					 part_done, pt);
+		if (ret < 0) { /* nothing started: done did not run */
+			m->pending--;
+			free(pt);
+		}
+	}
+	if (ret < 0 && m->started == 0 && m->rg->live)
+		m->first_err = ret; /* as before steps: the call fails whole */
+	m->started += ret == 0;
+	m->next = (ret < 0 && m->started == 0) ? m->n : to;
+	if (m->next < m->n &&
+	    rx_timer_start(m->r, &m->step, 0, 0) < 0)
+		m->next = m->n; /* no timer: the rest are misses */
+	m->stepping = false;
+	move_maybe_finish(m);
+}
+
+static void move_step_fired(struct rx_reactor *r, struct rx_timer *t)
+{
+	(void)r;
+	rx_stall_tag(((struct move *)t->arg)->set ? "session.set step"
+						   : "session.get step");
+	move_step(t->arg);
+}
+
+/* Steps run after the handler returned, when the request's bytes are gone:
+ * the keys then live in one copy owned by the move. */
+static int move_keep_keys(struct move *m)
+{
+	size_t total = 0;
+	for (unsigned i = 0; i < m->n; i++)
+		total += m->it[i].klen;
+	if (!(m->keys = malloc(total ? total : 1)))
+		return -ENOMEM;
+	char *p = m->keys;
+	for (unsigned i = 0; i < m->n; i++) {
+		memcpy(p, m->it[i].key, m->it[i].klen);
+		m->it[i].key = p;
+		p += m->it[i].klen;
+	}
+	return 0;
 }
 
 /* Read [region_id, [[key, offset, len], ...]] into items inside the region
@@ -341,9 +456,11 @@ static const char *read_items(struct rpc_call *call, struct mp_rd *p,
 	m->rg = region_find(session_of(call, false), id);
 	if (!m->rg)
 		return "no such region on this connection (register it first)";
-	if (!(m->it = calloc(n, sizeof(*m->it))))
+	if (!(m->it = calloc(n, sizeof(*m->it))) ||
+	    !(m->ok = calloc(n, sizeof(*m->ok))))
 		return "out of memory";
 	m->n = n;
+	uint64_t bytes = 0;
 	for (uint32_t i = 0; i < n; i++) {
 		uint32_t three, kl;
 		const char *k;
@@ -357,7 +474,10 @@ static const char *read_items(struct rpc_call *call, struct mp_rd *p,
 		if (off > m->rg->size || len > m->rg->size - off)
 			return "an item lies outside its region";
 		m->it[i] = (struct kv_item){k, kl, m->rg->base + off, len};
+		bytes += len;
 	}
+	if (bytes > g.slice_bytes && n > 1 && move_keep_keys(m) < 0)
+		return "out of memory";
 	return NULL;
 }
 
@@ -376,24 +496,15 @@ static void move(struct rpc_call *call, struct mp_rd *p, bool set)
 		rpc_reply_error(call, RPC_E_BAD_PARAMS, "%s", bad);
 		return;
 	}
-	/* The region stays mapped and the session allocated until move_done,
-	 * whatever happens to the connection meanwhile. */
+	/* The region stays mapped and the session allocated until
+	 * move_finish, whatever happens to the connection meanwhile. */
 	m->s = session_of(call, false);
+	m->r = rpc_call_reactor(call);
+	rx_timer_init(&m->step, move_step_fired, m);
 	m->rg->refs++;
 	m->s->moves++;
 	met_gauge_add(g.moves, 1);
-	const struct kv_api *kv = g.ctx->svc.kv;
-	int ret = set ? kv->publish(rpc_call_reactor(call), m->it, m->n, true,
-				    move_done, m)
-		      : kv->fetch(rpc_call_reactor(call), m->it, m->n, true,
-				  move_done, m);
-	if (ret < 0) { /* nothing started: done did not run */
-		m->s->moves--;
-		met_gauge_add(g.moves, -1);
-		region_put(m->rg);
-		move_free(m);
-		rpc_reply_error(call, RPC_E_BUSY, "%s", strerror(-ret));
-	}
+	move_step(m);
 }
 
 /* session.set [region_id, [[key, offset, len], ...]] -> [bool, ...] */
@@ -424,6 +535,7 @@ static int s_init(struct pc_ctx *ctx)
 {
 	memset(&g, 0, sizeof(g));
 	g.ctx = ctx;
+	g.slice_bytes = ctx->cfg->session_slice_bytes;
 	if (!ctx->svc.kv) {
 		PC_LOGE(LOG_MOD, "the kv module must come before session");
 		return -EINVAL;
