@@ -238,6 +238,10 @@ static const struct pc_cfg_key keys[] = {
 	 OFF(session_slice_bytes), 0,
 	 "bytes of pages one step of a session.set/get copies or checks on "
 	 "the reactor before it lets other work run (at least one page)"},
+	{"copy_slice_bytes", PC_CFG_SIZE, "512kb", 16 * KB, 64 * MB, NULL,
+	 OFF(copy_slice_bytes), 0,
+	 "bytes of client pages a reactor copies and checksums in one loop "
+	 "pass; a larger page is copied over several passes"},
 	/* request memory (kv): a kv.get's reply is also capped per call by
 	 * the smallest of rpc_max_message_bytes, conn_out_max and this */
 	{"kv_staging_max", PC_CFG_SIZE, "256mb", 1 * MB, 1 * TB, NULL,

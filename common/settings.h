@@ -98,6 +98,7 @@ struct pc_settings {
 	/* local clients on every core (issue 11) */
 	int64_t reactor_stall_threshold_us;
 	uint64_t session_slice_bytes;
+	uint64_t copy_slice_bytes;
 	/* request memory (kv) */
 	uint64_t kv_staging_max;
 	/* directory shard */

@@ -49,6 +49,7 @@
 #include "common/metrics.h"
 #include "common/settings.h"
 #include "common/guard.h"
+#include "modules/copier.h"
 #include "modules/directory.h"
 #include "modules/kv.h"
 #include "modules/modules.h"
@@ -243,14 +244,6 @@ static struct dir_keys dir_keys_of(const struct keys *ks, unsigned from)
 				 ks->len + from, ks->n - from};
 }
 
-static int copy_in(bool client_mem, void *dst, const void *src, size_t n)
-{
-	if (client_mem)
-		return pc_guarded_copy(dst, src, n);
-	memcpy(dst, src, n);
-	return 0;
-}
-
 /* ------------------------------------------------------------ deadlines */
 
 /* The deadline of a call starting now (pc_now_ns() clock). */
@@ -287,6 +280,15 @@ struct publish {
 	void *arg;
 	uint64_t t0;
 	uint64_t deadline;
+	/* copying (client memory: in slices, modules/copier.h) */
+	struct rx_reactor *r;
+	const struct kv_item *it; /* the caller's, valid until done */
+	bool client_mem;
+	unsigned cur;       /* next item to copy */
+	const char **pk;    /* keys of the records */
+	size_t *pl;
+	struct pool_ref ref; /* the reservation being copied into */
+	struct copier_job job;
 };
 
 static void publish_finish(struct publish *p)
@@ -300,6 +302,8 @@ static void publish_finish(struct publish *p)
 	free(p->recs);
 	free(p->pub_ok);
 	free(p->pub_idx);
+	free(p->pk);
+	free(p->pl);
 	free(p);
 }
 
@@ -308,22 +312,16 @@ static void publish_published(void *arg)
 	publish_finish(arg);
 }
 
-/* Copy one page into the pool; the record for the directory on success. */
-static bool publish_one(const struct kv_item *it, bool client_mem,
-			struct dir_rec *r)
+/* The page of it is in the pool (sum: its checksum when have_sum): commit
+ * it and fill the record for the directory. */
+static bool publish_commit(const struct kv_item *it, struct pool_ref *ref,
+			   bool have_sum, uint64_t sum, struct dir_rec *r)
 {
-	struct pool_ref ref;
-	uint8_t *dst;
-	if (it->len == 0 || it->len > UINT32_MAX ||
-	    pool_reserve(g.pool, it->key, it->klen, it->len, &ref, &dst) < 0)
-		return false;
-	if (copy_in(client_mem, dst, it->data, it->len) < 0) {
-		pool_abort(g.pool, &ref);
-		return false;
-	}
 	uint64_t gen;
 	uintptr_t addr;
-	if (pool_commit(g.pool, &ref, g.checksums, &gen, &addr) < 0)
+	if ((have_sum ? pool_commit_sum(g.pool, ref, g.checksums, sum, &gen,
+					&addr)
+		      : pool_commit(g.pool, ref, g.checksums, &gen, &addr)) < 0)
 		return false;
 	met_add(g.copy_set, it->len);
 	met_inc(g.wr_pages);
@@ -339,31 +337,101 @@ static bool publish_one(const struct kv_item *it, bool client_mem,
 	return true;
 }
 
+/* The copy of item p->cur ended (j->res): commit or give the space back. */
+static void publish_settle(struct publish *p)
+{
+	const struct kv_item *it = &p->it[p->cur];
+	if (p->job.res < 0) {
+		pool_abort(g.pool, &p->ref);
+	} else if (publish_commit(it, &p->ref, true, p->job.sumv,
+				  &p->recs[p->npub])) {
+		p->pk[p->npub] = it->key;
+		p->pl[p->npub] = it->klen;
+		p->pub_idx[p->npub++] = p->cur;
+	}
+}
+
+static void publish_next(struct publish *p);
+
+static void publish_copied(struct copier_job *j)
+{
+	struct publish *p = j->arg;
+	publish_settle(p);
+	p->cur++;
+	publish_next(p);
+}
+
+/* Copy the items from p->cur on into the pool — request bytes at once,
+ * client memory in slices (a job left under way resumes here through
+ * publish_copied) — then send the records to the directory. */
+static void publish_next(struct publish *p)
+{
+	for (; p->cur < p->n; p->cur++) {
+		const struct kv_item *it = &p->it[p->cur];
+		uint8_t *dst;
+		if (it->klen == 0 || it->klen > KV_KEY_MAX)
+			continue;
+		if (pool_contains(g.pool, it->key, it->klen)) {
+			p->ok[p->cur] = true; /* idempotent: already published */
+			continue;
+		}
+		if (it->len == 0 || it->len > UINT32_MAX ||
+		    pool_reserve(g.pool, it->key, it->klen, it->len, &p->ref,
+				 &dst) < 0)
+			continue;
+		if (!p->client_mem) {
+			memcpy(dst, it->data, it->len);
+			if (!publish_commit(it, &p->ref, false, 0,
+					    &p->recs[p->npub]))
+				continue;
+			p->pk[p->npub] = it->key;
+			p->pl[p->npub] = it->klen;
+			p->pub_idx[p->npub++] = p->cur;
+			continue;
+		}
+		p->job = (struct copier_job){
+			.dst = dst, .src = it->data, .len = it->len,
+			.guarded = true, .sum = g.checksums,
+			.done = publish_copied, .arg = p};
+		if (copier_copy(p->r, &p->job) == 0)
+			return; /* resumes in publish_copied */
+		publish_settle(p);
+	}
+	struct dir_keys k = {p->pk, p->pl, p->npub};
+	/* The directory copies the keys; the sources are free to go now. */
+	if (p->npub == 0 ||
+	    g.ctx->svc.dir->publish(p->r, &k, p->recs, p->pub_ok, p->deadline,
+				    publish_published, p) < 0) {
+		memset(p->pub_ok, 0, p->n * sizeof(bool));
+		publish_finish(p); /* callers of publish accept an early done */
+	}
+}
+
 static int kv_publish(struct rx_reactor *rr, const struct kv_item *it,
 		      unsigned n, bool client_mem, kv_done_fn done, void *arg)
 {
 	if (n == 0 || n > KV_BATCH_MAX)
 		return -EINVAL;
 	struct publish *p = calloc(1, sizeof(*p));
-	const char **pk = calloc(n, sizeof(*pk));
-	size_t *pl = calloc(n, sizeof(*pl));
 	if (p) {
 		p->ok = calloc(n, sizeof(bool));
 		p->recs = calloc(n, sizeof(*p->recs));
 		p->pub_ok = calloc(n, sizeof(bool));
 		p->pub_idx = calloc(n, sizeof(unsigned));
+		p->pk = calloc(n, sizeof(*p->pk));
+		p->pl = calloc(n, sizeof(*p->pl));
 	}
-	if (!p || !pk || !pl || !p->ok || !p->recs || !p->pub_ok ||
-	    !p->pub_idx) {
+	if (!p || !p->ok || !p->recs || !p->pub_ok || !p->pub_idx || !p->pk ||
+	    !p->pl) {
 		if (p) {
 			free(p->ok);
 			free(p->recs);
 			free(p->pub_ok);
 			free(p->pub_idx);
+			free(p->pk);
+			free(p->pl);
 		}
 		free(p);
-		free(pk);
-		free(pl);
 		return -ENOMEM;
 	}
 	p->n = n;
@@ -371,30 +439,11 @@ static int kv_publish(struct rx_reactor *rr, const struct kv_item *it,
 	p->arg = arg;
 	p->t0 = pc_now_ns();
 	p->deadline = op_deadline();
+	p->r = rr;
+	p->it = it;
+	p->client_mem = client_mem;
 	met_inc(g.wr_req);
-	for (unsigned i = 0; i < n; i++) {
-		if (it[i].klen == 0 || it[i].klen > KV_KEY_MAX)
-			continue;
-		if (pool_contains(g.pool, it[i].key, it[i].klen)) {
-			p->ok[i] = true; /* idempotent: already published */
-			continue;
-		}
-		if (!publish_one(&it[i], client_mem, &p->recs[p->npub]))
-			continue;
-		pk[p->npub] = it[i].key;
-		pl[p->npub] = it[i].klen;
-		p->pub_idx[p->npub++] = i;
-	}
-	struct dir_keys k = {pk, pl, p->npub};
-	/* The directory copies the keys; the sources are free to go now. */
-	if (p->npub == 0 ||
-	    g.ctx->svc.dir->publish(rr, &k, p->recs, p->pub_ok, p->deadline,
-				    publish_published, p) < 0) {
-		memset(p->pub_ok, 0, n * sizeof(bool));
-		publish_finish(p); /* callers of publish accept an early done */
-	}
-	free(pk);
-	free(pl);
+	publish_next(p);
 	return 0;
 }
 
@@ -424,6 +473,9 @@ struct fetch {
 	int refused;         /* -E2BIG (call over its cap), -EBUSY (node) */
 	uint64_t deadline;
 	unsigned read_ms;    /* the reads' timeout */
+	unsigned cur;        /* next item to look for in the pool */
+	struct pool_ref ref; /* the local page being copied (pinned) */
+	struct copier_job job;
 };
 
 static void fetch_free(struct fetch *f)
@@ -607,23 +659,80 @@ static void fetch_looked_up(void *arg)
 		fetch_finish(f);
 }
 
-/* Copy a page from the pool if this node holds it. */
-static void fetch_local(struct fetch *f, unsigned i)
+/* The copy of local page f->cur (pinned in f->ref) ended. */
+static void fetch_settle(struct fetch *f)
 {
-	struct pool_ref ref;
-	const uint8_t *hdr;
-	uint64_t len, gen;
-	if (pool_get(g.pool, f->ks.k[i], f->ks.len[i], &ref, &hdr, &len,
-		     &gen) < 0)
-		return;
-	void *dst = fetch_dest(f, i, len);
-	if (dst && copy_in(f->client_mem, dst, hdr + POOL_HDR_BYTES, len) == 0) {
+	unsigned i = f->cur;
+	if (f->job.res == 0) {
 		f->ok[i] = true;
-		f->len[i] = len;
+		f->len[i] = f->job.len;
 		met_inc(g.rd_local);
-		met_add(g.copy_get_local, len);
+		met_add(g.copy_get_local, f->job.len);
 	}
-	pool_unpin(g.pool, &ref);
+	pool_unpin(g.pool, &f->ref);
+}
+
+static void fetch_locals(struct fetch *f);
+
+static void fetch_copied(struct copier_job *j)
+{
+	struct fetch *f = j->arg;
+	fetch_settle(f);
+	f->cur++;
+	fetch_locals(f);
+}
+
+/* Look up what is not here; then the reads (fetch_looked_up). */
+static void fetch_lookup(struct fetch *f)
+{
+	const char **lk = calloc(f->n, sizeof(*lk));
+	size_t *ll = calloc(f->n, sizeof(*ll));
+	for (unsigned i = 0; lk && ll && i < f->n; i++) {
+		if (f->ok[i])
+			continue; /* local: no directory, no network */
+		lk[f->nrec] = f->ks.k[i];
+		ll[f->nrec] = f->ks.len[i];
+		f->ridx[f->nrec++] = i;
+	}
+	struct dir_keys k = {lk, ll, f->nrec};
+	/* Nothing is looked up for a call already refused its staging. */
+	int ret = lk && ll && f->nrec && !f->refused
+			  ? g.ctx->svc.dir->lookup(f->r, &k, f->recs,
+						   f->deadline, fetch_looked_up,
+						   f)
+			  : -ENOENT;
+	free(lk);
+	free(ll);
+	if (ret < 0)
+		fetch_finish(f); /* done runs now: callers accept that */
+}
+
+/* Copy the pages this node holds, from f->cur on — request buffers at
+ * once, client memory in slices (resuming in fetch_copied) — then look
+ * the others up. */
+static void fetch_locals(struct fetch *f)
+{
+	for (; f->cur < f->n; f->cur++) {
+		unsigned i = f->cur;
+		const uint8_t *hdr;
+		uint64_t len, gen;
+		if (pool_get(g.pool, f->ks.k[i], f->ks.len[i], &f->ref, &hdr,
+			     &len, &gen) < 0)
+			continue;
+		void *dst = fetch_dest(f, i, len);
+		f->job = (struct copier_job){
+			.dst = dst, .src = hdr + POOL_HDR_BYTES, .len = len,
+			.guarded = true, .done = fetch_copied, .arg = f};
+		if (!dst) {
+			f->job.res = -ENOENT;
+		} else if (!f->client_mem) {
+			memcpy(dst, hdr + POOL_HDR_BYTES, len);
+		} else if (copier_copy(f->r, &f->job) == 0) {
+			return; /* resumes in fetch_copied */
+		}
+		fetch_settle(f);
+	}
+	fetch_lookup(f);
 }
 
 /* dst/want NULL: allocate and accept any length (kv.get). */
@@ -652,12 +761,8 @@ static int fetch_start(struct rx_reactor *r, struct keys *ks, void **dst,
 	f->hdr = calloc(n, sizeof(*f->hdr));
 	f->recs = calloc(n, sizeof(*f->recs));
 	f->ridx = calloc(n, sizeof(*f->ridx));
-	const char **lk = calloc(n, sizeof(*lk));
-	size_t *ll = calloc(n, sizeof(*ll));
 	if (!f->dst || !f->own || !f->want || !f->len || !f->ok || !f->hdr ||
-	    !f->recs || !f->ridx || !lk || !ll) {
-		free(lk);
-		free(ll);
+	    !f->recs || !f->ridx) {
 		fetch_free(f);
 		return -ENOMEM;
 	}
@@ -666,24 +771,7 @@ static int fetch_start(struct rx_reactor *r, struct keys *ks, void **dst,
 	if (want)
 		memcpy(f->want, want, n * sizeof(*want));
 	met_add(g.rd_req, n);
-	for (unsigned i = 0; i < n; i++) {
-		fetch_local(f, i);
-		if (f->ok[i])
-			continue; /* local: no directory, no network */
-		lk[f->nrec] = f->ks.k[i];
-		ll[f->nrec] = f->ks.len[i];
-		f->ridx[f->nrec++] = i;
-	}
-	struct dir_keys k = {lk, ll, f->nrec};
-	/* Nothing is looked up for a call already refused its staging. */
-	int ret = f->nrec && !f->refused
-			  ? g.ctx->svc.dir->lookup(r, &k, f->recs, f->deadline,
-						   fetch_looked_up, f)
-			  : -ENOENT;
-	free(lk);
-	free(ll);
-	if (ret < 0)
-		fetch_finish(f); /* done runs now: callers accept that */
+	fetch_locals(f);
 	return 0;
 }
 

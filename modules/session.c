@@ -45,6 +45,7 @@
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/settings.h"
+#include "modules/copier.h"
 #include "modules/kv.h"
 #include "modules/modules.h"
 #include "reactor/stall.h"
@@ -70,6 +71,7 @@ struct session {
 	unsigned moves;     /* moves in flight (each holds the session) */
 	bool gone;          /* the client left: no call can come any more */
 	bool released;      /* the connection's cleanup ran */
+	struct rx_reactor *r; /* the connection's */
 	char peer[64];
 };
 
@@ -98,6 +100,9 @@ static void region_detach(struct session *s, struct region *rg)
 {
 	if (rg->detached)
 		return;
+	/* A page copy under way from or into the region stops here, before
+	 * it could read the node's memory as the client's page. */
+	copier_cancel_range(s->r, rg->base, rg->size);
 	void *p = mmap(rg->base, rg->size, PROT_READ | PROT_WRITE,
 		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE,
 		       -1, 0);
@@ -165,6 +170,7 @@ static struct session *session_of(struct rpc_call *call, bool create)
 	struct session *s = rpc_call_conn_data(call);
 	if (!s && create && (s = calloc(1, sizeof(*s)))) {
 		snprintf(s->peer, sizeof(s->peer), "%s", rpc_call_peer(call));
+		s->r = rpc_call_reactor(call);
 		rpc_call_set_conn_data(call, s, session_release);
 		rpc_call_set_conn_closed(call, session_gone);
 	}
@@ -424,8 +430,9 @@ static void move_step_fired(struct rx_reactor *r, struct rx_timer *t)
 	move_step(t->arg);
 }
 
-/* Steps run after the handler returned, when the request's bytes are gone:
- * the keys then live in one copy owned by the move. */
+/* Steps, and the slices of a step's copies, run after the handler
+ * returned, when the request's bytes are gone: the keys live in one copy
+ * owned by the move. */
 static int move_keep_keys(struct move *m)
 {
 	size_t total = 0;
@@ -460,7 +467,6 @@ static const char *read_items(struct rpc_call *call, struct mp_rd *p,
 	    !(m->ok = calloc(n, sizeof(*m->ok))))
 		return "out of memory";
 	m->n = n;
-	uint64_t bytes = 0;
 	for (uint32_t i = 0; i < n; i++) {
 		uint32_t three, kl;
 		const char *k;
@@ -474,9 +480,8 @@ static const char *read_items(struct rpc_call *call, struct mp_rd *p,
 		if (off > m->rg->size || len > m->rg->size - off)
 			return "an item lies outside its region";
 		m->it[i] = (struct kv_item){k, kl, m->rg->base + off, len};
-		bytes += len;
 	}
-	if (bytes > g.slice_bytes && n > 1 && move_keep_keys(m) < 0)
+	if (move_keep_keys(m) < 0)
 		return "out of memory";
 	return NULL;
 }
@@ -536,6 +541,7 @@ static int s_init(struct pc_ctx *ctx)
 	memset(&g, 0, sizeof(g));
 	g.ctx = ctx;
 	g.slice_bytes = ctx->cfg->session_slice_bytes;
+	copier_set_slice(ctx->cfg->copy_slice_bytes);
 	if (!ctx->svc.kv) {
 		PC_LOGE(LOG_MOD, "the kv module must come before session");
 		return -EINVAL;
