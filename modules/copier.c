@@ -44,30 +44,16 @@ static size_t budget(struct rx_reactor *r)
 	return t.used < g_slice ? g_slice - t.used : 0;
 }
 
-struct guarded_args {
-	void *dst;
-	const void *src;
-	size_t n;
-};
-
-static void do_copy(void *arg)
-{
-	struct guarded_args *a = arg;
-	memcpy(a->dst, a->src, a->n);
-}
-
 /* Copy (and sum) up to room bytes of j; true when j is complete. */
 static bool job_run(struct copier_job *j, size_t room)
 {
 	size_t n = PC_MIN(room, j->len - j->off);
 	uint8_t *d = (uint8_t *)j->dst + j->off;
 	const uint8_t *s = (const uint8_t *)j->src + j->off;
-	if (j->guarded) {
-		struct guarded_args a = {d, s, n};
-		j->res = pc_guarded_run(do_copy, &a);
-	} else {
+	if (j->guarded)
+		j->res = pc_guarded_copy(d, s, n);
+	else
 		memcpy(d, s, n);
-	}
 	if (!j->res && j->sum)
 		pc_sum_update(&j->st, d, n);
 	j->off += n;

@@ -38,6 +38,7 @@ static struct {
 	struct rx_listener *unix_l;
 	uint16_t port;             /* bound by reactor 0 */
 	uint64_t *handing;         /* per reactor, atomic: handed, not yet run */
+	char (*labels)[24];        /* per reactor: reactor="i" (kept by metrics) */
 	unsigned next;             /* reactor 0 only: where ties start */
 } g;
 
@@ -119,14 +120,16 @@ static int rpc_init(struct pc_ctx *ctx)
 	};
 	g.tcp = calloc(ctx->threads, sizeof(*g.tcp));
 	g.handing = calloc(ctx->threads, sizeof(*g.handing));
-	if (!g.tcp || !g.handing) {
+	g.labels = calloc(ctx->threads, sizeof(*g.labels));
+	if (!g.tcp || !g.handing || !g.labels) {
 		free(g.tcp);
 		free(g.handing);
+		free(g.labels);
 		return -ENOMEM;
 	}
 	for (unsigned i = 0; i < ctx->threads; i++) {
-		char lab[32];
-		snprintf(lab, sizeof(lab), "reactor=\"%u\"", i);
+		char *lab = g.labels[i];
+		snprintf(lab, sizeof(*g.labels), "reactor=\"%u\"", i);
 		met_register_fn("peercache_rpc_local_connections",
 				"Unix-socket clients each reactor serves", lab,
 				local_conns_fn, (void *)(uintptr_t)i);
@@ -141,6 +144,7 @@ static int rpc_init(struct pc_ctx *ctx)
 		g.srv = NULL;
 		free(g.tcp);
 		free(g.handing);
+		free(g.labels);
 		return ret;
 	}
 	if (*s->cluster_secret)
@@ -260,6 +264,7 @@ static void rpc_fini(struct pc_ctx *ctx)
 	rpc_server_free(g.srv);
 	free(g.tcp);
 	free(g.handing);
+	free(g.labels);
 	memset(&g, 0, sizeof(g));
 }
 

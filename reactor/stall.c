@@ -24,6 +24,8 @@ static struct {
 	met_id *stalls;         /* per reactor */
 	uint64_t *busy_ns;      /* per reactor, atomic */
 	uint64_t *max_ns;       /* per reactor, longest callback, atomic */
+	char (*labels)[24];     /* per reactor: reactor="i" (the registry
+				 * keeps the pointer) */
 } g = {.threshold_ns = RX_STALL_DEFAULT_NS};
 
 static _Thread_local const char *t_tag;
@@ -47,17 +49,19 @@ int rx_stall_setup(unsigned nreactors, uint64_t threshold_ns)
 	free(g.stalls);
 	free(g.busy_ns);
 	free(g.max_ns);
+	free(g.labels);
 	g.n = 0;
 	g.threshold_ns = threshold_ns;
 	g.iter_hist = calloc(nreactors, sizeof(*g.iter_hist));
 	g.stalls = calloc(nreactors, sizeof(*g.stalls));
 	g.busy_ns = calloc(nreactors, sizeof(*g.busy_ns));
 	g.max_ns = calloc(nreactors, sizeof(*g.max_ns));
-	if (!g.iter_hist || !g.stalls || !g.busy_ns || !g.max_ns)
+	g.labels = calloc(nreactors, sizeof(*g.labels));
+	if (!g.iter_hist || !g.stalls || !g.busy_ns || !g.max_ns || !g.labels)
 		return -ENOMEM;
 	for (unsigned i = 0; i < nreactors; i++) {
-		char lab[32];
-		snprintf(lab, sizeof(lab), "reactor=\"%u\"", i);
+		char *lab = g.labels[i];
+		snprintf(lab, sizeof(*g.labels), "reactor=\"%u\"", i);
 		g.iter_hist[i] = met_register(
 			MET_HISTOGRAM, "peercache_reactor_iteration_seconds",
 			"busy time of one event-loop pass (the wait in the "
