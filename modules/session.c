@@ -48,14 +48,12 @@
 #include "modules/copier.h"
 #include "modules/kv.h"
 #include "modules/modules.h"
+#include "modules/session_req.h"
 #include "reactor/stall.h"
 #include "rpc/rpc.h"
 
 #define LOG_MOD "session"
 #define REGIONS_MAX 64
-#define REGION_BYTES_MAX (1ull << 40) /* 1 TiB */
-#define ITEMS_MAX 65536
-#define KEY_MAX 512
 
 struct region {
 	uint32_t id;
@@ -83,6 +81,7 @@ static struct {
 
 static void region_unmap(struct region *rg)
 {
+	PC_DASSERT(rg->refs == 0 && !rg->live && rg->base);
 	munmap(rg->base, rg->size);
 	met_gauge_add(g.regions, -1);
 	met_gauge_add(g.region_bytes, -(int64_t)rg->size);
@@ -219,12 +218,11 @@ static void m_register(struct rpc_call *call, struct mp_rd *p)
 	uint64_t id, size;
 	int fd = rpc_call_take_fd(call);
 	char why[160] = "";
-	if (mp_rd_uint(p, &id) < 0 || mp_rd_uint(p, &size) < 0 ||
-	    id > UINT32_MAX || size == 0 || size > REGION_BYTES_MAX) {
+	const char *bad = sess_req_register(p, &id, &size);
+	if (bad) {
 		if (fd >= 0)
 			close(fd);
-		rpc_reply_error(call, RPC_E_BAD_PARAMS, "expected [region_id "
-				"(u32), size (1 B..1 TiB)] and a descriptor");
+		rpc_reply_error(call, RPC_E_BAD_PARAMS, "%s", bad);
 		return;
 	}
 	if (fd < 0) {
@@ -285,8 +283,9 @@ static void m_register(struct rpc_call *call, struct mp_rd *p)
 static void m_unregister(struct rpc_call *call, struct mp_rd *p)
 {
 	uint64_t id;
-	if (mp_rd_uint(p, &id) < 0) {
-		rpc_reply_error(call, RPC_E_BAD_PARAMS, "expected [region_id]");
+	const char *bad = sess_req_unregister(p, &id);
+	if (bad) {
+		rpc_reply_error(call, RPC_E_BAD_PARAMS, "%s", bad);
 		return;
 	}
 	struct session *s = session_of(call, false);
@@ -341,6 +340,8 @@ static void move_free(struct move *m)
 static void move_finish(struct move *m)
 {
 	struct session *s = m->s;
+	PC_DASSERT(m->pending == 0 && m->next == m->n && s->moves > 0);
+	PC_DASSERT(m->rg->refs > 0 && m->rg->base);
 	/* Pages of a get that the client gave up meanwhile landed in node
 	 * memory, not in its region: none of them is the client's. */
 	bool lost = !m->set && m->rg->detached;
@@ -377,6 +378,7 @@ static void part_done(void *arg, const bool *ok, unsigned n)
 {
 	struct move_part *pt = arg;
 	struct move *m = pt->m;
+	PC_DASSERT(m->pending > 0 && pt->from + n <= m->n);
 	memcpy(m->ok + pt->from, ok, n * sizeof(*ok));
 	free(pt);
 	m->pending--;
@@ -450,16 +452,15 @@ static int move_keep_keys(struct move *m)
 }
 
 /* Read [region_id, [[key, offset, len], ...]] into items inside the region
- * (keys point into the request). */
+ * (keys copied: see move_keep_keys). */
 static const char *read_items(struct rpc_call *call, struct mp_rd *p,
 			      struct move *m)
 {
 	uint64_t id;
 	uint32_t n;
-	if (mp_rd_uint(p, &id) < 0 || mp_rd_array(p, &n) < 0 || n == 0 ||
-	    n > ITEMS_MAX)
-		return "expected [region_id, [[key, offset, len], ...]] with "
-		       "1..65536 items";
+	const char *bad = sess_req_move_head(p, &id, &n);
+	if (bad)
+		return bad;
 	m->rg = region_find(session_of(call, false), id);
 	if (!m->rg)
 		return "no such region on this connection (register it first)";
@@ -468,18 +469,11 @@ static const char *read_items(struct rpc_call *call, struct mp_rd *p,
 		return "out of memory";
 	m->n = n;
 	for (uint32_t i = 0; i < n; i++) {
-		uint32_t three, kl;
-		const char *k;
-		uint64_t off, len;
-		if (mp_rd_array(p, &three) < 0 || three != 3 ||
-		    mp_rd_str(p, &k, &kl) < 0 || kl == 0 || kl > KEY_MAX ||
-		    mp_rd_uint(p, &off) < 0 || mp_rd_uint(p, &len) < 0 ||
-		    len == 0)
-			return "each item is [key (1..512 bytes), offset, len "
-			       "(> 0)]";
-		if (off > m->rg->size || len > m->rg->size - off)
-			return "an item lies outside its region";
-		m->it[i] = (struct kv_item){k, kl, m->rg->base + off, len};
+		struct sess_item si;
+		if ((bad = sess_req_item(p, m->rg->size, &si)))
+			return bad;
+		m->it[i] = (struct kv_item){si.key, si.klen,
+					    m->rg->base + si.off, si.len};
 	}
 	if (move_keep_keys(m) < 0)
 		return "out of memory";
