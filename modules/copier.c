@@ -21,7 +21,6 @@ static size_t g_slice = COPIER_SLICE_DEFAULT;
 
 /* Per reactor thread (one reactor per thread). */
 static _Thread_local struct {
-	struct rx_reactor *r;
 	struct copier_job *head, *tail;
 	struct rx_timer timer;
 	bool timer_ready;
@@ -113,7 +112,6 @@ int copier_copy(struct rx_reactor *r, struct copier_job *j)
 	j->next = NULL;
 	if (j->sum)
 		pc_sum_reset(&j->st);
-	t.r = r;
 	/* Behind queued jobs a new one waits its turn; else it starts now. */
 	if (!t.head) {
 		size_t room = budget(r);

@@ -416,7 +416,7 @@ static void move_step(struct move *m)
 	if (ret < 0 && m->started == 0 && m->rg->live)
 		m->first_err = ret; /* as before steps: the call fails whole */
 	m->started += ret == 0;
-	m->next = (ret < 0 && m->started == 0) ? m->n : to;
+	m->next = (ret < 0 && m->started == 0) || !m->rg->live ? m->n : to;
 	if (m->next < m->n &&
 	    rx_timer_start(m->r, &m->step, 0, 0) < 0)
 		m->next = m->n; /* no timer: the rest are misses */
