@@ -53,6 +53,7 @@
 #include "rpc/rpc.h"
 
 #define LOG_MOD "session"
+#define STEPS_INFLIGHT 2 /* steps of one move under way at once */
 #define REGIONS_MAX 64
 
 struct region {
@@ -301,9 +302,9 @@ static void m_unregister(struct rpc_call *call, struct mp_rd *p)
  * A move is cut into steps of at most session_slice_bytes of pages (at least
  * one page): each step is one kv call, started on its own loop pass (a
  * zero-delay timer), so the copies and checksums a step does on the reactor
- * stay bounded and other requests run in between. Steps overlap (a step's
- * directory round or remote reads run while the next one copies); the reply
- * waits for all of them. Before each step the region is checked: once the
+ * stay bounded and other requests run in between. Two steps overlap (a
+ * step's directory round or remote reads run while the next one copies);
+ * the next starts when one ends. The reply waits for all of them. Before each step the region is checked: once the
  * client gave it up, no further page is copied out of (or into) it.
  */
 struct move {
@@ -372,6 +373,8 @@ static void move_maybe_finish(struct move *m)
 		move_finish(m);
 }
 
+static void move_arm(struct move *m);
+
 /* One step ended. Runs on the reactor, maybe inside move_step (kv may
  * finish at once). */
 static void part_done(void *arg, const bool *ok, unsigned n)
@@ -382,10 +385,23 @@ static void part_done(void *arg, const bool *ok, unsigned n)
 	memcpy(m->ok + pt->from, ok, n * sizeof(*ok));
 	free(pt);
 	m->pending--;
+	if (m->next < m->n && !m->stepping)
+		move_arm(m); /* a step's room freed: the next one may start */
 	move_maybe_finish(m);
 }
 
 static void move_step_fired(struct rx_reactor *r, struct rx_timer *t);
+
+/* Start the next step on the next loop pass, if fewer than STEPS_INFLIGHT
+ * are under way (later steps' copies would only queue behind theirs, their
+ * deadlines running). No timer slot: the rest are misses. */
+static void move_arm(struct move *m)
+{
+	if (m->pending >= STEPS_INFLIGHT || rx_timer_armed(&m->step))
+		return;
+	if (rx_timer_start(m->r, &m->step, 0, 0) < 0)
+		m->next = m->n;
+}
 
 /* Start the next step: the pages from m->next up to the slice. */
 static void move_step(struct move *m)
@@ -417,9 +433,8 @@ static void move_step(struct move *m)
 		m->first_err = ret; /* as before steps: the call fails whole */
 	m->started += ret == 0;
 	m->next = (ret < 0 && m->started == 0) || !m->rg->live ? m->n : to;
-	if (m->next < m->n &&
-	    rx_timer_start(m->r, &m->step, 0, 0) < 0)
-		m->next = m->n; /* no timer: the rest are misses */
+	if (m->next < m->n)
+		move_arm(m);
 	m->stepping = false;
 	move_maybe_finish(m);
 }
