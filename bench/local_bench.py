@@ -21,7 +21,10 @@ and reports, medians (min-max) over the runs:
           connection's p99 ("on every connection")
   >1ms    probe replies slower than 1 ms (what a stall looks like outside)
   stalls  reactor callbacks over 1 ms by the node's own detector
-          (peercache_reactor_stalls_total; the base tree has none: n/a)
+          (peercache_reactor_stalls_total; the base tree has none: n/a);
+          wall-clock, so a reactor thread the kernel preempted counts too:
+          "preempted" is the reactor threads' involuntary context switches
+  load    the machine's load average over the run (others' work counts)
   GB/s    pages the clients set plus got, per second
 
 Only 127.0.0.1 and Unix sockets in a temporary directory are used; nodes
@@ -106,12 +109,14 @@ class Node:
              "--log-level", "info"],
             stdout=self.logf, stderr=subprocess.STDOUT, env=env)
         self.name = name
-        deadline = time.time() + 15
+        deadline = time.time() + 40
         while time.time() < deadline:
             t = self.text()
             m = re.search(r"listening: rpc on \S+:(\d+)", t)
             mm = re.search(r"listening: metrics on \S+:(\d+)", t)
-            if m and mm and "ready" in t:
+            # Load starts once the pool is faulted in (the prefault thread
+            # otherwise competes with the reactors for the two cores).
+            if m and mm and "ready" in t and ("faulted in" in t or time.time() > deadline - 5):
                 self.port, self.mport = int(m.group(1)), int(mm.group(1))
                 return
             time.sleep(0.05)
@@ -123,8 +128,9 @@ class Node:
             return f.read().decode(errors="replace")
 
     def reactor_cpu(self):
-        """{thread name: CPU seconds} of the reactor threads."""
-        out = {}
+        """{thread name: CPU seconds} of the reactor threads, and
+        {"preempted": involuntary context switches of them all}."""
+        out = {"preempted": 0}
         tdir = "/proc/%d/task" % self.proc.pid
         for tid in os.listdir(tdir):
             try:
@@ -136,6 +142,10 @@ class Node:
             if re.fullmatch(r"pc-r\d+", name):
                 fields = st[st.rindex(")") + 2:].split()
                 out[name] = (int(fields[11]) + int(fields[12])) / CLK
+                with open(os.path.join(tdir, tid, "status")) as f:
+                    for line in f:
+                        if line.startswith("nonvoluntary_ctxt_switches:"):
+                            out["preempted"] += int(line.split()[1])
         return out
 
     def endpoint(self, name):
@@ -209,6 +219,7 @@ def one_run(build, name):
         cpu1 = node.reactor_cpu()
         m1 = node.metrics()
         res = [json.load(open(o)) for o in outs]
+        preempted = cpu1.pop("preempted") - cpu0.pop("preempted")
         busy = {k: cpu1.get(k, 0) - cpu0.get(k, 0) for k in cpu1}
         total = sum(busy.values()) or 1e-9
         flat = [x for l in lat for x in l]
@@ -228,11 +239,13 @@ def one_run(build, name):
             "max_ms": max(flat) * 1e3,
             "slow_replies": sum(1 for x in flat if x > 1e-3),
             "replies": len(flat),
+            "preempted": preempted,
             "stalls": stalls,
             "callback_max_ms": maxcb * 1e3 if maxcb is not None else None,
             "local_conns": local,
             "gbps": sum(r["bytes"] for r in res) / DURATION / 1e9,
             "fails": sum(r["fails"] for r in res),
+            "load": os.getloadavg()[0],
         }
     finally:
         node.stop()
@@ -267,12 +280,14 @@ def main():
             ("max_ms", "slowest reply (ms)"),
             ("slow_replies", "probe replies > 1 ms"),
             ("stalls", "stalls > 1 ms (detector)"),
+            ("preempted", "reactor threads preempted (involuntary switches)"),
             ("callback_max_ms", "longest callback (ms)"),
             ("gbps", "client set+get GB/s"),
-            ("fails", "failed pages")]
+            ("fails", "failed pages"),
+            ("load", "machine load average (1 min)")]
     print("| %d x %d x %.0f MiB, %d clients, 2 reactors | %s |" % (
         RUNS, BATCH, PAGE / (1 << 20), SHIMS, " | ".join(n for n, _ in trees)))
-    print("|---|%s" % "---|" * len(trees))
+    print("|---|%s" % ("---|" * len(trees)))
     for key, label in cols:
         print("| %s | %s |" % (label, " | ".join(summary(runs[n], key) for n, _ in trees)))
     out = os.path.join(BUILD, "bench-results")
