@@ -22,8 +22,11 @@ and reports, medians (min-max) over the runs:
   >1ms    probe replies slower than 1 ms (what a stall looks like outside)
   stalls  reactor callbacks over 1 ms by the node's own detector
           (peercache_reactor_stalls_total; the base tree has none: n/a);
-          wall-clock, so a reactor thread the kernel preempted counts too:
-          "preempted" is the reactor threads' involuntary context switches
+          wall-clock, so a reactor thread the kernel preempted counts too;
+          this tree runs with reactor_stall_cpu_clock=true, which counts
+          the stalls that also took > 1 ms of the thread's CPU
+          (peercache_reactor_stalls_cpu_total); "preempted" is the reactor
+          threads' involuntary context switches
   load    the machine's load average over the run (others' work counts)
   GB/s    pages the clients set plus got, per second
 
@@ -97,7 +100,7 @@ def shim_main(sock, ident, duration, out):
 # -------------------------------------------------------------- the node
 
 class Node:
-    def __init__(self, build, name):
+    def __init__(self, build, name, extra=()):
         self.dir = tempfile.mkdtemp(prefix="pc-lb-")
         self.sock = os.path.join(self.dir, "pc.sock")
         self.logf = open(os.path.join(self.dir, "node.log"), "wb")
@@ -106,7 +109,7 @@ class Node:
             [os.path.join(build, "server", "peercached"), "--rpc-port", "0",
              "--data-port", "0", "--meta-port", "0", "--metrics-port", "0",
              "--socket", self.sock, "--threads", "2", "--pool-size", "1gb",
-             "--log-level", "info"],
+             "--log-level", "info"] + list(extra),
             stdout=self.logf, stderr=subprocess.STDOUT, env=env)
         self.name = name
         deadline = time.time() + 40
@@ -198,7 +201,9 @@ def probe(port, seconds):
 
 
 def one_run(build, name):
-    node = Node(build, name)
+    # This tree also times callbacks in CPU time, to tell stalls it worked
+    # through from preemptions (the base tree has no detector).
+    node = Node(build, name, ["--reactor-stall-cpu-clock", "true"] if name == "after" else [])
     try:
         m0 = node.metrics()
         cpu0 = node.reactor_cpu()
@@ -225,6 +230,8 @@ def one_run(build, name):
         flat = [x for l in lat for x in l]
         stall_keys = [k for k in m1 if k.startswith("peercache_reactor_stalls_total")]
         stalls = (sum(m1[k] - m0.get(k, 0) for k in stall_keys) if stall_keys else None)
+        cpu_keys = [k for k in m1 if k.startswith("peercache_reactor_stalls_cpu_total")]
+        stalls_cpu = (sum(m1[k] - m0.get(k, 0) for k in cpu_keys) if cpu_keys else None)
         maxcb = max((m1[k] for k in m1
                      if k.startswith("peercache_reactor_callback_max_seconds")),
                     default=None)
@@ -241,6 +248,7 @@ def one_run(build, name):
             "replies": len(flat),
             "preempted": preempted,
             "stalls": stalls,
+            "stalls_cpu": stalls_cpu,
             "callback_max_ms": maxcb * 1e3 if maxcb is not None else None,
             "local_conns": local,
             "gbps": sum(r["bytes"] for r in res) / DURATION / 1e9,
@@ -279,7 +287,8 @@ def main():
             ("worst_conn_p99_ms", "worst connection's p99 (ms)"),
             ("max_ms", "slowest reply (ms)"),
             ("slow_replies", "probe replies > 1 ms"),
-            ("stalls", "stalls > 1 ms (detector)"),
+            ("stalls", "stalls > 1 ms (detector, wall clock)"),
+            ("stalls_cpu", "of them > 1 ms of reactor CPU (not preempted)"),
             ("preempted", "reactor threads preempted (involuntary switches)"),
             ("callback_max_ms", "longest callback (ms)"),
             ("gbps", "client set+get GB/s"),

@@ -444,7 +444,8 @@ static int m_init(struct pc_ctx *ctx)
 			NULL);
 	met_register_collector(reactor_collector, NULL);
 	int ret = rx_stall_setup(ctx->threads,
-				 (uint64_t)s->reactor_stall_threshold_us * 1000u);
+				 (uint64_t)s->reactor_stall_threshold_us * 1000u,
+				 s->reactor_stall_cpu_clock);
 	if (ret < 0)
 		return ret;
 	g.http_requests = met_register(MET_COUNTER,

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "common/log.h"
 #include "common/metrics.h"
@@ -20,8 +21,10 @@
 static struct {
 	unsigned n;
 	uint64_t threshold_ns;  /* 0: off */
+	bool cpu_clock;         /* also time callbacks in thread CPU time */
 	met_id *iter_hist;      /* per reactor */
 	met_id *stalls;         /* per reactor */
+	met_id *stalls_cpu;     /* per reactor: the CPU time was over too */
 	uint64_t *busy_ns;      /* per reactor, atomic */
 	uint64_t *max_ns;       /* per reactor, longest callback, atomic */
 	char (*labels)[24];     /* per reactor: reactor="i" (the registry
@@ -29,6 +32,7 @@ static struct {
 } g = {.threshold_ns = RX_STALL_DEFAULT_NS};
 
 static _Thread_local const char *t_tag;
+static _Thread_local uint64_t t_cpu0;   /* thread CPU time at begin */
 static _Thread_local uint64_t t_stalls;
 
 static double busy_fn(void *arg)
@@ -43,21 +47,32 @@ static double max_fn(void *arg)
 	return (double)__atomic_load_n(v, __ATOMIC_RELAXED) / 1e9;
 }
 
-int rx_stall_setup(unsigned nreactors, uint64_t threshold_ns)
+static uint64_t cpu_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+int rx_stall_setup(unsigned nreactors, uint64_t threshold_ns, bool cpu_clock)
 {
 	free(g.iter_hist);
 	free(g.stalls);
+	free(g.stalls_cpu);
 	free(g.busy_ns);
 	free(g.max_ns);
 	free(g.labels);
 	g.n = 0;
 	g.threshold_ns = threshold_ns;
+	g.cpu_clock = cpu_clock;
+	g.stalls_cpu = calloc(nreactors, sizeof(*g.stalls_cpu));
 	g.iter_hist = calloc(nreactors, sizeof(*g.iter_hist));
 	g.stalls = calloc(nreactors, sizeof(*g.stalls));
 	g.busy_ns = calloc(nreactors, sizeof(*g.busy_ns));
 	g.max_ns = calloc(nreactors, sizeof(*g.max_ns));
 	g.labels = calloc(nreactors, sizeof(*g.labels));
-	if (!g.iter_hist || !g.stalls || !g.busy_ns || !g.max_ns || !g.labels)
+	if (!g.iter_hist || !g.stalls || !g.stalls_cpu || !g.busy_ns ||
+	    !g.max_ns || !g.labels)
 		return -ENOMEM;
 	for (unsigned i = 0; i < nreactors; i++) {
 		char *lab = g.labels[i];
@@ -70,6 +85,10 @@ int rx_stall_setup(unsigned nreactors, uint64_t threshold_ns)
 			MET_COUNTER, "peercache_reactor_stalls_total",
 			"reactor callbacks that ran longer than "
 			"reactor_stall_threshold", lab);
+		g.stalls_cpu[i] = met_register(
+			MET_COUNTER, "peercache_reactor_stalls_cpu_total",
+			"stalls whose thread CPU time was over the threshold "
+			"too (not a preemption; reactor_stall_cpu_clock)", lab);
 		met_register_counter_fn(
 			"peercache_reactor_busy_seconds_total",
 			"time a reactor spent working (callbacks and loop "
@@ -91,6 +110,8 @@ void rx_stall_tag(const char *what)
 uint64_t rx_stall_begin(void)
 {
 	t_tag = NULL;
+	if (g.cpu_clock)
+		t_cpu0 = cpu_now_ns();
 	return pc_now_ns();
 }
 
@@ -107,14 +128,22 @@ void rx_stall_end(struct rx_reactor *r, uint64_t t0, const char *kind,
 	if (id < g.n)
 		met_inc(g.stalls[id]);
 	const char *tag = t_tag;
-	char conn[32] = "";
+	char conn[32] = "", cpu[48] = "";
 	if (conn_id)
 		snprintf(conn, sizeof(conn), " on conn %llu",
 			 (unsigned long long)conn_id);
+	if (g.cpu_clock) {
+		uint64_t c = cpu_now_ns() - t_cpu0;
+		if (c > g.threshold_ns && id < g.n)
+			met_inc(g.stalls_cpu[id]);
+		snprintf(cpu, sizeof(cpu), ", %.2f ms of it on the CPU%s",
+			 (double)c / 1e6, c > g.threshold_ns ? "" :
+			 " (preempted)");
+	}
 	PC_LOG_RL(PC_LOG_WARN, LOG_MOD,
-		  "r%u: %s %s%s%s%s ran %.2f ms (reactor_stall_threshold %.2f "
-		  "ms)", id, kind, what, tag ? " " : "", tag ? tag : "", conn,
-		  (double)ns / 1e6, (double)g.threshold_ns / 1e6);
+		  "r%u: %s %s%s%s%s ran %.2f ms%s (reactor_stall_threshold "
+		  "%.2f ms)", id, kind, what, tag ? " " : "", tag ? tag : "",
+		  conn, (double)ns / 1e6, cpu, (double)g.threshold_ns / 1e6);
 }
 
 void rx_stall_pass(struct rx_reactor *r, uint64_t top, uint64_t pre,

@@ -22,6 +22,7 @@
 #ifndef PC_REACTOR_STALL_H
 #define PC_REACTOR_STALL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "reactor.h"
@@ -29,9 +30,12 @@
 #define RX_STALL_DEFAULT_NS 1000000ull /* 1 ms */
 
 /* Register the metrics for nreactors reactors and set the threshold (0 =
- * detection off; the iteration histogram is still kept). Main thread,
- * before met_start(); 0 or -ENOMEM. */
-int rx_stall_setup(unsigned nreactors, uint64_t threshold_ns);
+ * detection off; the iteration histogram is still kept). cpu_clock: also
+ * read the thread's CPU clock around each callback (a system call, ~0.5-2
+ * µs each), so a stall says whether the reactor worked that long or was
+ * preempted (peercache_reactor_stalls_cpu_total counts the former). Main
+ * thread, before met_start(); 0 or -ENOMEM. */
+int rx_stall_setup(unsigned nreactors, uint64_t threshold_ns, bool cpu_clock);
 
 /* Name the work the current callback does ("rpc session.set"), for the
  * report if it stalls: a string that lives forever (a literal, a method
