@@ -53,7 +53,7 @@
 #include "rpc/rpc.h"
 
 #define LOG_MOD "session"
-#define STEPS_INFLIGHT 2 /* steps of one move under way at once */
+#define STEPS_INFLIGHT 4 /* steps of one move under way at once */
 #define REGIONS_MAX 64
 
 struct region {
@@ -302,9 +302,9 @@ static void m_unregister(struct rpc_call *call, struct mp_rd *p)
  * A move is cut into steps of at most session_slice_bytes of pages (at least
  * one page): each step is one kv call, started on its own loop pass (a
  * zero-delay timer), so the copies and checksums a step does on the reactor
- * stay bounded and other requests run in between. Two steps overlap (a
- * step's directory round or remote reads run while the next one copies);
- * the next starts when one ends. The reply waits for all of them. Before each step the region is checked: once the
+ * stay bounded and other requests run in between. Up to STEPS_INFLIGHT
+ * steps overlap (directory rounds and remote reads of some while another
+ * copies); the next starts when one ends. The reply waits for all of them. Before each step the region is checked: once the
  * client gave it up, no further page is copied out of (or into) it.
  */
 struct move {
