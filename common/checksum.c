@@ -44,6 +44,35 @@ uint64_t pc_page_sum(const void *p, size_t n)
 	return f(p, n);
 }
 
+_Static_assert(sizeof(XXH3_state_t) <= sizeof(struct pc_sum_state) &&
+		       _Alignof(XXH3_state_t) <= 64,
+	       "pc_sum_state is too small for XXH3_state_t");
+
+void pc_sum_reset(struct pc_sum_state *st)
+{
+	XXH3_64bits_reset((XXH3_state_t *)(void *)st->opaque);
+}
+
+#ifdef PC_HAVE_AVX2_SUM
+void pc_sum_update_avx2(void *st, const void *p, size_t n);
+#endif
+
+void pc_sum_update(struct pc_sum_state *st, const void *p, size_t n)
+{
+#ifdef PC_HAVE_AVX2_SUM
+	if (pc_page_sum_impl()[0] == 'a') {
+		pc_sum_update_avx2(st->opaque, p, n);
+		return;
+	}
+#endif
+	XXH3_64bits_update((XXH3_state_t *)(void *)st->opaque, p, n);
+}
+
+uint64_t pc_sum_digest(const struct pc_sum_state *st)
+{
+	return XXH3_64bits_digest((const XXH3_state_t *)(const void *)st->opaque);
+}
+
 const char *pc_page_sum_impl(void)
 {
 	if (!__atomic_load_n(&g_fn, __ATOMIC_RELAXED))

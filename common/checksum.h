@@ -18,6 +18,18 @@
 
 uint64_t pc_page_sum(const void *p, size_t n);
 
+/*
+ * The same sum over a page given in pieces (for work cut into slices):
+ * reset, update with the bytes in order, digest == pc_page_sum of them all.
+ * The state is opaque; it holds an XXH3 state (checked at build time).
+ */
+struct pc_sum_state {
+	_Alignas(64) unsigned char opaque[640];
+};
+void pc_sum_reset(struct pc_sum_state *st);
+void pc_sum_update(struct pc_sum_state *st, const void *p, size_t n);
+uint64_t pc_sum_digest(const struct pc_sum_state *st);
+
 /* The implementation in use: "avx2" or "sse2" (or "scalar" off x86-64). */
 const char *pc_page_sum_impl(void);
 

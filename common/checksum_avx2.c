@@ -14,3 +14,10 @@ uint64_t pc_page_sum_avx2(const void *p, size_t n)
 {
 	return XXH3_64bits(p, n);
 }
+
+void pc_sum_update_avx2(void *st, const void *p, size_t n);
+
+void pc_sum_update_avx2(void *st, const void *p, size_t n)
+{
+	XXH3_64bits_update((XXH3_state_t *)st, p, n);
+}

@@ -230,6 +230,23 @@ static const struct pc_cfg_key keys[] = {
 	{"shutdown_grace", PC_CFG_DURATION, "5s", 0, 10 * MIN, NULL,
 	 OFF(shutdown_grace_ms), 0,
 	 "time in-flight work gets to finish on shutdown"},
+	/* local clients on every core (issue 11) */
+	{"reactor_stall_threshold_us", PC_CFG_INT, "1000", 0, 60000000, NULL,
+	 OFF(reactor_stall_threshold_us), 0,
+	 "a reactor callback running longer than this many microseconds is "
+	 "a stall: counted and logged (rate-limited); 0 turns reports off"},
+	{"reactor_stall_cpu_clock", PC_CFG_BOOL, "false", 0, 0, NULL,
+	 OFF(reactor_stall_cpu_clock), 0,
+	 "also time reactor callbacks in thread CPU time (a system call per "
+	 "callback), so a stall report tells work from preemption"},
+	{"session_slice_bytes", PC_CFG_SIZE, "2mb", 64 * KB, 1 * GB, NULL,
+	 OFF(session_slice_bytes), 0,
+	 "bytes of pages one step of a session.set/get copies or checks on "
+	 "the reactor before it lets other work run (at least one page)"},
+	{"copy_slice_bytes", PC_CFG_SIZE, "512kb", 16 * KB, 64 * MB, NULL,
+	 OFF(copy_slice_bytes), 0,
+	 "bytes of client pages a reactor copies and checksums in one loop "
+	 "pass; a larger page is copied over several passes"},
 	/* request memory (kv): a kv.get's reply is also capped per call by
 	 * the smallest of rpc_max_message_bytes, conn_out_max and this */
 	{"kv_staging_max", PC_CFG_SIZE, "256mb", 1 * MB, 1 * TB, NULL,

@@ -95,6 +95,11 @@ struct pc_settings {
 	uint64_t reactor_buf_bytes;
 	uint64_t conn_out_max;
 	uint64_t shutdown_grace_ms;
+	/* local clients on every core (issue 11) */
+	int64_t reactor_stall_threshold_us;
+	bool reactor_stall_cpu_clock;
+	uint64_t session_slice_bytes;
+	uint64_t copy_slice_bytes;
 	/* request memory (kv) */
 	uint64_t kv_staging_max;
 	/* directory shard */

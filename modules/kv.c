@@ -57,6 +57,7 @@
 #include "common/metrics.h"
 #include "common/settings.h"
 #include "common/guard.h"
+#include "modules/copier.h"
 #include "modules/kv.h"
 #include "modules/kv_rpc.h"
 #include "modules/membership.h"
@@ -271,14 +272,6 @@ static struct dir_keys dir_keys_of(const struct keys *ks, unsigned from)
 	return (struct dir_keys){ks->k + from, ks->len + from, ks->n - from};
 }
 
-static int copy_in(bool client_mem, void *dst, const void *src, size_t n)
-{
-	if (client_mem)
-		return pc_guarded_copy(dst, src, n);
-	memcpy(dst, src, n);
-	return 0;
-}
-
 /* --------------------------------------------------------------- staging */
 
 static int kv_hold(uint64_t bytes)
@@ -336,6 +329,13 @@ struct publish {
 	void *arg;
 	uint64_t t0;
 	uint64_t deadline;
+	/* copying (client memory: in slices, modules/copier.h) */
+	struct rx_reactor *r;
+	const struct kv_item *it; /* the caller's, valid until done */
+	bool client_mem;
+	unsigned cur;        /* next item to copy */
+	struct pool_ref ref; /* the reservation being copied into */
+	struct copier_job job;
 };
 
 static struct publish *publish_layout(struct pc_arena *a, unsigned n)
@@ -369,22 +369,16 @@ static void publish_published(void *arg)
 	publish_finish(arg);
 }
 
-/* Copy one page into the pool; the record for placement on success. */
-static bool publish_one(const struct kv_item *it, bool client_mem,
-			struct dir_rec *r)
+/* The page of it is in the pool (sum: its checksum when have_sum): commit
+ * it and fill the record for placement. */
+static bool publish_commit(const struct kv_item *it, struct pool_ref *ref,
+			   bool have_sum, uint64_t sum, struct dir_rec *r)
 {
-	struct pool_ref ref;
-	uint8_t *dst;
-	if (it->len == 0 || it->len > UINT32_MAX ||
-	    pool_reserve(g.pool, it->key, it->klen, it->len, &ref, &dst) < 0)
-		return false;
-	if (copy_in(client_mem, dst, it->data, it->len) < 0) {
-		pool_abort(g.pool, &ref);
-		return false;
-	}
 	uint64_t gen;
 	uintptr_t addr;
-	if (pool_commit(g.pool, &ref, g.checksums, &gen, &addr) < 0)
+	if ((have_sum ? pool_commit_sum(g.pool, ref, g.checksums, sum, &gen,
+					&addr)
+		      : pool_commit(g.pool, ref, g.checksums, &gen, &addr)) < 0)
 		return false;
 	met_add(g.copy_set, it->len);
 	met_inc(g.wr_pages);
@@ -399,6 +393,80 @@ static bool publish_one(const struct kv_item *it, bool client_mem,
 	r->rkey = g.rkey;
 	PC_DASSERT(g.pl->is_here(r));
 	return true;
+}
+
+/* Item p->cur's page is committed: its record goes to placement. */
+static void publish_add(struct publish *p)
+{
+	const struct kv_item *it = &p->it[p->cur];
+	p->pk[p->npub] = it->key;
+	p->pl[p->npub] = it->klen;
+	p->pub_idx[p->npub++] = p->cur;
+}
+
+/* The copy of item p->cur ended (p->job.res): commit or give the space
+ * back. */
+static void publish_settle(struct publish *p)
+{
+	const struct kv_item *it = &p->it[p->cur];
+	if (p->job.res < 0)
+		pool_abort(g.pool, &p->ref);
+	else if (publish_commit(it, &p->ref, p->job.sum, p->job.sumv,
+				&p->recs[p->npub]))
+		publish_add(p);
+}
+
+static void publish_next(struct publish *p);
+
+static void publish_copied(struct copier_job *j)
+{
+	struct publish *p = j->arg;
+	publish_settle(p);
+	p->cur++;
+	publish_next(p);
+}
+
+/* Copy the items from p->cur on into the pool — request bytes at once,
+ * client memory in slices (a job left under way resumes here through
+ * publish_copied) — then send the records to placement. */
+static void publish_next(struct publish *p)
+{
+	for (; p->cur < p->n; p->cur++) {
+		const struct kv_item *it = &p->it[p->cur];
+		uint8_t *dst;
+		if (it->klen == 0 || it->klen > KV_KEY_MAX)
+			continue;
+		if (pool_contains(g.pool, it->key, it->klen)) {
+			p->ok[p->cur] = true; /* idempotent: already published */
+			continue;
+		}
+		if (it->len == 0 || it->len > UINT32_MAX ||
+		    pool_reserve(g.pool, it->key, it->klen, it->len, &p->ref,
+				 &dst) < 0)
+			continue;
+		if (!p->client_mem) {
+			memcpy(dst, it->data, it->len);
+			if (publish_commit(it, &p->ref, false, 0,
+					   &p->recs[p->npub]))
+				publish_add(p);
+			continue;
+		}
+		p->job = (struct copier_job){
+			.dst = dst, .src = it->data, .len = it->len,
+			.guarded = true, .sum = g.checksums,
+			.done = publish_copied, .arg = p};
+		if (copier_copy(p->r, &p->job) == 0)
+			return; /* resumes in publish_copied */
+		publish_settle(p);
+	}
+	struct dir_keys k = {p->pk, p->pl, p->npub};
+	/* Placement copies the keys; the sources are free to go now. */
+	if (p->npub == 0 ||
+	    g.pl->publish(p->r, &k, p->recs, p->pub_ok, p->deadline,
+			  publish_published, p) < 0) {
+		memset(p->pub_ok, 0, p->n * sizeof(bool));
+		publish_finish(p); /* callers of publish accept an early done */
+	}
 }
 
 static int kv_publish(struct rx_reactor *rr, const struct kv_item *it,
@@ -416,28 +484,11 @@ static int kv_publish(struct rx_reactor *rr, const struct kv_item *it,
 	p->arg = arg;
 	p->t0 = pc_now_ns();
 	p->deadline = op_deadline();
+	p->r = rr;
+	p->it = it;
+	p->client_mem = client_mem;
 	met_inc(g.wr_req);
-	for (unsigned i = 0; i < n; i++) {
-		if (it[i].klen == 0 || it[i].klen > KV_KEY_MAX)
-			continue;
-		if (pool_contains(g.pool, it[i].key, it[i].klen)) {
-			p->ok[i] = true; /* idempotent: already published */
-			continue;
-		}
-		if (!publish_one(&it[i], client_mem, &p->recs[p->npub]))
-			continue;
-		p->pk[p->npub] = it[i].key;
-		p->pl[p->npub] = it[i].klen;
-		p->pub_idx[p->npub++] = i;
-	}
-	struct dir_keys k = {p->pk, p->pl, p->npub};
-	/* Placement copies the keys; the sources are free to go now. */
-	if (p->npub == 0 ||
-	    g.pl->publish(rr, &k, p->recs, p->pub_ok, p->deadline,
-			  publish_published, p) < 0) {
-		memset(p->pub_ok, 0, n * sizeof(bool));
-		publish_finish(p); /* callers of publish accept an early done */
-	}
+	publish_next(p);
 	return 0;
 }
 
@@ -479,6 +530,10 @@ struct fetch {
 	int refused;         /* -E2BIG (call over its cap), -EBUSY (node) */
 	uint64_t deadline;
 	unsigned read_ms;    /* the reads' timeout */
+	/* local copies (client memory: in slices, modules/copier.h) */
+	unsigned cur;        /* next item of the local pass to copy */
+	uint8_t *stage_cur;  /* get: where the next local page is staged */
+	struct copier_job job;
 };
 
 static struct fetch *fetch_layout(struct pc_arena *a, const struct kv_item *it,
@@ -733,11 +788,11 @@ static void fetch_local_pin(struct fetch *f, unsigned i)
 		f->loc[i] = LOC_READY;
 }
 
-/* Copy item i's pinned page out of the pool (when it may), and unpin it. */
-static void fetch_local_copy(struct fetch *f, unsigned i)
+/* Item i's copy out of the pool ended with res (0: the page is there):
+ * count it, and unpin the page. */
+static void fetch_local_settle(struct fetch *f, unsigned i, int res)
 {
-	if (f->loc[i] == LOC_READY && f->at[i] &&
-	    copy_in(f->client_mem, f->at[i], f->src[i], f->len[i]) == 0) {
+	if (res == 0) {
 		f->ok[i] = true;
 		met_inc(g.rd_local);
 		met_add(g.copy_get_local, f->len[i]);
@@ -746,8 +801,52 @@ static void fetch_local_copy(struct fetch *f, unsigned i)
 	f->loc[i] = LOC_NONE;
 }
 
+static void fetch_local_copies(struct fetch *f);
+
+static void fetch_copied(struct copier_job *j)
+{
+	struct fetch *f = j->arg;
+	fetch_local_settle(f, f->cur, j->res);
+	f->cur++;
+	fetch_local_copies(f);
+}
+
+static void fetch_lookup(struct fetch *f);
+
+/* Copy the pinned pages from f->cur on — into staging or request buffers
+ * at once, into client memory in slices (resuming in fetch_copied) — then
+ * look the others up. */
+static void fetch_local_copies(struct fetch *f)
+{
+	for (; f->cur < f->n; f->cur++) {
+		unsigned i = f->cur;
+		if (f->loc[i] == LOC_NONE)
+			continue;
+		if (f->loc[i] == LOC_READY && !f->at[i] && f->stage_cur) {
+			f->at[i] = f->stage_cur;
+			f->stage_cur += f->len[i];
+		}
+		if (f->loc[i] != LOC_READY || !f->at[i]) {
+			fetch_local_settle(f, i, -ENOENT);
+			continue;
+		}
+		if (!f->client_mem) {
+			memcpy(f->at[i], f->src[i], f->len[i]);
+			fetch_local_settle(f, i, 0);
+			continue;
+		}
+		f->job = (struct copier_job){
+			.dst = f->at[i], .src = f->src[i], .len = f->len[i],
+			.guarded = true, .done = fetch_copied, .arg = f};
+		if (copier_copy(f->r, &f->job) == 0)
+			return; /* resumes in fetch_copied */
+		fetch_local_settle(f, i, f->job.res);
+	}
+	fetch_lookup(f);
+}
+
 /* Pages this node holds: pinned all at once so that what get stages for
- * them is one block, then copied and unpinned. */
+ * them is one block, then copied and unpinned (fetch_local_copies). */
 static void fetch_locals(struct fetch *f)
 {
 	uint64_t need = 0;
@@ -756,18 +855,10 @@ static void fetch_locals(struct fetch *f)
 		if (f->loc[i] == LOC_READY && !f->at[i])
 			need += f->len[i];
 	}
-	uint8_t *stage = NULL;
 	if (need && stage_block(f, 0, need))
-		stage = f->stage[0];
-	for (unsigned i = 0; i < f->n; i++) {
-		if (f->loc[i] == LOC_NONE)
-			continue;
-		if (f->loc[i] == LOC_READY && !f->at[i] && stage) {
-			f->at[i] = stage;
-			stage += f->len[i];
-		}
-		fetch_local_copy(f, i);
-	}
+		f->stage_cur = f->stage[0];
+	f->cur = 0;
+	fetch_local_copies(f);
 }
 
 /*
@@ -805,8 +896,14 @@ static int fetch_start(struct rx_reactor *r, const struct kv_item *it,
 		f->want[i] = it[i].len ? it[i].len : UINT64_MAX;
 	}
 	met_add(g.rd_req, n);
-	fetch_locals(f);
-	for (unsigned i = 0; i < n; i++) {
+	fetch_locals(f); /* then fetch_lookup, maybe after copy slices */
+	return 0;
+}
+
+/* Look up what is not here; then the reads (fetch_looked_up). */
+static void fetch_lookup(struct fetch *f)
+{
+	for (unsigned i = 0; i < f->n; i++) {
 		if (f->ok[i])
 			continue; /* local: no placement, no network */
 		f->lk[f->nrec] = f->ks.k[i];
@@ -816,12 +913,11 @@ static int fetch_start(struct rx_reactor *r, const struct kv_item *it,
 	struct dir_keys k = {f->lk, f->ll, f->nrec};
 	/* Nothing is looked up for a call already refused its staging. */
 	int ret = f->nrec && !f->refused
-			  ? g.pl->lookup(r, &k, f->recs, f->deadline,
+			  ? g.pl->lookup(f->r, &k, f->recs, f->deadline,
 					 fetch_looked_up, f)
 			  : -ENOENT;
 	if (ret < 0)
 		fetch_finish(f); /* done runs now: callers accept that */
-	return 0;
 }
 
 static int kv_fetch(struct rx_reactor *r, const struct kv_item *it,

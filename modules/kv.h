@@ -44,17 +44,19 @@ typedef void (*kv_got_fn)(void *arg, const struct kv_got *got);
 
 struct kv_api {
 	/*
-	 * Store pages: one copy each into the publish pool (done before this
-	 * returns, so the sources may be reused at once), then their records
+	 * Store pages: one copy each into the publish pool, then their records
 	 * go to placement; done runs when that finished. A key already in
-	 * the pool counts as stored. client_mem: the sources are a client's
-	 * shared memory (copies are guarded against it shrinking).
+	 * the pool counts as stored. !client_mem: the copies are done before
+	 * this returns (the sources may be reused at once). client_mem: the
+	 * sources are a client's shared memory, copied in slices over loop
+	 * passes (modules/copier.h) and guarded against it shrinking; the
+	 * items (keys and sources) must stay valid until done runs.
 	 */
 	int (*publish)(struct rx_reactor *r, const struct kv_item *items,
 		       unsigned n, bool client_mem, kv_done_fn done, void *arg);
 	/*
 	 * Fetch pages of known size into their destinations: a local page is
-	 * one copy; a remote one is read straight into the destination and
+	 * one copy (client_mem: in slices); a remote one is read straight into the destination and
 	 * validated there. A page of another size is a miss. Destinations must
 	 * stay valid until done runs.
 	 */

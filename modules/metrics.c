@@ -31,6 +31,7 @@
 #include "modules/http.h"
 #include "modules/modules.h"
 #include "reactor/group.h"
+#include "reactor/stall.h"
 #include "rpc/peercred.h"
 
 #define LOG_MOD "metrics"
@@ -442,6 +443,11 @@ static int m_init(struct pc_ctx *ctx)
 			"the data transport in use", "transport=\"tcp\"", one_fn,
 			NULL);
 	met_register_collector(reactor_collector, NULL);
+	int ret = rx_stall_setup(ctx->threads,
+				 (uint64_t)s->reactor_stall_threshold_us * 1000u,
+				 s->reactor_stall_cpu_clock);
+	if (ret < 0)
+		return ret;
 	g.http_requests = met_register(MET_COUNTER,
 				       "peercache_http_requests_total",
 				       "requests on the metrics port", NULL);

@@ -21,8 +21,11 @@
  *    still on its way lands in node memory, never in memory the client may
  *    have reused, and the node never touches an unmapped address. The
  *    detached mapping goes when the last move on it ends;
- *  - publish copies (set) and local copies (get) run inside the call, so a
- *    pool reservation or pin never outlives it (modules/kv.c).
+ *  - publish copies (set) and local copies (get) run inside one kv call, so
+ *    a pool reservation or pin never outlives it (modules/kv.c);
+ *  - a move is cut into steps (move_step) of at most session_slice_bytes of
+ *    pages, one per loop pass, so no reactor copies or checksums a whole
+ *    batch at once; no step starts once the client gave its region up.
  *
  * Copies (DESIGN §5): set is one copy, from the region into the publish
  * pool; get of a local page is one copy into the region; get of a remote
@@ -41,15 +44,17 @@
 
 #include "common/log.h"
 #include "common/metrics.h"
+#include "common/settings.h"
+#include "modules/copier.h"
 #include "modules/kv.h"
 #include "modules/modules.h"
+#include "modules/session_req.h"
+#include "reactor/stall.h"
 #include "rpc/rpc.h"
 
 #define LOG_MOD "session"
+#define STEPS_INFLIGHT 4 /* steps of one move under way at once */
 #define REGIONS_MAX 64
-#define REGION_BYTES_MAX (1ull << 40) /* 1 TiB */
-#define ITEMS_MAX 65536
-#define KEY_MAX 512
 
 struct region {
 	uint32_t id;
@@ -65,6 +70,7 @@ struct session {
 	unsigned moves;     /* moves in flight (each holds the session) */
 	bool gone;          /* the client left: no call can come any more */
 	bool released;      /* the connection's cleanup ran */
+	struct rx_reactor *r; /* the connection's */
 	char peer[64];
 };
 
@@ -72,10 +78,12 @@ static struct {
 	struct pc_ctx *ctx;
 	const struct kv_api *kv;      /* services: looked up in init */
 	met_id regions, region_bytes, refused, moves, detached;
+	uint64_t slice_bytes; /* session_slice_bytes */
 } g;
 
 static void region_unmap(struct region *rg)
 {
+	PC_DASSERT(rg->refs == 0 && !rg->live && rg->base);
 	munmap(rg->base, rg->size);
 	met_gauge_add(g.regions, -1);
 	met_gauge_add(g.region_bytes, -(int64_t)rg->size);
@@ -93,6 +101,9 @@ static void region_detach(struct session *s, struct region *rg)
 {
 	if (rg->detached)
 		return;
+	/* A page copy under way from or into the region stops here, before
+	 * it could read the node's memory as the client's page. */
+	copier_cancel_range(s->r, rg->base, rg->size);
 	void *p = mmap(rg->base, rg->size, PROT_READ | PROT_WRITE,
 		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE,
 		       -1, 0);
@@ -160,6 +171,7 @@ static struct session *session_of(struct rpc_call *call, bool create)
 	struct session *s = rpc_call_conn_data(call);
 	if (!s && create && (s = calloc(1, sizeof(*s)))) {
 		snprintf(s->peer, sizeof(s->peer), "%s", rpc_call_peer(call));
+		s->r = rpc_call_reactor(call);
 		rpc_call_set_conn_data(call, s, session_release);
 		rpc_call_set_conn_closed(call, session_gone);
 	}
@@ -208,12 +220,11 @@ static void m_register(struct rpc_call *call, struct mp_rd *p)
 	uint64_t id, size;
 	int fd = rpc_call_take_fd(call);
 	char why[160] = "";
-	if (mp_rd_uint(p, &id) < 0 || mp_rd_uint(p, &size) < 0 ||
-	    id > UINT32_MAX || size == 0 || size > REGION_BYTES_MAX) {
+	const char *bad = sess_req_register(p, &id, &size);
+	if (bad) {
 		if (fd >= 0)
 			close(fd);
-		rpc_reply_error(call, RPC_E_BAD_PARAMS, "expected [region_id "
-				"(u32), size (1 B..1 TiB)] and a descriptor");
+		rpc_reply_error(call, RPC_E_BAD_PARAMS, "%s", bad);
 		return;
 	}
 	if (fd < 0) {
@@ -274,8 +285,9 @@ static void m_register(struct rpc_call *call, struct mp_rd *p)
 static void m_unregister(struct rpc_call *call, struct mp_rd *p)
 {
 	uint64_t id;
-	if (mp_rd_uint(p, &id) < 0) {
-		rpc_reply_error(call, RPC_E_BAD_PARAMS, "expected [region_id]");
+	const char *bad = sess_req_unregister(p, &id);
+	if (bad) {
+		rpc_reply_error(call, RPC_E_BAD_PARAMS, "%s", bad);
 		return;
 	}
 	struct session *s = session_of(call, false);
@@ -287,38 +299,66 @@ static void m_unregister(struct rpc_call *call, struct mp_rd *p)
 
 /* ------------------------------------------------------------- set, get */
 
+/*
+ * A move is cut into steps of at most session_slice_bytes of pages (at least
+ * one page): each step is one kv call, started on its own loop pass (a
+ * zero-delay timer), so the copies and checksums a step does on the reactor
+ * stay bounded and other requests run in between. Up to STEPS_INFLIGHT
+ * steps overlap (directory rounds and remote reads of some while another
+ * copies); the next starts when one ends. The reply waits for all of them. Before each step the region is checked: once the
+ * client gave it up, no further page is copied out of (or into) it.
+ */
 struct move {
 	struct rpc_call *call;
 	struct session *s;
 	struct region *rg;
+	struct rx_reactor *r;
 	struct kv_item *it;
+	char *keys;         /* copies of the keys when the move has steps */
+	bool *ok;           /* per item, filled as steps end */
 	unsigned n;
+	unsigned next;      /* first item not started yet */
+	unsigned pending;   /* steps started and not ended */
+	unsigned started;   /* steps started */
+	int first_err;      /* the first step could not start: reply an error */
+	bool stepping;      /* inside move_step: do not finish yet */
 	bool set;
+	struct rx_timer step;
+};
+
+struct move_part {
+	struct move *m;
+	unsigned from;
 };
 
 static void move_free(struct move *m)
 {
 	free(m->it);
+	free(m->keys);
+	free(m->ok);
 	free(m);
 }
 
-/* Runs on the reactor, maybe inside move() (kv may finish at once). */
-static void move_done(void *arg, const bool *ok, unsigned n)
+static void move_finish(struct move *m)
 {
-	struct move *m = arg;
 	struct session *s = m->s;
+	PC_DASSERT(m->pending == 0 && m->next == m->n && s->moves > 0);
+	PC_DASSERT(m->rg->refs > 0 && m->rg->base);
 	/* Pages of a get that the client gave up meanwhile landed in node
 	 * memory, not in its region: none of them is the client's. */
 	bool lost = !m->set && m->rg->detached;
 	region_put(m->rg);
-	if (lost) {
+	if (m->first_err) {
+		rpc_reply_error(m->call, RPC_E_BUSY, "%s",
+				strerror(-m->first_err));
+	} else if (lost) {
 		msgpack_packer *pk = rpc_reply_begin(m->call);
-		msgpack_pack_array(pk, n);
-		for (unsigned i = 0; i < n; i++)
+		msgpack_pack_array(pk, m->n);
+		for (unsigned i = 0; i < m->n; i++)
 			msgpack_pack_false(pk);
 		rpc_reply_end(m->call);
 	} else {
-		rpc_reply_bools(m->call, ok, n);
+		rpc_reply_bools(m->call, m->ok, m->n);
 	}
 	/* The reply may have ended the connection's last call and run its
 	 * cleanup; the session waited for this move. */
@@ -328,37 +368,131 @@ static void move_done(void *arg, const bool *ok, unsigned n)
 	session_maybe_free(s);
 }
 
+static void move_maybe_finish(struct move *m)
+{
+	if (!m->stepping && m->pending == 0 && m->next == m->n)
+		move_finish(m);
+}
+
+static void move_arm(struct move *m);
+
+/* One step ended. Runs on the reactor, maybe inside move_step (kv may
+ * finish at once). */
+static void part_done(void *arg, const bool *ok, unsigned n)
+{
+	struct move_part *pt = arg;
+	struct move *m = pt->m;
+	PC_DASSERT(m->pending > 0 && pt->from + n <= m->n);
+	memcpy(m->ok + pt->from, ok, n * sizeof(*ok));
+	free(pt);
+	m->pending--;
+	if (m->next < m->n && !m->stepping)
+		move_arm(m); /* a step's room freed: the next one may start */
+	move_maybe_finish(m);
+}
+
+static void move_step_fired(struct rx_reactor *r, struct rx_timer *t);
+
+/* Start the next step on the next loop pass, if fewer than STEPS_INFLIGHT
+ * are under way (later steps' copies would only queue behind theirs, their
+ * deadlines running). No timer slot: the rest are misses. */
+static void move_arm(struct move *m)
+{
+	if (m->pending >= STEPS_INFLIGHT || rx_timer_armed(&m->step))
+		return;
+	if (rx_timer_start(m->r, &m->step, 0, 0) < 0)
+		m->next = m->n;
+}
+
+/* Start the next step: the pages from m->next up to the slice. */
+static void move_step(struct move *m)
+{
+	m->stepping = true;
+	unsigned from = m->next, to = from;
+	uint64_t bytes = 0;
+	while (to < m->n && (to == from || bytes + m->it[to].len <=
+						   g.slice_bytes))
+		bytes += m->it[to++].len;
+	/* A region given up (unregistered, client gone) is left alone: the
+	 * rest of the move are misses, never pages copied from node memory. */
+	struct move_part *pt = m->rg->live ? malloc(sizeof(*pt)) : NULL;
+	int ret = pt ? 0 : -ENOMEM;
+	if (pt) {
+		*pt = (struct move_part){m, from};
+		m->pending++;
+		const struct kv_api *kv = g.kv;
+		ret = m->set ? kv->publish(m->r, m->it + from, to - from, true,
+					   part_done, pt)
+			     : kv->fetch(m->r, m->it + from, to - from, true,
+					 part_done, pt);
+		if (ret < 0) { /* nothing started: done did not run */
+			m->pending--;
+			free(pt);
+		}
+	}
+	if (ret < 0 && m->started == 0 && m->rg->live)
+		m->first_err = ret; /* as before steps: the call fails whole */
+	m->started += ret == 0;
+	m->next = (ret < 0 && m->started == 0) || !m->rg->live ? m->n : to;
+	if (m->next < m->n)
+		move_arm(m);
+	m->stepping = false;
+	move_maybe_finish(m);
+}
+
+static void move_step_fired(struct rx_reactor *r, struct rx_timer *t)
+{
+	(void)r;
+	rx_stall_tag(((struct move *)t->arg)->set ? "session.set step"
+						   : "session.get step");
+	move_step(t->arg);
+}
+
+/* Steps, and the slices of a step's copies, run after the handler
+ * returned, when the request's bytes are gone: the keys live in one copy
+ * owned by the move. */
+static int move_keep_keys(struct move *m)
+{
+	size_t total = 0;
+	for (unsigned i = 0; i < m->n; i++)
+		total += m->it[i].klen;
+	if (!(m->keys = malloc(total ? total : 1)))
+		return -ENOMEM;
+	char *p = m->keys;
+	for (unsigned i = 0; i < m->n; i++) {
+		memcpy(p, m->it[i].key, m->it[i].klen);
+		m->it[i].key = p;
+		p += m->it[i].klen;
+	}
+	return 0;
+}
+
 /* Read [region_id, [[key, offset, len], ...]] into items inside the region
- * (keys point into the request). */
+ * (keys copied: see move_keep_keys). */
 static const char *read_items(struct rpc_call *call, struct mp_rd *p,
 			      struct move *m)
 {
 	uint64_t id;
 	uint32_t n;
-	if (mp_rd_uint(p, &id) < 0 || mp_rd_array(p, &n) < 0 || n == 0 ||
-	    n > ITEMS_MAX)
-		return "expected [region_id, [[key, offset, len], ...]] with "
-		       "1..65536 items";
+	const char *bad = sess_req_move_head(p, &id, &n);
+	if (bad)
+		return bad;
 	m->rg = region_find(session_of(call, false), id);
 	if (!m->rg)
 		return "no such region on this connection (register it first)";
-	if (!(m->it = calloc(n, sizeof(*m->it))))
+	if (!(m->it = calloc(n, sizeof(*m->it))) ||
+	    !(m->ok = calloc(n, sizeof(*m->ok))))
 		return "out of memory";
 	m->n = n;
 	for (uint32_t i = 0; i < n; i++) {
-		uint32_t three, kl;
-		const char *k;
-		uint64_t off, len;
-		if (mp_rd_array(p, &three) < 0 || three != 3 ||
-		    mp_rd_str(p, &k, &kl) < 0 || kl == 0 || kl > KEY_MAX ||
-		    mp_rd_uint(p, &off) < 0 || mp_rd_uint(p, &len) < 0 ||
-		    len == 0)
-			return "each item is [key (1..512 bytes), offset, len "
-			       "(> 0)]";
-		if (off > m->rg->size || len > m->rg->size - off)
-			return "an item lies outside its region";
-		m->it[i] = (struct kv_item){k, kl, m->rg->base + off, len};
+		struct sess_item si;
+		if ((bad = sess_req_item(p, m->rg->size, &si)))
+			return bad;
+		m->it[i] = (struct kv_item){si.key, si.klen,
+					    m->rg->base + si.off, si.len};
 	}
+	if (move_keep_keys(m) < 0)
+		return "out of memory";
 	return NULL;
 }
 
@@ -377,24 +511,15 @@ static void move(struct rpc_call *call, struct mp_rd *p, bool set)
 		rpc_reply_error(call, RPC_E_BAD_PARAMS, "%s", bad);
 		return;
 	}
-	/* The region stays mapped and the session allocated until move_done,
-	 * whatever happens to the connection meanwhile. */
+	/* The region stays mapped and the session allocated until
+	 * move_finish, whatever happens to the connection meanwhile. */
 	m->s = session_of(call, false);
+	m->r = rpc_call_reactor(call);
+	rx_timer_init(&m->step, move_step_fired, m);
 	m->rg->refs++;
 	m->s->moves++;
 	met_gauge_add(g.moves, 1);
-	const struct kv_api *kv = g.kv;
-	int ret = set ? kv->publish(rpc_call_reactor(call), m->it, m->n, true,
-				    move_done, m)
-		      : kv->fetch(rpc_call_reactor(call), m->it, m->n, true,
-				  move_done, m);
-	if (ret < 0) { /* nothing started: done did not run */
-		m->s->moves--;
-		met_gauge_add(g.moves, -1);
-		region_put(m->rg);
-		move_free(m);
-		rpc_reply_error(call, RPC_E_BUSY, "%s", strerror(-ret));
-	}
+	move_step(m);
 }
 
 /* session.set [region_id, [[key, offset, len], ...]] -> [bool, ...] */
@@ -425,6 +550,8 @@ static int s_init(struct pc_ctx *ctx)
 {
 	memset(&g, 0, sizeof(g));
 	g.ctx = ctx;
+	g.slice_bytes = ctx->cfg->session_slice_bytes;
+	copier_set_slice(ctx->cfg->copy_slice_bytes);
 	if (!(g.kv = svc_need_kv(ctx, "session")))
 		return -ENOENT;
 	g.regions = met_register(MET_GAUGE, "peercache_session_regions",

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "rx_internal.h"
+#include "stall.h"
 
 #define LOG_MOD "reactor"
 
@@ -462,6 +463,7 @@ int rx_reactor_run(struct rx_reactor *r)
 {
 	while (r->state != RX_DONE) {
 		r->now_ns = pc_now_ns();
+		uint64_t top = r->now_ns;
 		RX_STAT_INC(r->st.loop_iterations);
 		rx_timers_run(r);
 		rx_conns_run_pending(r);
@@ -481,6 +483,7 @@ int rx_reactor_run(struct rx_reactor *r)
 						: 0;
 			wait_ns = PC_MIN(wait_ns, left);
 		}
+		uint64_t pre = pc_now_ns();
 		int ret;
 		if (wait_ns == 0) {
 			ret = io_uring_submit_and_get_events(&r->ring);
@@ -508,7 +511,9 @@ int rx_reactor_run(struct rx_reactor *r)
 		 * computed from a stale clock fires early). */
 		if (wait_ns)
 			r->now_ns = pc_now_ns();
+		uint64_t post = wait_ns ? r->now_ns : pc_now_ns();
 		reap(r);
+		rx_stall_pass(r, top, pre, post);
 	}
 	return 0;
 }

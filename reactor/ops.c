@@ -26,7 +26,8 @@
  *
  * Edges: loop -> conn, io, listen, ops, timer; conn -> ops, timer;
  * io -> ops; listen -> ops, timer; ops and timer call nothing in
- * reactor/. Calls upwards happen only through function pointers: the
+ * reactor/ but the stall detector (stall.c, a leaf that times each
+ * dispatched completion and timer callback). Calls upwards happen only through function pointers: the
  * dispatch table r->on_cqe (filled by rx_conn_ops_register(),
  * rx_io_ops_register(), rx_listen_ops_register() and loop.c) and timer
  * callbacks.
@@ -41,6 +42,7 @@
 #include <string.h>
 
 #include "rx_internal.h"
+#include "stall.h"
 
 #define LOG_MOD "reactor"
 
@@ -169,5 +171,17 @@ void rx_op_dispatch(struct rx_reactor *r, const struct io_uring_cqe *cqe)
 			"res=%d", type, idx, gen, cqe->res);
 		return;
 	}
+	static const char *const names[RX_OP__COUNT] = {
+		[RX_OP_RECV] = "recv", [RX_OP_READ] = "read",
+		[RX_OP_SEND] = "send", [RX_OP_CONNECT] = "connect",
+		[RX_OP_ACCEPT] = "accept", [RX_OP_POLL] = "poll",
+		[RX_OP_FILE] = "file", [RX_OP_MSG] = "message",
+		[RX_OP_TEST] = "test"};
+	/* The connection ops carry their rx_conn: its id names the stall. */
+	uint64_t conn = type <= RX_OP_CONNECT && op->obj
+				? ((const struct rx_conn *)op->obj)->id
+				: 0;
+	uint64_t t0 = rx_stall_begin();
 	r->on_cqe[type](r, op, cqe, idx);
+	rx_stall_end(r, t0, "completion", names[type], conn);
 }

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 
 #include "rx_internal.h"
+#include "stall.h"
 
 #define IDLE UINT32_MAX
 
@@ -162,7 +163,9 @@ void rx_timers_run(struct rx_reactor *r)
 			sift_up(r, t->heap_idx);
 		}
 		RX_STAT_INC(r->st.timers_fired);
+		uint64_t t0 = rx_stall_begin();
 		t->cb(r, t);
+		rx_stall_end(r, t0, "timer", "callback", 0);
 	}
 }
 

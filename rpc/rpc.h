@@ -106,6 +106,9 @@ int rpc_server_set_guard(struct rpc_server *s, const struct rpc_guard *g);
 void rpc_server_accept(struct rpc_server *s, struct rx_reactor *r, int fd,
 		       bool is_unix);
 
+/* Unix-socket connections reactor serves now (any thread; a gauge). */
+uint64_t rpc_server_local_conns(const struct rpc_server *s, unsigned reactor);
+
 const struct rpc_method *rpc_server_find(const struct rpc_server *s,
 					 const char *name, size_t len);
 /* All methods, for listings. */

@@ -76,6 +76,7 @@
 #include "rpc/msg.h"
 #include "rpc/peercred.h"
 #include "rpc/rpc.h"
+#include "reactor/stall.h"
 
 #define LOG_MOD "rpc"
 #define FD_QUEUE_MAX 16     /* descriptors held per connection */
@@ -110,6 +111,7 @@ struct host_slot {
 /* Per reactor: its unproven TCP connections, oldest first. */
 struct rpc_rstate {
 	struct rpc_sconn *young_head, *young_tail;
+	uint64_t local_live; /* atomic gauge: Unix connections served here */
 };
 
 struct rpc_server {
@@ -345,6 +347,13 @@ unsigned rpc_server_methods(const struct rpc_server *s,
 	return n;
 }
 
+uint64_t rpc_server_local_conns(const struct rpc_server *s, unsigned reactor)
+{
+	return reactor < s->nreactors
+		       ? __atomic_load_n(&s->rs[reactor].local_live,
+					 __ATOMIC_RELAXED)
+		       : 0;
+}
 
 void rpc_server_stats(struct rpc_server *s, struct rpc_stats *out)
 {
@@ -846,6 +855,9 @@ static void on_close(struct rx_conn *c, int err)
 	if (sc->mod_closed)
 		sc->mod_closed(sc->mod_data);
 	RX_STAT_ADD(sc->st->conns_live, (uint64_t)-1);
+	if (sc->is_unix)
+		__atomic_sub_fetch(&sc->srv->rs[rx_reactor_id(sc->r)].local_live,
+				   1, __ATOMIC_RELAXED);
 	sconn_unref(sc);
 }
 
@@ -1086,6 +1098,7 @@ static bool handle_message(struct rpc_sconn *sc, const uint8_t *p, size_t len)
 	RX_STAT_INC(sc->st->requests);
 	uint32_t nparams;
 	mp_rd_array(&m.params, &nparams); /* checked by rpc_msg_parse */
+	rx_stall_tag(meth->name); /* named in a stall report */
 	meth->fn(call, &m.params);
 	if (sc->authed && !sc->proven)
 		sc_prove(sc); /* auth.response, or the first request */
@@ -1274,6 +1287,9 @@ void rpc_server_accept(struct rpc_server *s, struct rx_reactor *r, int fd,
 		rx_conn_enable_fds(sc->c, s->lim.max_fds);
 	RX_STAT_INC(st->conns_accepted);
 	RX_STAT_INC(st->conns_live);
+	if (is_unix)
+		__atomic_add_fetch(&s->rs[rx_reactor_id(r)].local_live, 1,
+				   __ATOMIC_RELAXED);
 	sc_arm(sc, sc->accepted_ns);
 	PC_LOGD(LOG_MOD, "%s: connected", sc->peer);
 }

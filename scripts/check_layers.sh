@@ -75,6 +75,8 @@ prefixes_of() { # object path (relative to the build dir) -> allowed prefixes
 	modules/*/dashboard_html.c.o) echo "pc_dashboard_" ;;
 	modules/*/kv_rpc.c.o) echo "kv_rpc_" ;;
 	modules/*/tier.c.o) echo "tier_" ;;
+	modules/*/copier.c.o) echo "copier_" ;;
+	modules/*/session_req.c.o) echo "sess_req_" ;;
 	modules/*/transport*.c.o) echo "tp_ pc_mod_" ;;
 	modules/*) echo "pc_mod_" ;;
 	server/*) echo "pc_ main" ;;

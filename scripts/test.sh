@@ -5,7 +5,8 @@
 # process-level pytest). Exits non-zero on any failure or sanitizer report.
 #
 # Then a fuzz smoke: the libFuzzer targets (clang, build-fuzz/) run for
-# PEERCACHE_FUZZ_SECONDS each (default 60) from the corpora in the repo.
+# PEERCACHE_FUZZ_SECONDS each (default 60) from the corpora in the repo
+# (fuzz_rpc, fuzz_http, fuzz_session).
 #
 # Options (environment): PEERCACHE_TEST_ONLY=normal|asan|fuzz runs one part;
 # CTEST_ARGS adds ctest arguments (e.g. "-R echo").
@@ -27,7 +28,7 @@ for t in "${trees[@]}"; do
       status=1; summary+=("fuzz: build failed"); continue
     fi
     secs=${PEERCACHE_FUZZ_SECONDS:-60}
-    for target in rpc http data; do
+    for target in rpc http data session; do
       work=$dir/fuzz-work-$target; rm -rf "$work"; mkdir -p "$work"
       seeds=("$root/tests/fuzz/corpus/$target")
       [ "$target" = rpc ] && seeds+=("$root/tests/corpus/rpc-malformed")

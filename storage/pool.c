@@ -836,6 +836,19 @@ int pool_commit(struct pool *p, struct pool_ref *ref, bool checksum,
 	struct pool_ext *x = &s->ext[ref->idx];
 	uint8_t *h = pool_ext_addr(s, x);
 	uint64_t sum = checksum ? pc_page_sum(h + POOL_HDR_BYTES, (size_t)x->len) : 0;
+	return pool_commit_sum(p, ref, checksum, sum, gen_out, hdr_addr_out);
+}
+
+int pool_commit_sum(struct pool *p, struct pool_ref *ref, bool checksum,
+		    uint64_t sum, uint64_t *gen_out, uintptr_t *hdr_addr_out)
+{
+	PC_ASSERT(ref->stripe < p->nstripes);
+	struct pool_stripe *s = &p->stripe[ref->stripe];
+	PC_ASSERT(ref->idx >= 1 && ref->idx <= s->units);
+	struct pool_ext *x = &s->ext[ref->idx];
+	uint8_t *h = pool_ext_addr(s, x);
+	PC_DASSERT(!checksum ||
+		   sum == pc_page_sum(h + POOL_HDR_BYTES, (size_t)x->len));
 
 	pthread_mutex_lock(&s->mu);
 	x = ref_rec(p, ref, &s);

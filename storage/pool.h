@@ -238,6 +238,10 @@ int pool_reserve(struct pool *p, const void *key, size_t keylen, uint64_t len,
  */
 int pool_commit(struct pool *p, struct pool_ref *ref, bool checksum,
 		uint64_t *gen_out, uintptr_t *hdr_addr_out);
+/* The same with the payload's checksum computed by the caller (while it
+ * copied the payload in, in slices): sum must be pc_page_sum of it. */
+int pool_commit_sum(struct pool *p, struct pool_ref *ref, bool checksum,
+		    uint64_t sum, uint64_t *gen_out, uintptr_t *hdr_addr_out);
 
 /* Give a reserved entry's space back without publishing it. */
 void pool_abort(struct pool *p, struct pool_ref *ref);

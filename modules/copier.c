@@ -1,0 +1,143 @@
+/*
+ * modules/copier.c — see copier.h. Why slices on the reactor and not worker
+ * threads: a page being copied from a client's shared memory must stop the
+ * moment the client gives that memory up (the session swaps the mapping on
+ * the reactor thread); on the reactor that is a check between slices, with
+ * worker threads it would be a race. On the 2-core machine extra threads
+ * would also compete with the reactors for the same cores. Measured in
+ * docs/architecture.md ("Local clients on every core").
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "common/guard.h"
+#include "common/util.h"
+#include "modules/copier.h"
+#include "reactor/stall.h"
+
+#define COPIER_SLICE_DEFAULT (512u << 10)
+
+static size_t g_slice = COPIER_SLICE_DEFAULT;
+
+/* Per reactor thread (one reactor per thread). */
+static _Thread_local struct {
+	struct copier_job *head, *tail;
+	struct rx_timer timer;
+	bool timer_ready;
+	uint64_t pass;   /* rx_now_ns of the pass that used `used` */
+	size_t used;     /* bytes copied in that pass */
+} t;
+
+void copier_set_slice(size_t bytes)
+{
+	g_slice = bytes ? bytes : COPIER_SLICE_DEFAULT;
+}
+
+/* Bytes this pass may still copy. */
+static size_t budget(struct rx_reactor *r)
+{
+	if (t.pass != rx_now_ns(r)) {
+		t.pass = rx_now_ns(r);
+		t.used = 0;
+	}
+	return t.used < g_slice ? g_slice - t.used : 0;
+}
+
+/* Copy (and sum) up to room bytes of j; true when j is complete. */
+static bool job_run(struct copier_job *j, size_t room)
+{
+	size_t n = PC_MIN(room, j->len - j->off);
+	uint8_t *d = (uint8_t *)j->dst + j->off;
+	const uint8_t *s = (const uint8_t *)j->src + j->off;
+	if (j->guarded)
+		j->res = pc_guarded_copy(d, s, n);
+	else
+		memcpy(d, s, n);
+	if (!j->res && j->sum)
+		pc_sum_update(&j->st, d, n);
+	j->off += n;
+	t.used += n;
+	if (j->res || j->off < j->len)
+		return j->res != 0;
+	if (j->sum)
+		j->sumv = pc_sum_digest(&j->st);
+	return true;
+}
+
+static void fired(struct rx_reactor *r, struct rx_timer *tm);
+
+/* Run queued jobs: within this pass's budget, or all of them (force). */
+static void drain(struct rx_reactor *r, bool force)
+{
+	size_t room = force ? SIZE_MAX : budget(r);
+	while (t.head && room) {
+		struct copier_job *j = t.head;
+		bool fin = j->res ? true : job_run(j, room);
+		if (!force)
+			room = budget(r);
+		if (!fin)
+			break;
+		t.head = j->next;
+		if (!t.head)
+			t.tail = NULL;
+		j->done(j); /* may queue new jobs (and arm) */
+	}
+	if (t.head && !force && !rx_timer_armed(&t.timer) &&
+	    rx_timer_start(r, &t.timer, 0, 0) < 0)
+		drain(r, true); /* no timer slot: finish now, never strand */
+}
+
+static void fired(struct rx_reactor *r, struct rx_timer *tm)
+{
+	(void)tm;
+	rx_stall_tag("copier slices");
+	drain(r, false);
+}
+
+static void arm(struct rx_reactor *r)
+{
+	if (!t.timer_ready) {
+		rx_timer_init(&t.timer, fired, NULL);
+		t.timer_ready = true;
+	}
+	if (!rx_timer_armed(&t.timer) &&
+	    rx_timer_start(r, &t.timer, 0, 0) < 0)
+		drain(r, true); /* no timer slot: finish now, never strand */
+}
+
+int copier_copy(struct rx_reactor *r, struct copier_job *j)
+{
+	j->res = 0;
+	j->off = 0;
+	j->next = NULL;
+	if (j->sum)
+		pc_sum_reset(&j->st);
+	/* Behind queued jobs a new one waits its turn; else it starts now. */
+	if (!t.head) {
+		size_t room = budget(r);
+		if (room && job_run(j, room))
+			return 1;
+	}
+	if (t.tail)
+		t.tail->next = j;
+	else
+		t.head = j;
+	t.tail = j;
+	arm(r);
+	return 0;
+}
+
+static bool overlaps(const void *a, size_t alen, const void *b, size_t blen)
+{
+	uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+	return a && x < y + blen && y < x + alen;
+}
+
+void copier_cancel_range(struct rx_reactor *r, const void *base, size_t len)
+{
+	(void)r;
+	for (struct copier_job *j = t.head; j; j = j->next)
+		if (!j->res && (overlaps(j->dst, j->len, base, len) ||
+				overlaps(j->src, j->len, base, len)))
+			j->res = -ECANCELED;
+}

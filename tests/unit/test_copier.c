@@ -1,0 +1,182 @@
+/*
+ * tests/unit/test_copier.c — page copies in slices (modules/copier.c) and
+ * the stall detector (reactor/stall.c) on a single reactor.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/checksum.h"
+#include "common/util.h"
+#include "modules/copier.h"
+#include "reactor/stall.h"
+#include "testutil.h"
+
+#define MIB (1u << 20)
+
+struct ctx {
+	struct rx_reactor *r;
+	struct copier_job job, job2;
+	uint8_t *src, *dst;
+	size_t len;
+	int started;         /* copier_copy's return */
+	int done;            /* done callbacks seen */
+	uint64_t iters0, iters;
+	struct rx_timer t, t2;
+};
+
+static struct ctx c;
+
+static void job_done(struct copier_job *j)
+{
+	c.done++;
+	if (j == &c.job)
+		c.iters = rx_reactor_stats(c.r)->loop_iterations - c.iters0;
+	if (!c.job.done || c.done == (c.job2.len ? 2 : 1))
+		rx_reactor_stop(c.r);
+}
+
+static void setup_bufs(size_t len)
+{
+	c.len = len;
+	c.src = malloc(len);
+	c.dst = malloc(len);
+	cr_assert(c.src && c.dst);
+	tu_fill_pattern(c.src, len, 7, 0);
+	memset(c.dst, 0xEE, len);
+}
+
+static void start_one(struct rx_reactor *r, struct rx_timer *t)
+{
+	(void)t;
+	c.iters0 = rx_reactor_stats(r)->loop_iterations;
+	c.job = (struct copier_job){.dst = c.dst, .src = c.src, .len = c.len,
+				    .sum = true, .done = job_done};
+	c.started = copier_copy(r, &c.job);
+	if (c.started == 1)
+		rx_reactor_stop(r);
+}
+
+Test(copier, big_page_takes_several_passes)
+{
+	c = (struct ctx){0};
+	copier_set_slice(512 << 10);
+	setup_bufs(4 * MIB);
+	c.r = tu_reactor(NULL);
+	rx_timer_init(&c.t, start_one, NULL);
+	rx_timer_start(c.r, &c.t, 0, 0);
+	tu_run(c.r, 20000);
+	cr_assert_eq(c.started, 0, "a 4 MiB copy must not finish in one pass");
+	cr_assert_eq(c.done, 1);
+	cr_assert_eq(c.job.res, 0);
+	cr_assert_geq(c.iters, 7, "4 MiB in 512 KiB slices: 8 passes, got %llu",
+		      (unsigned long long)c.iters);
+	cr_assert_eq(tu_check_pattern(c.dst, c.len, 7, 0), -1);
+	cr_assert_eq(c.job.sumv, pc_page_sum(c.src, c.len),
+		     "the sliced checksum equals the one-shot one");
+	rx_reactor_destroy(c.r);
+}
+
+Test(copier, small_page_finishes_inline)
+{
+	c = (struct ctx){0};
+	copier_set_slice(512 << 10);
+	setup_bufs(4096);
+	c.r = tu_reactor(NULL);
+	rx_timer_init(&c.t, start_one, NULL);
+	rx_timer_start(c.r, &c.t, 0, 0);
+	tu_run(c.r, 20000);
+	cr_assert_eq(c.started, 1);
+	cr_assert_eq(c.done, 0, "done is not called for an inline finish");
+	cr_assert_eq(tu_check_pattern(c.dst, c.len, 7, 0), -1);
+	cr_assert_eq(c.job.sumv, pc_page_sum(c.src, c.len));
+	rx_reactor_destroy(c.r);
+}
+
+static void cancel_it(struct rx_reactor *r, struct rx_timer *t)
+{
+	(void)t;
+	copier_cancel_range(r, c.src + c.len - 1, 1);
+}
+
+Test(copier, cancel_stops_before_the_next_byte)
+{
+	c = (struct ctx){0};
+	copier_set_slice(256 << 10);
+	setup_bufs(8 * MIB);
+	c.r = tu_reactor(NULL);
+	rx_timer_init(&c.t, start_one, NULL);
+	rx_timer_init(&c.t2, cancel_it, NULL);
+	rx_timer_start(c.r, &c.t, 0, 0);
+	rx_timer_start(c.r, &c.t2, 0, 0); /* the same pass, after the start */
+	tu_run(c.r, 20000);
+	cr_assert_eq(c.done, 1);
+	cr_assert_eq(c.job.res, -ECANCELED);
+	cr_assert_lt(c.job.off, c.len);
+	for (size_t i = c.job.off; i < c.len; i += 4096)
+		cr_assert_eq(c.dst[i], 0xEE, "byte %zu copied after cancel", i);
+	rx_reactor_destroy(c.r);
+}
+
+static void start_two(struct rx_reactor *r, struct rx_timer *t)
+{
+	(void)t;
+	size_t half = c.len / 2;
+	c.job = (struct copier_job){.dst = c.dst, .src = c.src, .len = half,
+				    .done = job_done};
+	c.job2 = (struct copier_job){.dst = c.dst + half, .src = c.src + half,
+				     .len = half, .sum = true, .done = job_done};
+	cr_assert_eq(copier_copy(r, &c.job), 0);
+	cr_assert_eq(copier_copy(r, &c.job2), 0, "queued behind the first");
+}
+
+Test(copier, jobs_share_the_pass_budget_in_order)
+{
+	c = (struct ctx){0};
+	copier_set_slice(512 << 10);
+	setup_bufs(4 * MIB);
+	c.r = tu_reactor(NULL);
+	rx_timer_init(&c.t, start_two, NULL);
+	rx_timer_start(c.r, &c.t, 0, 0);
+	tu_run(c.r, 20000);
+	cr_assert_eq(c.done, 2);
+	cr_assert_eq(c.job.res, 0);
+	cr_assert_eq(c.job2.res, 0);
+	cr_assert_eq(tu_check_pattern(c.dst, c.len, 7, 0), -1);
+	cr_assert_eq(c.job2.sumv, pc_page_sum(c.src + c.len / 2, c.len / 2));
+	rx_reactor_destroy(c.r);
+}
+
+static uint64_t stalls_seen[2];
+
+static void slow_cb(struct rx_reactor *r, struct rx_timer *t)
+{
+	(void)r;
+	(void)t;
+	stalls_seen[0] = rx_stall_count();
+	uint64_t end = pc_now_ns() + RX_MS(5);
+	while (pc_now_ns() < end)
+		;
+}
+
+static void after_cb(struct rx_reactor *r, struct rx_timer *t)
+{
+	(void)t;
+	stalls_seen[1] = rx_stall_count();
+	rx_reactor_stop(r);
+}
+
+Test(stall, a_long_callback_is_counted)
+{
+	struct rx_reactor *r = tu_reactor(NULL);
+	struct rx_timer a, b;
+	rx_timer_init(&a, slow_cb, NULL);
+	rx_timer_init(&b, after_cb, NULL);
+	rx_timer_start(r, &a, 0, 0);
+	rx_timer_start(r, &b, RX_MS(20), 0);
+	tu_run(r, 20000);
+	cr_assert_geq(stalls_seen[1], stalls_seen[0] + 1,
+		     "one 5 ms callback is one stall (default 1 ms)");
+	rx_reactor_destroy(r);
+}
