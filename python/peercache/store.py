@@ -876,7 +876,7 @@ class PeerCacheStore(HiCacheStorage):
             items = values if values is not None else target_locations
             if items is None or len(items) == 0:
                 raise ValueError("no values")
-            if all(isinstance(v, int) for v in items):
+            if isinstance(items, (list, tuple)) and all(isinstance(v, int) for v in items):
                 ptrs, sizes, per = self._pointer_call(keys, items, target_sizes)
                 ckeys = self._keys(self._kv_ns(), keys, per)
             else:
@@ -910,7 +910,8 @@ class PeerCacheStore(HiCacheStorage):
         """Tensors: the list of filled targets, None from the first miss on.
         Integer pointers (Mooncake style): how many leading pages landed."""
         n = len(keys)
-        pointers = bool(target_locations) and all(isinstance(t, int) for t in target_locations)
+        pointers = isinstance(target_locations, (list, tuple)) and len(target_locations) > 0 \
+            and all(isinstance(t, int) for t in target_locations)
         t0 = time.monotonic()
         try:
             if target_locations is None:
