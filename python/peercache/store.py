@@ -345,6 +345,8 @@ class PeerCacheStore(HiCacheStorage):
         host = mem_pool_host
         if hasattr(host, "anchor_entry"):  # HostPoolGroup facade
             host = host.anchor_entry.host_pool
+        if host is self._pool and self._ns is not None:
+            return  # already registered (v2 anchor first, then v1)
         try:
             super().register_mem_pool_host(mem_pool_host)
         except Exception:

@@ -120,6 +120,34 @@ def test_detach_while_a_node_hangs_returns_within_the_join(cluster, hung):
         assert nd.stop() == 0
 
 
+def test_close_while_a_call_is_in_flight(cluster):
+    """close() must neither wait for nor free under a call still blocked
+    on a hung node (detach after a join that gave up)."""
+    (a,) = cluster(1, "--pool-size", "64mb")
+    s = shim(a, timeout_ms=2000)
+    pool = MHAPool()
+    s.register_mem_pool_host(pool)
+    keys = hashes(8, "cl")
+    assert s.batch_set_v1(keys, indices(8, pool.page_size)) == [True] * 8
+    a.proc.send_signal(signal.SIGSTOP)
+    try:
+        _wait_stopped(a.proc.pid)
+        res = {}
+        t = threading.Thread(target=lambda: res.__setitem__(
+            "get", s.batch_get_v1(keys, indices(8, pool.page_size))))
+        t.start()
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        s.close()
+        assert time.monotonic() - t0 < 1.0, "close() waited for a call in flight"
+        t.join(JOIN_S)
+        assert not t.is_alive() and res["get"] == [False] * 8
+        assert s.batch_exists(keys) == 0  # closed: a miss, not a crash
+    finally:
+        a.proc.send_signal(signal.SIGCONT)
+    assert a.stop() == 0
+
+
 def test_idle_stats_are_empty_and_windowed(cluster):
     (a,) = cluster(1, "--pool-size", "64mb")
     s = shim(a)
