@@ -34,6 +34,7 @@ generic path. exists/batch_exists/get/set/batch_get/batch_set/batch_*_v1
 therefore always agree on which pages exist.
 """
 import collections
+import concurrent.futures
 import ctypes
 import logging
 import os
@@ -51,6 +52,8 @@ DEFAULT_TIMEOUT_MS = 4000     # SGLang joins storage threads for 10 s
 DEFAULT_MAX_TRACKED_KEYS = 1 << 18
 SGLANG_JOIN_S = 10.0
 _EXISTS_WINDOW = 64           # pages per exists call when probing holes
+_PROBE_THREADS = 4            # parallel probes of one long existence query
+_PROBE_MIN_PAGES = 128        # pages per probe segment, at least
 
 # Extra-config keys SGLang itself puts there, and ours.
 _SGLANG_KEYS = {"backend_name", "module_path", "class_name", "interface_v1",
@@ -214,6 +217,7 @@ class PeerCacheStore(HiCacheStorage):
                        "bytes_got": 0, "staged_bytes": 0, "errors": 0}
         self._window = {"get": [0, 0, 0, 0.0], "set": [0, 0, 0, 0.0]}
         self._sidecars = {}
+        self._probes = None     # thread pool of long existence queries
         self.registered_pools = {}
 
     def _configure(self, extra, cfg_dtype):
@@ -504,22 +508,41 @@ class PeerCacheStore(HiCacheStorage):
 
     def _presence(self, ns, hashes, per, deadline):
         """Which pages have all their objects: a leading-run query per hole
-        (windowed), so a sparse pool costs about one call per missing page.
+        (windowed), so a sparse pool costs about one call per missing page;
+        long ranges are probed in up to _PROBE_THREADS segments at once.
         Pages the time budget did not reach count as missing."""
         n = len(hashes)
         present = [False] * n
-        i = 0
-        try:
-            while i < n:
-                window = hashes[i:i + _EXISTS_WINDOW]
-                run = self._exists_count(self._keys(ns, window, per), deadline) // per
+        ckeys = self._keys(ns, hashes, per)
+        parts = max(1, min(_PROBE_THREADS, n // _PROBE_MIN_PAGES))
+        bounds = [(n * k // parts, n * (k + 1) // parts) for k in range(parts)]
+
+        def probe(lo, hi):
+            i = lo
+            while i < hi:
+                end = min(i + _EXISTS_WINDOW, hi)
+                run = self._exists_count(ckeys[i * per:end * per], deadline) // per
                 for p in range(i, i + run):
                     present[p] = True
-                i += run if run == len(window) else run + 1
+                i += run if run == end - i else run + 1
+
+        try:
+            if parts == 1:
+                probe(0, n)
+            else:
+                for f in [self._probe_pool().submit(probe, lo, hi) for lo, hi in bounds]:
+                    f.result()
         except _Late:
             self._rl.warn("presence", "peercache: existence query cut short by "
                           "the %d ms budget: the rest counts as missing", self.timeout_ms)
         return present
+
+    def _probe_pool(self):
+        with self._lock:
+            if self._probes is None:
+                self._probes = concurrent.futures.ThreadPoolExecutor(
+                    _PROBE_THREADS, thread_name_prefix="peercache-probe")
+            return self._probes
 
     # ---------------------------------------------------------------- v1
 
@@ -986,6 +1009,9 @@ class PeerCacheStore(HiCacheStorage):
                 return
             self._closed = True
             client, self._client = self._client, None
+            probes, self._probes = self._probes, None
+        if probes is not None:
+            probes.shutdown(wait=False)
         if client is not None:
             client.close()
 

@@ -345,3 +345,28 @@ def test_v2_three_threads_in_two_processes(cluster):
         assert r["errors"] == 0, r
         assert min(r["exists"], r["get"], r["set"]) > 0, r
     assert a.stop() == 0
+
+
+def test_long_sparse_trailing_query_matches_the_oracle(cluster):
+    """A long query (probed in parallel segments) over a sparse trailing
+    pool and a window of 2: every legal stop point, no other."""
+    (a,) = cluster(1, "--pool-size", "128mb")
+    n = 600
+    s = shim(a)
+    kv = MHAPool("page_first", page_size=4, pages=n, layer_num=1, head_num=1, head_dim=8)
+    mp = MambaPool(size=n, layers=1, temporal=(2,), conv=((2,),))
+    spec = Spec("mamba", None, "trailing_pages", 2)
+    attach(s, kv, [(spec, mp)])
+    keys = hashes(n, "long")
+    states = sorted({p for e in range(7, n + 1, 7) for p in (e - 2, e - 1)} | {100, 333})
+    for at in range(0, n, 128):
+        part = list(range(at, min(at + 128, n)))
+        assert s.batch_set_v1([keys[p] for p in part], slots(part, 4)) == [True] * len(part)
+    assert s.batch_set_v2([spec.transfer(keys, states, mp)]) == {"mamba": [True] * len(states)}
+    r = s.batch_exists_v2(keys, [PoolTransfer(name="mamba", keys=keys[:2],
+                                              hit_policy="trailing_pages")])
+    have = set(states)
+    want = [p for p in range(1, n + 1) if {p - min(2, p), p - 1} <= have]
+    assert r.restorable_prefix_pages == want and r.kv_hit_pages == want[-1]
+    s.close()
+    assert a.stop() == 0
