@@ -5,10 +5,12 @@ many Python threads can move pages at once. The library is found through
 $PEERCACHE_LIBRARY, then the system's library path (libpeercache.so.0), then
 the usual install and build locations.
 """
+import contextlib
 import ctypes
 import ctypes.util
 import errno
 import os
+import threading
 
 _PATHS = (
     "/usr/local/lib/libpeercache.so.0",
@@ -112,7 +114,9 @@ def _items(keys, offsets, lengths):
 
 
 class Client:
-    """One libpeercache client; safe to share between threads."""
+    """One libpeercache client; safe to share between threads. close() never
+    waits for calls in flight in other threads: the last of them closes the
+    C client when it returns (so it is never freed under a call)."""
 
     def __init__(self, socket_path=None, timeout_ms=30000):
         lib = library()
@@ -121,34 +125,66 @@ class Client:
         _check(lib.pcache_open(ctypes.byref(opts), ctypes.byref(h)), "open")
         self._h = h
         self._lib = lib
+        self._mu = threading.Lock()
+        self._busy = 0
+        self._closing = False
+
+    @contextlib.contextmanager
+    def _handle(self):
+        with self._mu:
+            if self._closing or not self._h:
+                raise PeerCacheError(errno.EBADF, "client closed")
+            self._busy += 1
+        try:
+            yield self._h
+        finally:
+            with self._mu:
+                self._busy -= 1
+                last = self._closing and self._busy == 0
+            if last:
+                self._release()
+
+    def _release(self):
+        h, self._h = self._h, None
+        if h:
+            self._lib.pcache_close(h)
 
     def close(self):
-        if self._h:
-            self._lib.pcache_close(self._h)
-            self._h = None
+        with self._mu:
+            if self._closing:
+                return
+            self._closing = True
+            idle = self._busy == 0
+        if idle:
+            self._release()
 
     def region_add(self, fd, size):
         rid = ctypes.c_uint32()
-        _check(self._lib.pcache_region_add(self._h, fd, size, ctypes.byref(rid)), "region_add")
+        with self._handle() as h:
+            _check(self._lib.pcache_region_add(h, fd, size, ctypes.byref(rid)), "region_add")
         return rid.value
 
     def region_create(self, size):
         """A new shared region: (region id, address)."""
         rid = ctypes.c_uint32()
         addr = ctypes.c_void_p()
-        _check(self._lib.pcache_region_create(self._h, size, ctypes.byref(addr),
-                                              ctypes.byref(rid)), "region_create")
+        with self._handle() as h:
+            _check(self._lib.pcache_region_create(h, size, ctypes.byref(addr),
+                                                  ctypes.byref(rid)), "region_create")
         return rid.value, addr.value
 
     def region_remove(self, region):
-        _check(self._lib.pcache_region_remove(self._h, region), "region_remove")
+        with self._handle() as h:
+            _check(self._lib.pcache_region_remove(h, region), "region_remove")
 
     def _move(self, fn, region, keys, offsets, lengths):
         n = len(keys)
         if n == 0:
             return []
         ok = (ctypes.c_bool * n)()
-        _check(fn(self._h, region, _items(keys, offsets, lengths), n, ok), fn.__name__)
+        items = _items(keys, offsets, lengths)
+        with self._handle() as h:
+            _check(fn(h, region, items, n, ok), fn.__name__)
         return list(ok)
 
     def set(self, region, keys, offsets, lengths):
@@ -166,7 +202,8 @@ class Client:
         karr = (ctypes.c_char_p * n)(*keys)
         larr = (ctypes.c_size_t * n)(*[len(k) for k in keys])
         count = ctypes.c_size_t()
-        _check(fn(self._h, karr, larr, n, ctypes.byref(count)), fn.__name__)
+        with self._handle() as h:
+            _check(fn(h, karr, larr, n, ctypes.byref(count)), fn.__name__)
         return count.value
 
     def exists(self, keys):
@@ -178,7 +215,8 @@ class Client:
 
     def info(self):
         buf = ctypes.create_string_buffer(4096)
-        _check(self._lib.pcache_info(self._h, buf, len(buf)), "info")
+        with self._handle() as h:
+            _check(self._lib.pcache_info(h, buf, len(buf)), "info")
         out = {}
         for line in buf.value.decode(errors="replace").splitlines():
             k, _, v = line.partition(": ")
@@ -187,5 +225,6 @@ class Client:
 
     def stats(self):
         st = Stats()
-        self._lib.pcache_stats(self._h, ctypes.byref(st))
+        with self._handle() as h:
+            self._lib.pcache_stats(h, ctypes.byref(st))
         return {name: getattr(st, name) for name, _ in Stats._fields_}
