@@ -548,13 +548,27 @@ static int cfg_unknown_key(const struct pc_cfg_table *t, const char *name,
 	return -ENOENT;
 }
 
+/* Offer an unknown name to the table's alias hook; -ENOENT if it has none
+ * or the name is not an alias either. */
+static int cfg_alias(const struct pc_cfg_table *t, void *settings,
+		     const char *name, const char *value,
+		     const struct cfg_errctx *e)
+{
+	char norm[CFG_NAME_MAX];
+	if (!t->alias || cfg_normalize(name, strlen(name), norm) < 0)
+		return -ENOENT;
+	return t->alias(settings, norm, value, e->origin, e->err, e->errlen);
+}
+
 int pc_cfg_set(const struct pc_cfg_table *t, void *settings, const char *name,
 	       const char *value, const char *origin, char *err, size_t errlen)
 {
 	struct cfg_errctx e = {origin, err, errlen};
 	const struct pc_cfg_key *k = pc_cfg_find(t, name);
-	if (!k)
-		return cfg_unknown_key(t, name, &e);
+	if (!k) {
+		int r = cfg_alias(t, settings, name, value, &e);
+		return r == -ENOENT ? cfg_unknown_key(t, name, &e) : r;
+	}
 	return cfg_types[k->type].apply(k, cfg_field(k, settings), value, &e);
 }
 
@@ -830,12 +844,20 @@ int pc_cfg_load_env(const struct pc_cfg_table *t, void *settings,
 		const struct pc_cfg_key *k =
 			n == (size_t)(eq - *envp) ? pc_cfg_find(t, var + plen)
 						  : NULL;
+		snprintf(origin, sizeof(origin), "environment %s", var);
+		if (!k && n == (size_t)(eq - *envp)) {
+			struct cfg_errctx e = {origin, err, errlen};
+			int r = cfg_alias(t, settings, var + plen, eq + 1, &e);
+			if (r < 0 && r != -ENOENT)
+				return r;
+			if (r == 0)
+				continue;
+		}
 		if (!k) {
 			if (warn)
 				warn(var, warn_arg);
 			continue;
 		}
-		snprintf(origin, sizeof(origin), "environment %s", var);
 		int r = pc_cfg_set(t, settings, k->name, eq + 1, origin, err,
 				   errlen);
 		if (r < 0)
@@ -886,9 +908,16 @@ static int cfg_one_arg(const struct pc_cfg_table *t, void *settings,
 		return 0;
 	}
 	const struct pc_cfg_key *k = cfg_find_norm(t, norm);
-	if (!k) {
-		if (!(k = cfg_negated(t, norm)))
+	if (!k && !cfg_negated(t, norm)) {
+		const char *v = eq ? eq + 1 : have_next ? next : NULL;
+		int r = cfg_alias(t, settings, norm, v, e);
+		if (r == -ENOENT)
 			return cfg_unknown_key(t, name, e);
+		*i += !eq && have_next;
+		return r;
+	}
+	if (!k) {
+		k = cfg_negated(t, norm);
 		if (eq) {
 			cfg_err(e->err, e->errlen, "%s: --%s takes no value",
 				e->origin, cfg_show(name, shown, sizeof(shown)));

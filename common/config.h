@@ -50,6 +50,12 @@ struct pc_cfg_key {
 struct pc_cfg_table {
 	const struct pc_cfg_key *keys;
 	size_t n;
+	/* Optional: offered every name that is not in keys[] (normalized:
+	 * lowercase, '_'), from any source, before it is an unknown key.
+	 * value is NULL for a command-line option given alone. Returns 0,
+	 * -ENOENT (not an alias either) or another -errno with err set. */
+	int (*alias)(void *settings, const char *name, const char *value,
+		     const char *origin, char *err, size_t errlen);
 };
 
 /* Size of the error buffer callers should pass. */

@@ -3,6 +3,8 @@
  *
  * Owns: the table rows (names as in the original PeerCache, DESIGN §11), the
  * list of settings whose feature has not landed yet, and the cross-key rules.
+ * The original's other key names are aliases (compat.c): staged by the
+ * table's alias hook while the sources are read, applied after all three.
  * Thread: main, before reactors start.
  *
  * Defaults and why:
@@ -262,7 +264,18 @@ static const struct pc_cfg_key keys[] = {
 	 "records of a stripe (1/64 of it) are evicted"},
 };
 
-const struct pc_cfg_table pc_settings_table = {keys, PC_ARRAY_LEN(keys)};
+/* The original's key names (compat.h): staged here, applied at the end of
+ * pc_settings_load. */
+static int settings_alias(void *settings, const char *name, const char *value,
+			  const char *origin, char *err, size_t errlen)
+{
+	struct pc_settings *s = settings;
+	return pc_compat_stage(&s->compat, &pc_settings_table, name, value,
+			       origin, err, errlen);
+}
+
+const struct pc_cfg_table pc_settings_table = {keys, PC_ARRAY_LEN(keys),
+					       settings_alias};
 
 /*
  * Settings accepted now whose feature has not landed yet: changing one logs a
@@ -293,6 +306,7 @@ int pc_settings_defaults(struct pc_settings *s, char *err, size_t errlen)
 
 void pc_settings_free(struct pc_settings *s)
 {
+	pc_compat_free(&s->compat);
 	pc_cfg_free(&pc_settings_table, s);
 }
 
@@ -355,6 +369,20 @@ static int load_secret_file(struct pc_settings *s, char *err, size_t errlen)
 	return 0;
 }
 
+/* The staged aliases of the original's keys, once every source is read. */
+static int apply_aliases(struct pc_settings *s, char *err, size_t errlen)
+{
+	struct pc_settings def;
+	int ret = 0;
+	if (s->compat && (ret = pc_settings_defaults(&def, err, errlen)) == 0) {
+		ret = pc_compat_apply(s->compat, &pc_settings_table, s, &def,
+				      err, errlen);
+		pc_settings_free(&def);
+	}
+	pc_compat_free(&s->compat);
+	return ret;
+}
+
 int pc_settings_load(struct pc_settings *s, int argc, char *const *argv,
 		     char *const *envp, char *err, size_t errlen)
 {
@@ -381,7 +409,7 @@ int pc_settings_load(struct pc_settings *s, int argc, char *const *argv,
 	static const char *const skip[] = {"config", NULL};
 	ret = pc_cfg_parse_args(&pc_settings_table, s, argc, argv, skip, err,
 				errlen);
-	if (ret < 0)
+	if (ret < 0 || (ret = apply_aliases(s, err, errlen)) < 0)
 		return ret;
 	return load_secret_file(s, err, errlen);
 }

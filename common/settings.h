@@ -15,6 +15,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "compat.h"
 #include "config.h"
 
 enum pc_mode { PC_MODE_P2P = 0, PC_MODE_SLOTMAP = 1 };
@@ -104,6 +105,9 @@ struct pc_settings {
 	uint64_t kv_staging_max;
 	/* directory shard */
 	uint64_t directory_max_bytes;
+	/* not a setting: the original's keys staged while loading (compat.h);
+	 * NULL outside pc_settings_load */
+	struct pc_compat *compat;
 };
 
 extern const struct pc_cfg_table pc_settings_table;
@@ -113,7 +117,8 @@ int pc_settings_defaults(struct pc_settings *s, char *err, size_t errlen);
 
 /*
  * Load settings for a program: defaults, then the file named by --config (or
- * PEERCACHE_CONFIG), then PEERCACHE_* variables, then the command line.
+ * PEERCACHE_CONFIG), then PEERCACHE_* variables, then the command line; the
+ * original PeerCache's key names are accepted in all three (compat.h).
  * Returns 0, or -EINVAL with one error line in err.
  */
 int pc_settings_load(struct pc_settings *s, int argc, char *const *argv,
