@@ -18,7 +18,9 @@
  *  - copier_cancel_range ends every queued job touching a range with
  *    -ECANCELED before it touches another byte there (sessions call it when
  *    a client gives its memory up, so no page is ever half copied from
- *    memory that is no longer the client's).
+ *    memory that is no longer the client's); a job cancelled from a
+ *    source means the rest of that memory is node memory now: kv's publish
+ *    ends its batch there (the rest are not stored).
  */
 #ifndef PC_MODULES_COPIER_H
 #define PC_MODULES_COPIER_H

@@ -422,7 +422,9 @@ static void publish_copied(struct copier_job *j)
 {
 	struct publish *p = j->arg;
 	publish_settle(p);
-	p->cur++;
+	/* Cancelled: the client gave the memory up (copier_cancel_range) and
+	 * node memory replaced it, so no later item's source is its page. */
+	p->cur = j->res == -ECANCELED ? p->n : p->cur + 1;
 	publish_next(p);
 }
 
