@@ -1158,7 +1158,8 @@ static int kv_init(struct pc_ctx *ctx)
 	if (g.checksums)
 		PC_LOGI(LOG_MOD, "page checksums on (XXH3-64, %s)",
 			pc_page_sum_impl());
-	if (s->pool_prefault && (ret = pool_prefault_start(g.pool)) < 0)
+	if (s->pool_prefault &&
+	    (ret = pool_prefault_start_after(g.pool, &ctx->state)) < 0)
 		PC_LOGW(LOG_MOD, "cannot start the pool prefault thread (%s); "
 			"pages are faulted in on first use", strerror(-ret));
 	uint8_t *base;
