@@ -1,15 +1,15 @@
 /*
  * client/peercache_cli.c — `peercache`, the operator's command-line tool:
- * put/get/exists/del one node's pages, and show who the node is (info,
- * members, stats).
+ * put/get/exists/del one node's pages, show who the node is (info,
+ * members, stats), and wait until it is ready (wait-ready).
  *
  * Owns: the process (only main() exits) and one blocking RPC client
  * (rpc/sync.c) to the node named by --node / $PEERCACHE_NODE / the default
  * socket. Single-threaded. Commands are a table (cli_cmds); each runs one or
  * two RPC calls and returns an exit status:
  *
- *   0 ok; 1 miss, not stored, not all keys exist, a remote error, or a local
- *   write error; 2 usage error or bad input (key, value, FILE); 3 the node
+ *   0 ok; 1 miss, not stored, not all keys exist, a remote error, a local
+ *   write error, or (wait-ready) not ready within --timeout; 2 usage error or bad input (key, value, FILE); 3 the node
  *   could not be reached or gave no usable answer.
  *
  * Invariants: every limit is checked before anything is sent (keys 1..512
@@ -63,7 +63,8 @@ struct cli {
 	bool tcp;            /* node is host:port (secret applies) */
 	const char *secret;  /* NULL: none */
 	char secret_buf[PC_SECRET_MAX + 1]; /* read from --secret-file */
-	unsigned timeout_ms; /* per call */
+	unsigned timeout_ms; /* per call (wait-ready: in all) */
+	bool timeout_set;    /* --timeout given */
 	struct rpc_sync *rpc;
 	const char *method;  /* the call in progress, for messages */
 };
@@ -649,6 +650,77 @@ static int cmd_members(struct cli *c, int argc, char **argv)
 	return print_members(c, "", NULL);
 }
 
+/* ------------------------------------------------------------- wait-ready */
+
+#define CLI_WAIT_MS_DEFAULT 30000 /* wait-ready without --timeout */
+#define CLI_WAIT_RETRY_MS 100
+#define CLI_WAIT_CALL_MS 1000     /* one node.health attempt */
+
+/* node.health's status, or NULL if the reply has none. */
+static const char *health_status(struct rpc_sync_reply *rep, char *buf,
+				 size_t len)
+{
+	struct mp_rd v;
+	const char *st;
+	uint32_t stl;
+	if (!map_find(rep->res.result, "status", &v) ||
+	    mp_rd_str(&v, &st, &stl) < 0)
+		return NULL;
+	snprintf(buf, len, "%.*s", (int)stl, st);
+	return buf;
+}
+
+/*
+ * Ask node.health until the node says "ok" (every module started), retrying
+ * while it is not there yet (refused, no socket file, no answer, "starting")
+ * until the --timeout deadline (default 30 s). An error reply (e.g. a
+ * missing secret) will not cure itself: it ends the wait at once.
+ */
+static int cmd_wait_ready(struct cli *c, int argc, char **argv)
+{
+	(void)argc; /* operands: none (checked by the table) */
+	(void)argv;
+	static const uint8_t empty[] = {0x90}; /* [] */
+	unsigned total = c->timeout_set ? c->timeout_ms : CLI_WAIT_MS_DEFAULT;
+	uint64_t t0 = pc_now_ns(), deadline = t0 + total * 1000000ull;
+	char why[256] = "no attempt made", st[32];
+	c->method = "node.health";
+	for (;;) {
+		uint64_t now = pc_now_ns();
+		if (now >= deadline)
+			break;
+		unsigned left = (unsigned)((deadline - now) / 1000000ull) + 1;
+		struct rpc_sync_reply rep;
+		int ret = rpc_sync_call(c->rpc, "node.health", empty,
+					sizeof(empty), NULL, 0,
+					PC_MIN(left, CLI_WAIT_CALL_MS), &rep);
+		if (ret == 0 && rep.res.err == -EREMOTEIO) {
+			cli_err("node.health: %s: %s", rep.res.code,
+				rep.res.message);
+			rpc_sync_reply_free(&rep);
+			return CLI_FAIL;
+		}
+		if (ret == 0 && rep.res.err == 0) {
+			const char *s = health_status(&rep, st, sizeof(st));
+			rpc_sync_reply_free(&rep);
+			if (s && strcmp(s, "ok") == 0) {
+				printf("ready: %s (after %.1f s)\n", c->node,
+				       (double)(pc_now_ns() - t0) / 1e9);
+				return CLI_OK;
+			}
+			snprintf(why, sizeof(why), "it says \"%s\"",
+				 s ? s : "(no status)");
+		} else {
+			unreachable_why(c, ret < 0 ? ret : rep.res.err, why,
+					sizeof(why));
+			rpc_sync_reply_free(&rep);
+		}
+		usleep(CLI_WAIT_RETRY_MS * 1000);
+	}
+	cli_err("%s not ready after %.1f s: %s", c->node, total / 1e3, why);
+	return CLI_FAIL;
+}
+
 /* ------------------------------------------------------------------ stats */
 
 /* GET /metrics from "host:port" into in: the whole response, which ends
@@ -908,6 +980,11 @@ static const struct cli_cmd cli_cmds[] = {
 	 0, 0, cmd_stats},
 	{"members", "", "cluster members, one \"id [self] state\" line each", 0,
 	 0, cmd_members},
+	{"wait-ready", "",
+	 "wait until the node answers and says it is ready (every\n"
+	 "module started); --timeout is the whole wait [default 30s].\n"
+	 "Prints \"ready: NODE\"; not ready in time exits 1",
+	 0, 0, cmd_wait_ready},
 };
 
 static void usage(FILE *out)
@@ -934,7 +1011,9 @@ static void usage(FILE *out)
 		"                      prefer a file: command lines are "
 		"visible to other users]\n"
 		"  --timeout DURATION  per call, e.g. 500ms, 10s, 2m "
-		"[default: 5s]\n"
+		"[default: 5s;\n"
+		"                      wait-ready: the whole wait, default "
+		"30s]\n"
 		"  -h, --help          show this help and exit\n"
 		"  --version           show the version and exit\n"
 		"\nCommands:\n");
@@ -956,8 +1035,9 @@ static void usage(FILE *out)
 		"node's default\nrpc_max_message_bytes, less room for the "
 		"request around the value.\n"
 		"\nExit status: 0 ok; 1 miss, not stored, not all keys exist, "
-		"an error from\nthe node (its code and message are printed) "
-		"or a failed local write;\n2 usage error or bad input (key, "
+		"an error from\nthe node (its code and message are printed), "
+		"a failed local write,\nor a node not ready within "
+		"wait-ready's --timeout;\n2 usage error or bad input (key, "
 		"value, FILE); 3 the node cannot be\nreached or gave no "
 		"usable answer (the address and reason are printed).\n",
 		CLI_KEY_BYTES_MAX, CLI_KEYS_MAX, CLI_VALUE_BYTES_MAX);
@@ -1034,6 +1114,7 @@ static int parse_options(struct cli *c, int argc, char **argv)
 						    " from 1ms to 24h, e.g. 10s",
 						    v);
 			c->timeout_ms = (unsigned)ms;
+			c->timeout_set = true;
 		} else {
 			return -usage_error(missing ? "option needs a value"
 						    : "unknown option", a);

@@ -443,7 +443,7 @@ static void render_histograms(struct met_writer *w, unsigned first)
 	free(b);
 }
 
-static void escape_label(const char *in, char *out, size_t len)
+void met_escape_label(const char *in, char *out, size_t len)
 {
 	size_t o = 0;
 	for (; *in && o + 3 < len; in++) {
@@ -464,7 +464,7 @@ char *met_render(const char *node_id, size_t *len)
 {
 	struct met_writer w;
 	char esc[300], node_label[320];
-	escape_label(node_id ? node_id : "", esc, sizeof(esc));
+	met_escape_label(node_id ? node_id : "", esc, sizeof(esc));
 	snprintf(node_label, sizeof(node_label), "node=\"%s\"", esc);
 	pc_wbuf_init(&w.b, 0);
 	w.node_label = node_label;

@@ -56,6 +56,10 @@ void met_w_family(struct met_writer *w, const char *name, const char *help,
 void met_w_sample(struct met_writer *w, const char *name, const char *labels,
 		  double value);
 
+/* A label value escaped for the text format (\\, \" and \n), cut to fit
+ * len bytes with its NUL. */
+void met_escape_label(const char *in, char *out, size_t len);
+
 /* A collector appends whole families at scrape time, for subsystems that
  * already keep their own counters (the reactor, the RPC server). */
 int met_register_collector(void (*fn)(struct met_writer *w, void *arg),

@@ -104,8 +104,9 @@ static const struct pc_cfg_key keys[] = {
 	{"pool_size", PC_CFG_SIZE, "4gb", 1 * MB, 16 * TB, NULL, OFF(pool_size),
 	 0, "publish pool (p2p) or slot region (slotmap) bytes"},
 	{"pool_prefault", PC_CFG_BOOL, "true", 0, 0, NULL, OFF(pool_prefault),
-	 0, "fault the whole pool in at start, in the background (memory "
-	 "committed up front; no page-fault stalls on first writes)"},
+	 0, "fault the whole pool in from a background thread once the node "
+	 "is ready (never delays start-up; memory committed in the first "
+	 "seconds; no page-fault stalls on first writes)"},
 	{"page_checksums", PC_CFG_BOOL, "true", 0, 0, NULL,
 	 OFF(page_checksums), 0,
 	 "checksum every published page (XXH3) and verify it on remote reads"},

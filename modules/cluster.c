@@ -597,6 +597,32 @@ static double suspect_fn(void *arg)
 	return n;
 }
 
+/* peercache_member_info: one series per ring member, value 1 (scraped on
+ * reactor 0, so the view it loads stays alive while it runs). */
+static void member_info_collector(struct met_writer *w, void *arg)
+{
+	(void)arg;
+	struct view *v = view_current();
+	if (!v)
+		return;
+	met_w_family(w, "peercache_member_info",
+		     "ring members: member and addr (its rpc address), self, "
+		     "state (self, alive or suspect)", MET_GAUGE);
+	for (unsigned i = 0; i < ring_size(v->ring); i++) {
+		char esc[2 * RING_ID_BYTES_MAX + 4], labels[5 * RING_ID_BYTES_MAX];
+		bool self = (int)i == v->self_idx;
+		met_escape_label(ring_member(v->ring, i), esc, sizeof(esc));
+		snprintf(labels, sizeof(labels),
+			 "member=\"%s\",addr=\"%s\",self=\"%s\",state=\"%s\"",
+			 esc, esc, self ? "true" : "false",
+			 self ? "self"
+			 : __atomic_load_n(&v->health[i].state,
+					   __ATOMIC_RELAXED) == PH_SUSPECT
+				 ? "suspect" : "alive");
+		met_w_sample(w, "peercache_member_info", labels, 1);
+	}
+}
+
 /* Reactor 0: a probe came back. The view may have changed meanwhile. */
 static void probe_done(void *arg, const struct rpc_result *res)
 {
@@ -678,6 +704,7 @@ static int c_init(struct pc_ctx *ctx)
 		return ret;
 	met_register_fn("peercache_members", "members of the ring", NULL,
 			members_fn, NULL);
+	met_register_collector(member_info_collector, NULL);
 	met_register_fn("peercache_ring_epoch", "epoch of the current ring "
 			"(1 at start, +1 per membership change)", NULL,
 			epoch_fn, NULL);
@@ -799,6 +826,7 @@ static int c_reload(struct pc_ctx *ctx, const struct pc_settings *fresh)
 
 static void c_fini(struct pc_ctx *ctx)
 {
+	met_unregister_collector(member_info_collector, NULL);
 	svc_withdraw_health(ctx);
 	svc_withdraw_membership(ctx);
 	svc_withdraw_cluster(ctx);

@@ -105,6 +105,7 @@ static struct {
 	met_id deadline_hit, rd_suspect;
 	met_id rd_req, rd_hit, rd_miss, rd_local, rd_remote, rd_fail;
 	met_id wr_req, wr_pages, wr_bytes, ex_req, ex_found, del_req;
+	met_id rd_bytes; /* every path: kv.get, session, shim, local, remote */
 	met_id lat_read, lat_write, ev_pub, tier_kept, promotes;
 	met_id copy_set, copy_get_local, landed;
 } g;
@@ -579,9 +580,13 @@ static void fetch_free(struct fetch *f)
 static void fetch_finish(struct fetch *f)
 {
 	unsigned hits = 0;
-	for (unsigned i = 0; i < f->n; i++)
+	uint64_t bytes = 0;
+	for (unsigned i = 0; i < f->n; i++) {
 		hits += f->ok[i];
+		bytes += f->ok[i] ? f->len[i] : 0;
+	}
 	met_add(g.rd_hit, hits);
+	met_add(g.rd_bytes, bytes);
 	met_add(g.rd_miss, f->n - hits);
 	met_observe_ns(g.lat_read, pc_now_ns() - f->t0);
 	if (f->nrec)
@@ -1155,7 +1160,8 @@ static int kv_init(struct pc_ctx *ctx)
 	if (g.checksums)
 		PC_LOGI(LOG_MOD, "page checksums on (XXH3-64, %s)",
 			pc_page_sum_impl());
-	if (s->pool_prefault && (ret = pool_prefault_start(g.pool)) < 0)
+	if (s->pool_prefault &&
+	    (ret = pool_prefault_start_after(g.pool, &ctx->state)) < 0)
 		PC_LOGW(LOG_MOD, "cannot start the pool prefault thread (%s); "
 			"pages are faulted in on first use", strerror(-ret));
 	uint8_t *base;
@@ -1193,6 +1199,8 @@ static int kv_init(struct pc_ctx *ctx)
 	CTR(g.rd_fail, "peercache_read_failures_total",
 	    "remote pages that failed to arrive or to validate (counted as "
 	    "misses)");
+	CTR(g.rd_bytes, "peercache_bytes_read_total",
+	    "page bytes read (found pages, local or remote, on every path)");
 	CTR(g.wr_req, "peercache_write_requests_total", "set calls");
 	CTR(g.wr_pages, "peercache_write_pages_total", "pages published");
 	CTR(g.wr_bytes, "peercache_bytes_written_total", "page bytes published");

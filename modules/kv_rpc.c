@@ -41,7 +41,7 @@ static struct {
 	uint64_t get_call_max;      /* reply bytes one kv.get may build */
 	const char *get_call_limit; /* the setting that sets get_call_max */
 	uint64_t staging_max;       /* kv_staging_max */
-	met_id refused_large, refused_busy, rd_bytes, copy_reply;
+	met_id refused_large, refused_busy, copy_reply;
 } g;
 
 static const char keys_help[] = "keys: an array of 1..65536 strings of "
@@ -237,7 +237,6 @@ static void get_reply(void *arg, const struct kv_got *got)
 		}
 		msgpack_pack_bin(pk, got->len[i]);
 		msgpack_pack_bin_body(pk, got->data[i], got->len[i]);
-		met_add(g.rd_bytes, got->len[i]);
 		met_add(g.copy_reply, got->len[i]);
 	}
 	rpc_call_budget_give(call, reply);
@@ -350,8 +349,6 @@ int kv_rpc_init(struct pc_ctx *ctx)
 		g.get_call_max = s->rpc_max_reply_bytes / 4;
 		g.get_call_limit = "rpc_max_reply_bytes / 4";
 	}
-	g.rd_bytes = met_register(MET_COUNTER, "peercache_bytes_read_total",
-				  "page bytes returned", NULL);
 	static const char refused_help[] =
 		"kv.* calls refused for memory (kv_staging_max, or a kv.get "
 		"reply over its cap), by reason";

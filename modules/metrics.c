@@ -1,6 +1,7 @@
 /*
  * modules/metrics.c — the metrics HTTP endpoint: /metrics (Prometheus text),
- * /healthz, and the built-in dashboard at /.
+ * /healthz (200 "ok" when ready, 503 "starting" / "stopping"), and the
+ * built-in dashboard at /.
  *
  * Owns: the HTTP listener on metrics_bind:metrics_port (reactor 0), its
  * connections, and the node-level metrics (uptime, build, transport, the
@@ -145,11 +146,17 @@ static void r_metrics(const struct http_request *req, struct http_response *r)
 	free(text);
 }
 
+/* 200 "ok" once every module started on every reactor; 503 "starting" or
+ * "stopping" otherwise, so a script (or a load balancer) can wait on it. */
 static void r_healthz(const struct http_request *req, struct http_response *r)
 {
 	(void)req;
-	r->static_body = "ok\n";
-	r->static_len = 3;
+	enum pc_node_state st = pc_ctx_state(g.ctx);
+	const char *name = pc_ctx_state_name(st);
+	if (st != PC_NODE_READY)
+		r->status = 503;
+	pc_wbuf_append(&r->body, name, strlen(name));
+	pc_wbuf_append(&r->body, "\n", 1);
 }
 
 static void r_dashboard(const struct http_request *req,

@@ -35,6 +35,12 @@ int pc_ctx_init(struct pc_ctx *ctx, const struct pc_settings *cfg,
 	return 0;
 }
 
+const char *pc_ctx_state_name(enum pc_node_state st)
+{
+	return st == PC_NODE_READY ? "ok"
+	       : st == PC_NODE_STOPPING ? "stopping" : "starting";
+}
+
 void pc_ctx_fini(struct pc_ctx *ctx)
 {
 	free(ctx->started);

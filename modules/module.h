@@ -67,10 +67,20 @@ struct pc_endpoint {
 	char addr[128]; /* "127.0.0.1:31999", "/run/peercache/peercached.sock" */
 };
 
+/* Where the node is in its life (pc_ctx.state, written by main with atomic
+ * stores, read anywhere): /healthz and node.health report it, and the pool
+ * prefault waits for READY. */
+enum pc_node_state {
+	PC_NODE_STARTING = 0, /* modules starting on the reactors */
+	PC_NODE_READY = 1,    /* every module started on every reactor */
+	PC_NODE_STOPPING = 2, /* graceful shutdown under way */
+};
+
 struct pc_ctx {
 	const struct pc_settings *cfg;   /* effective settings, read-only */
 	unsigned threads;                /* reactor threads */
 	struct rx_group *group;          /* set once every reactor runs */
+	int state;                       /* enum pc_node_state; atomic */
 	uint64_t start_ns;               /* monotonic start time */
 	char node_id[128];
 	const struct pc_module *const *modules;
@@ -82,6 +92,15 @@ struct pc_ctx {
 	struct pc_endpoint endpoints[PC_ENDPOINTS_MAX];
 	unsigned n_endpoints;
 };
+
+static inline enum pc_node_state pc_ctx_state(const struct pc_ctx *ctx)
+{
+	return (enum pc_node_state)__atomic_load_n(&ctx->state,
+						   __ATOMIC_ACQUIRE);
+}
+
+/* "starting", "ok" or "stopping". */
+const char *pc_ctx_state_name(enum pc_node_state st);
 
 /* Prepare ctx for the given module list (call once, main thread). */
 int pc_ctx_init(struct pc_ctx *ctx, const struct pc_settings *cfg,

@@ -59,8 +59,8 @@ static void m_health(struct rpc_call *call, struct mp_rd *params)
 	(void)params;
 	msgpack_packer *pk = rpc_reply_begin(call);
 	msgpack_pack_map(pk, 2);
-	mp_pack_cstr(pk, "status");
-	mp_pack_cstr(pk, "ok");
+	mp_pack_cstr(pk, "status"); /* "ok" once ready (main.c) */
+	mp_pack_cstr(pk, pc_ctx_state_name(pc_ctx_state(g_ctx)));
 	mp_pack_cstr(pk, "uptime_s");
 	msgpack_pack_double(pk, uptime_s());
 	rpc_reply_end(call);
@@ -69,7 +69,8 @@ static void m_health(struct rpc_call *call, struct mp_rd *params)
 static const struct rpc_method node_methods[] = {
 	{"node.info", m_info, 0,
 	 "node id, version, mode, transport, uptime, threads, addresses"},
-	{"node.health", m_health, 0, "\"ok\" while the node serves"},
+	{"node.health", m_health, 0,
+	 "\"ok\" once every module started; \"starting\" / \"stopping\""},
 	{NULL, NULL, 0, NULL},
 };
 

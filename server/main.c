@@ -184,6 +184,8 @@ static int wait_for_stop(struct rx_group *g, int nargs, char **args,
 			PC_LOGI(LOG_MOD, "%s received: shutting down",
 				strsignal(sig));
 			stopping = true;
+			__atomic_store_n(&g_ctx.state, PC_NODE_STOPPING,
+					 __ATOMIC_RELEASE);
 			rx_group_stop(g);
 		}
 		if (rx_group_done(g))
@@ -360,10 +362,14 @@ int main(int argc, char **argv)
 		goto out_modules;
 	}
 	__atomic_store_n(&g_ctx.group, g, __ATOMIC_RELEASE);
+	/* Every module started on every reactor: /healthz and node.health
+	 * say ok from now on, and the pool prefault may begin. */
+	__atomic_store_n(&g_ctx.state, PC_NODE_READY, __ATOMIC_RELEASE);
 	log_endpoints(&g_ctx);
 	PC_LOGI(LOG_MOD, "node %s ready (Ctrl-C or SIGTERM stops it)",
 		g_ctx.node_id);
 	ret = wait_for_stop(g, nargs, keep, &s);
+	__atomic_store_n(&g_ctx.state, PC_NODE_STOPPING, __ATOMIC_RELEASE);
 	__atomic_store_n(&g_ctx.group, NULL, __ATOMIC_RELEASE);
 	int run_err = rx_group_join(g);
 	if (ret < 0)

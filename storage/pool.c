@@ -4,7 +4,7 @@
  * Owns: the region (one mmap per node; the transport picks its key), the
  * stripes with their LRU of evictable entries, key index and counters,
  * and the eviction policy, and the optional thread that faults the region in
- * at start (pool_prefault_start). The extent allocator each stripe uses (records,
+ * once the node is ready (pool_prefault_start_after). The extent allocator each stripe uses (records,
  * boundary map, free lists, span search) is pool_alloc.c. No metadata lives
  * inside the region except each entry's header and key, so peers reading
  * the region see nothing of the allocator.
@@ -83,6 +83,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include "common/checksum.h"
@@ -111,6 +112,7 @@ struct pool {
 	bool pf_started;
 	_Atomic bool pf_stop;
 	_Atomic uint64_t pf_done;
+	const int *pf_gate;       /* start once *pf_gate != 0 (NULL: at once) */
 	/* Written by every commit: its own cache line, so commits on one
 	 * reactor do not slow lookups of the fields above on another. */
 	_Alignas(64) _Atomic uint64_t gen_next;
@@ -627,7 +629,10 @@ void pool_free(struct pool *p)
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
 #endif
-#define PREFAULT_CHUNK (64u << 20)
+/* Small enough that the mmap lock, which each madvise holds for its chunk,
+ * is never held for long (a reactor's mmap or io_uring setup waits for it). */
+#define PREFAULT_CHUNK (2u << 20)
+#define PREFAULT_GATE_POLL_US 10000
 
 /*
  * Faults the region in, chunk by chunk, without writing a byte: the kernel
@@ -638,6 +643,9 @@ void pool_free(struct pool *p)
 static void *prefault_main(void *arg)
 {
 	struct pool *p = arg;
+	while (p->pf_gate && !__atomic_load_n(p->pf_gate, __ATOMIC_ACQUIRE) &&
+	       !atomic_load(&p->pf_stop))
+		usleep(PREFAULT_GATE_POLL_US);
 	uint64_t t0 = pc_now_ns();
 	size_t off = 0;
 	int err = 0;
@@ -668,8 +676,14 @@ static void *prefault_main(void *arg)
 
 int pool_prefault_start(struct pool *p)
 {
+	return pool_prefault_start_after(p, NULL);
+}
+
+int pool_prefault_start_after(struct pool *p, const int *gate)
+{
 	if (p->pf_started)
 		return -EALREADY;
+	p->pf_gate = gate;
 	int rc = pthread_create(&p->pf_thread, NULL, prefault_main, p);
 	if (rc)
 		return -rc;

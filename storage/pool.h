@@ -167,13 +167,17 @@ int pool_new(struct pool **out, const struct pool_opts *o);
 void pool_free(struct pool *p);
 
 /*
- * Fault the whole region in from a background thread (64 MiB at a time, no
+ * Fault the whole region in from a background thread (2 MiB at a time, no
  * byte written), so first writes into the pool do not stall on page faults
- * and the memory is committed up front, as RDMA registration would do.
+ * and the memory is committed early, as RDMA registration would do.
  * Logs when done (or why it stopped). pool_free stops and joins it. Call at
  * most once; 0 or -errno.
  */
 int pool_prefault_start(struct pool *p);
+/* The same, but the thread waits (polling every 10 ms) until *gate is
+ * nonzero — the node uses its ready state, so faulting never competes with
+ * start-up for the mmap lock. *gate is read atomically; NULL = at once. */
+int pool_prefault_start_after(struct pool *p, const int *gate);
 /* Bytes faulted in so far by that thread. */
 uint64_t pool_prefaulted(const struct pool *p);
 
