@@ -73,18 +73,31 @@ def test_frozen_peer_is_skipped_within_the_deadline(cluster):
     live = (a, b)
     keys = {n: ["fz-%d-%d" % (i, j) for j in range(PER_NODE)]
             for i, n in enumerate((a, b, f))}
+    # Set-up, not under test: on a heavily loaded host a call can run into
+    # the 1 s request deadline, so a set or read that falls short is tried
+    # again (sets are idempotent) before the measured run starts.
     for n in (a, b, f):
         c = RpcClient(n.endpoint("rpc"))
         ks = keys[n]
         for s in range(0, len(ks), 40):
-            err, ok = c.call("kv.set", [ks[s:s + 40], [page(k) for k in ks[s:s + 40]]])
-            assert err is None and ok == [True] * len(ks[s:s + 40]), (err, ok)
+            batch = ks[s:s + 40]
+            for _ in range(3):
+                err, ok = c.call("kv.set", [batch, [page(k) for k in batch]])
+                if err is None and ok == [True] * len(batch):
+                    break
+            assert err is None and ok == [True] * len(batch), (err, ok)
         c.close()
     # Every page readable from both healthy nodes before the freeze.
     for n in live:
         c = RpcClient(n.endpoint("rpc"))
         allk = keys[a] + keys[b] + keys[f]
-        err, got = c.call("kv.get", [allk])
+        for _ in range(3):
+            err, got = c.call("kv.get", [allk])
+            assert err is None
+            # A miss may be tried again; wrong bytes never.
+            assert all(g is None or g == page(k) for g, k in zip(got, allk))
+            if all(g is not None for g in got):
+                break
         assert err is None and all(g == page(k) for g, k in zip(got, allk))
         c.close()
 
