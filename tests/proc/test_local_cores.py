@@ -125,19 +125,16 @@ def test_big_batch_sets_do_not_starve_health(node_factory):
     assert node.stop() == 0
 
 
-def test_region_given_up_mid_set_never_stores_wrong_bytes(node_factory):
-    """session.unregister right behind a big session.set (pipelined): the
-    set's copies still under way stop (copier_cancel_range) instead of
-    copying the node memory that replaced the region; every page the node
-    stores holds exactly the client's bytes."""
-    node = node_factory("--threads", "2", "--pool-size", "512mb")
-    c = Client(node.endpoint("socket"), size=128 * MIB, timeout=120)
+def give_up_mid_set(node, page, prefix):
+    """session.unregister right behind a 32-page session.set (pipelined),
+    then a fresh client reads every key back: exact bytes or a miss."""
+    c = Client(node.endpoint("socket"), size=32 * page, timeout=120)
+    keys = ["%s-%d" % (prefix, i) for i in range(32)]
     try:
         assert c.register() == {"sealed": False}
         for i in range(32):
-            c.mem[i * 4 * MIB:(i + 1) * 4 * MIB] = bytes([i + 1]) * (4 * MIB)
-        keys = ["gone-%d" % i for i in range(32)]
-        sid = c.send("session.set", [c.rid, [[k, i * 4 * MIB, 4 * MIB]
+            c.mem[i * page:(i + 1) * page] = bytes([i + 1]) * page
+        sid = c.send("session.set", [c.rid, [[k, i * page, page]
                                              for i, k in enumerate(keys)]])
         uid = c.send("session.unregister", [c.rid])
         got = {}
@@ -148,19 +145,37 @@ def test_region_given_up_mid_set_never_stores_wrong_bytes(node_factory):
         assert got[sid][2] is None and len(got[sid][3]) == 32, got[sid][2]
     finally:
         c.close()
-    # A fresh client reads whatever was stored: exact bytes or a miss.
-    r = Client(node.endpoint("socket"), region_id=2, size=4 * MIB)
+    r = Client(node.endpoint("socket"), region_id=2, size=page)
     try:
         assert r.register() == {"sealed": False}
         stored = 0
         for i, k in enumerate(keys):
-            r.mem[0:16] = b"\0" * 16
-            (ok,) = r.call("session.get", [r.rid, [[k, 0, 4 * MIB]]])
+            r.mem[0:16] = b"\xff" * 16
+            (ok,) = r.call("session.get", [r.rid, [[k, 0, page]]])
             if ok:
                 stored += 1
-                page = bytes(r.mem[0:4 * MIB])
-                assert page == bytes([i + 1]) * (4 * MIB), k
+                assert bytes(r.mem[0:page]) == bytes([i + 1]) * page, k
         print("pages stored before the region went: %d of 32" % stored)
     finally:
         r.close()
     assert node.stop() == 0
+
+
+def test_region_given_up_mid_set_never_stores_wrong_bytes(node_factory):
+    """The set's copies still under way stop (copier_cancel_range) instead
+    of copying the node memory that replaced the region; every page the
+    node stores holds exactly the client's bytes."""
+    node = node_factory("--threads", "2", "--pool-size", "512mb")
+    give_up_mid_set(node, 4 * MIB, "gone")
+
+
+def test_region_given_up_mid_step_stores_no_zero_pages(node_factory):
+    """One step holds all 32 pages (session_slice_bytes larger than the
+    batch) and the first page is still being copied in slices when the
+    region goes: the cancelled copy must end the step's copying. Before
+    that fix the pages after it were copied from the zero-filled memory
+    that replaced the region and published under the client's keys."""
+    node = node_factory("--threads", "1", "--pool-size", "256mb",
+                        "--session-slice-bytes", "256mb",
+                        "--copy-slice-bytes", "16kb")
+    give_up_mid_set(node, MIB, "step-gone")
