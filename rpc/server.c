@@ -89,6 +89,12 @@
 /* A new connection is never dropped for a newer one before this age: it
  * gets the chance to send its first message even in a burst of accepts. */
 #define EVICT_GRACE_MS 100
+/* A connection that has sent a whole, valid request (auth.challenge) but not
+ * yet proved itself is dropped for a newer one only this long after it
+ * spoke: an honest client answers its challenge within one round trip, even
+ * from a loaded host, while a flood of silent connections goes first. The
+ * handshake deadline still closes a client that never answers. */
+#define EVICT_TALKING_GRACE_MS 1000
 
 /* A method with its metric series. */
 struct rpc_entry {
@@ -108,9 +114,14 @@ struct host_slot {
 	uint32_t count; /* 0: empty slot */
 };
 
-/* Per reactor: its unproven TCP connections, oldest first. */
+/* The unproven lists: connections that have not sent a whole request yet,
+ * and those that have (an honest client mid-handshake); silent ones are
+ * dropped first. */
+enum sc_ylist { YL_SILENT, YL_TALKING, YL__COUNT };
+
+/* Per reactor: its unproven TCP connections, oldest first on each list. */
 struct rpc_rstate {
-	struct rpc_sconn *young_head, *young_tail;
+	struct rpc_sconn *young_head[YL__COUNT], *young_tail[YL__COUNT];
 	uint64_t local_live; /* atomic gauge: Unix connections served here */
 };
 
@@ -152,13 +163,15 @@ struct rpc_sconn {
 	bool counted;          /* holds a class slot (and a host slot if TCP) */
 	bool has_host;         /* holds a slot in the per-host table */
 	bool proven;           /* authenticated and sent a request */
-	bool young;            /* on the reactor's unproven list */
+	bool young;            /* on one of the reactor's unproven lists */
+	uint8_t ylist;         /* which one (enum sc_ylist) */
 	enum sc_class cls;
 	int drain_err;         /* set: close once the calls in flight end */
 	const struct mp_limits *mpl; /* scan limits for this connection */
 	struct rpc_sconn *yprev, *ynext; /* the unproven list */
 	struct rx_timer timer; /* handshake, message and idle deadlines */
 	uint64_t accepted_ns;
+	uint64_t spoke_ns;     /* moved to YL_TALKING (0: still silent) */
 	uint64_t last_act_ns;  /* last input, or last call ending */
 	uint64_t partial_ns;   /* first byte of a partial message; 0: none */
 	size_t reserved;       /* budget bytes taken by this conn's calls */
@@ -559,29 +572,33 @@ static void young_del(struct rpc_sconn *sc)
 	if (!sc->young)
 		return;
 	struct rpc_rstate *rs = &sc->srv->rs[rx_reactor_id(sc->r)];
+	unsigned l = sc->ylist;
 	if (sc->yprev)
 		sc->yprev->ynext = sc->ynext;
 	else
-		rs->young_head = sc->ynext;
+		rs->young_head[l] = sc->ynext;
 	if (sc->ynext)
 		sc->ynext->yprev = sc->yprev;
 	else
-		rs->young_tail = sc->yprev;
+		rs->young_tail[l] = sc->yprev;
 	sc->yprev = sc->ynext = NULL;
 	sc->young = false;
 }
 
-static void young_add(struct rpc_sconn *sc)
+/* Append sc to unproven list l: YL_SILENT is in order of accepted_ns,
+ * YL_TALKING in order of spoke_ns. */
+static void young_add(struct rpc_sconn *sc, enum sc_ylist l)
 {
 	struct rpc_rstate *rs = &sc->srv->rs[rx_reactor_id(sc->r)];
-	sc->yprev = rs->young_tail;
+	sc->yprev = rs->young_tail[l];
 	sc->ynext = NULL;
-	if (rs->young_tail)
-		rs->young_tail->ynext = sc;
+	if (rs->young_tail[l])
+		rs->young_tail[l]->ynext = sc;
 	else
-		rs->young_head = sc;
-	rs->young_tail = sc;
+		rs->young_head[l] = sc;
+	rs->young_tail[l] = sc;
 	sc->young = true;
+	sc->ylist = (uint8_t)l;
 }
 
 /* Give back the class and host slots (at close, or at once on eviction, so
@@ -617,14 +634,21 @@ static const char *const class_setting[SC__COUNT] = {
 /*
  * Drop the oldest unproven connection of reactor rs of class k (SC__COUNT:
  * any) and, when addr is set, from that address, if it is older than
- * EVICT_GRACE_MS. false: none to drop.
+ * EVICT_GRACE_MS: a silent one if there is one, else one that has spoken
+ * but not yet proved itself. false: none to drop.
  */
 static bool evict_one(struct rpc_rstate *rs, enum sc_class k,
 		      const uint8_t *addr)
 {
-	uint64_t born_before = pc_now_ns() - RX_MS(EVICT_GRACE_MS);
-	for (struct rpc_sconn *v = rs->young_head; v; v = v->ynext) {
-		if (v->accepted_ns > born_before)
+	uint64_t now = pc_now_ns();
+	const uint64_t before[YL__COUNT] = {
+		[YL_SILENT] = now - RX_MS(EVICT_GRACE_MS),
+		[YL_TALKING] = now - RX_MS(EVICT_TALKING_GRACE_MS),
+	};
+	for (unsigned l = 0; l < YL__COUNT; l++)
+	for (struct rpc_sconn *v = rs->young_head[l]; v; v = v->ynext) {
+		uint64_t t = l == YL_SILENT ? v->accepted_ns : v->spoke_ns;
+		if (t > before[l])
 			break; /* oldest first: the rest are younger still */
 		if ((k != SC__COUNT && v->cls != k) ||
 		    (addr && memcmp(v->addr, addr, 16) != 0))
@@ -688,7 +712,7 @@ static int sc_admit(struct rpc_sconn *sc)
 	}
 	sc->counted = true;
 	if (!sc->is_unix || sc->cls == SC_PREAUTH) /* unproven: evictable */
-		young_add(sc);
+		young_add(sc, YL_SILENT);
 	return 0;
 }
 
@@ -1102,6 +1126,13 @@ static bool handle_message(struct rpc_sconn *sc, const uint8_t *p, size_t len)
 	meth->fn(call, &m.params);
 	if (sc->authed && !sc->proven)
 		sc_prove(sc); /* auth.response, or the first request */
+	else if (sc->young && sc->ylist == YL_SILENT) {
+		/* A whole, valid request (auth.challenge): an honest client
+		 * mid-handshake goes after the silent ones. */
+		young_del(sc);
+		sc->spoke_ns = pc_now_ns();
+		young_add(sc, YL_TALKING);
+	}
 	return sc->c && !rx_conn_closing(sc->c);
 }
 

@@ -248,6 +248,35 @@ def test_idle_tcp_flood_locks_out_neither_unix_nor_authenticated_clients(node_fa
     assert n.stop() == 0
 
 
+def test_client_mid_handshake_outlives_a_burst_of_silent_connections(node_factory):
+    """The oldest unproven connection was dropped for a newcomer even when it
+    had asked for its challenge and only the answer was outstanding: on a
+    loaded host an honest client lost its handshake to an idle flood."""
+    n = node_factory("--cluster-secret", SECRET, "--pool-size", "64mb",
+                     "--threads", "1", "--rpc-max-preauth-connections", "8")
+    addr = addr_of(n)
+    c = RpcClient(n.endpoint("rpc"))
+    err, ch = c.call("auth.challenge")
+    assert err is None, err
+    time.sleep(0.3)  # past the 100 ms grace every new connection gets
+    flood = []
+    try:
+        flood += open_idle(addr, 32)
+        time.sleep(0.5)
+        cn = os.urandom(32)
+        err, res = c.call("auth.response", [proof(ch["nonce"], cn, "client"), cn])
+        assert err is None, err
+        assert res["proof"] == proof(ch["nonce"], cn, "server")
+        assert c.call("node.info")[0] is None
+    finally:
+        for s in flood:
+            s.close()
+    # The burst filled the class: newcomers beyond it were closed (no silent
+    # one was old enough to drop), none of them displaced the client.
+    assert n.proc.poll() is None
+    assert n.stop() == 0
+
+
 def test_metrics_scrape_gets_through_idle_floods(node_factory):
     """The metrics port (64 connections) refused a scrape while 2,000 idle
     connections sat on it."""
