@@ -142,10 +142,16 @@ void nf_start(const struct pc_module *const *mods, unsigned n,
 	pc_modules_group_hooks(&nf.ctx, &gh);
 	if ((ret = rx_group_start(&nf.grp, (unsigned)nf.s.threads, &p, &gh)) < 0)
 		nf_fail("rx_group_start", ret);
+	/* As the server's main does: membership events reach the reactors
+	 * through ctx->group. */
+	__atomic_store_n(&nf.ctx.group, nf.grp, __ATOMIC_RELEASE);
+	__atomic_store_n(&nf.ctx.state, PC_NODE_READY, __ATOMIC_RELEASE);
 }
 
 void nf_stop(void)
 {
+	__atomic_store_n(&nf.ctx.state, PC_NODE_STOPPING, __ATOMIC_RELEASE);
+	__atomic_store_n(&nf.ctx.group, NULL, __ATOMIC_RELEASE);
 	rx_group_stop(nf.grp);
 	rx_group_join(nf.grp);
 	pc_modules_fini(&nf.ctx);
@@ -161,15 +167,19 @@ void nf_done(void)
 	pthread_mutex_unlock(&h.mu);
 }
 
-void nf_on_reactor(void (*fn)(struct rx_reactor *r, void *arg), void *arg,
-		   unsigned limit_ms)
+void nf_post(struct rx_group *grp, void (*fn)(struct rx_reactor *r, void *arg),
+	     void *arg)
 {
 	pthread_mutex_lock(&h.mu);
 	h.done = false;
 	pthread_mutex_unlock(&h.mu);
-	int ret = rx_group_post(nf.grp, 0, fn, arg);
+	int ret = rx_group_post(grp, 0, fn, arg);
 	if (ret < 0)
 		nf_fail("rx_group_post", ret);
+}
+
+void nf_wait(unsigned limit_ms)
+{
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	ts.tv_sec += limit_ms / 1000;
@@ -179,13 +189,27 @@ void nf_on_reactor(void (*fn)(struct rx_reactor *r, void *arg), void *arg,
 		ts.tv_nsec -= 1000000000L;
 	}
 	pthread_mutex_lock(&h.mu);
-	ret = 0;
+	int ret = 0;
 	while (!h.done && ret == 0)
 		ret = pthread_cond_timedwait(&h.cv, &h.mu, &ts);
 	bool done = h.done;
 	pthread_mutex_unlock(&h.mu);
 	if (!done)
 		nf_fail("a call on the reactor did not complete in time", 0);
+}
+
+void nf_on_group(struct rx_group *grp,
+		 void (*fn)(struct rx_reactor *r, void *arg), void *arg,
+		 unsigned limit_ms)
+{
+	nf_post(grp, fn, arg);
+	nf_wait(limit_ms);
+}
+
+void nf_on_reactor(void (*fn)(struct rx_reactor *r, void *arg), void *arg,
+		   unsigned limit_ms)
+{
+	nf_on_group(nf.grp, fn, arg, limit_ms);
 }
 
 /* ------------------------------------------------------------- members */

@@ -54,6 +54,15 @@ void nf_stop(void);
 void nf_on_reactor(void (*fn)(struct rx_reactor *r, void *arg), void *arg,
 		   unsigned limit_ms);
 void nf_done(void);
+/* The same in pieces, on reactor 0 of any group: post (the wait starts
+ * over), then wait for nf_done. */
+struct rx_group;
+void nf_post(struct rx_group *grp, void (*fn)(struct rx_reactor *r, void *arg),
+	     void *arg);
+void nf_wait(unsigned limit_ms);
+void nf_on_group(struct rx_group *grp,
+		 void (*fn)(struct rx_reactor *r, void *arg), void *arg,
+		 unsigned limit_ms);
 
 /* The fake client of reactor 0 (its faults; reactor 0's thread only). */
 struct tp_client *nf_client(void);
