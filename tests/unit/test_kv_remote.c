@@ -9,8 +9,8 @@
  * What is checked, with faults on (latency, jitter, reordering, drops,
  * errors, partial reads, a member departing, the node stopping mid-read):
  * never wrong (a page is the right bytes, or a miss — never other bytes),
- * each call's callback runs exactly once, and the node's staging budget is
- * all back when calls ended. Faults come from a seeded generator; the seed
+ * each call's callback runs exactly once, the node's staging budget is
+ * all back when calls ended, and no member's page stays pinned. Faults come from a seeded generator; the seed
  * is printed (PC_TEST_SEED overrides it).
  */
 #include <criterion/criterion.h>
@@ -288,11 +288,19 @@ static void setup(const struct tp_fake_opts *fo)
 	nf_member_new(&m2, "127.0.0.3:31999", "127.0.0.3:32000", 8);
 }
 
+/* Once the node stopped, no transfer holds a member's page any more. */
 static void teardown(void)
 {
 	nf_stop();
-	nf_member_free(&m1);
-	nf_member_free(&m2);
+	struct nf_member *ms[] = {&m1, &m2};
+	for (unsigned i = 0; i < 2; i++) {
+		struct pool_stats st;
+		pool_stats(ms[i]->pool, &st);
+		cr_assert_eq(st.pinned, 0, "%s: %lu pages still pinned",
+			     ms[i]->id, (unsigned long)st.pinned);
+		cr_assert_eq(pool_audit(ms[i]->pool), 0);
+		nf_member_free(ms[i]);
+	}
 }
 
 static void set_faults_run(struct rx_reactor *r, void *arg)
