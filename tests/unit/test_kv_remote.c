@@ -22,9 +22,11 @@
 
 #include "common/util.h"
 #include "modules/kv.h"
+#include "modules/membership.h"
 #include "modules/modules.h"
 #include "modules/placement.h"
 #include "storage/pool.h"
+#include "storage/ring.h"
 #include "testutil.h"
 #include "tests/fake/node_fake.h"
 
@@ -277,15 +279,29 @@ static uint64_t seed_of(void)
 	return seed ? seed : 1;
 }
 
-static void setup(const struct tp_fake_opts *fo)
+static void setup_peers(const struct tp_fake_opts *fo, const char *peers)
 {
 	nf_settings(16);
+	if (peers) {
+		free(nf.s.peers);
+		nf.s.peers = strdup(peers);
+		nf.s.directory_replicas = 1;
+	}
 	nf.s.rpc_timeout_ms = 300;      /* a dropped read ends within it */
 	nf.s.request_deadline_ms = 3000;
 	nf.s.kv_staging_max = 4u << 20;
+	if (peers) { /* reads wait for their answer, or for an event */
+		nf.s.rpc_timeout_ms = 8000;
+		nf.s.request_deadline_ms = 9000;
+	}
 	nf_start(mods, PC_ARRAY_LEN(mods), fo);
 	nf_member_new(&m1, "127.0.0.2:31999", "127.0.0.2:32000", 8);
 	nf_member_new(&m2, "127.0.0.3:31999", "127.0.0.3:32000", 8);
+}
+
+static void setup(const struct tp_fake_opts *fo)
+{
+	setup_peers(fo, NULL);
 }
 
 /* Once the node stopped, no transfer holds a member's page any more. */
@@ -594,4 +610,76 @@ Test(kv_remote, stopping_the_node_mid_read_ends_every_call_once)
 	cr_assert_eq(stopping->calls, 1, "the callback ran %d times",
 		      stopping->calls);
 	free(stopping);
+}
+
+/* Is this node key's owner in the current ring? */
+struct own_q {
+	const char *key;
+	bool self;
+};
+
+static void own_run(struct rx_reactor *r, void *arg)
+{
+	(void)r;
+	struct own_q *q = arg;
+	const struct mb_api *mb = svc_find_membership(&nf.ctx);
+	const struct svc_cluster *cl = svc_find_cluster(&nf.ctx);
+	struct ring *ring = mb->ring();
+	unsigned o;
+	cr_assert_eq(ring_owners(ring, q->key, strlen(q->key), 1, &o), 1);
+	q->self = strcmp(ring_member(ring, o), cl->self_id) == 0;
+	nf_done();
+}
+
+/*
+ * m1 is a ring member (its directory shard is never asked: the keys are
+ * this node's to own). A reload drops it from the ring while its pages are
+ * on their way: the leave event fails the reads at once (kv's subscriber),
+ * and from then on its pages are misses without a read.
+ */
+Test(kv_remote, a_member_leaving_the_ring_mid_read_fails_its_reads_at_once)
+{
+	struct tp_fake_opts fo = {.latency_us = 100, .seed = seed_of()};
+	setup_peers(&fo, "127.0.0.2:31999");
+	char names[6][40];
+	unsigned n = 0;
+	for (unsigned i = 0; i < 200 && n < 6; i++) {
+		struct own_q q = {names[n], false};
+		snprintf(names[n], sizeof(names[n]), "ring-%u", i);
+		nf_on_reactor(own_run, &q, 10000);
+		if (q.self)
+			remote_put(&m1, names[n++], 0);
+	}
+	cr_assert_eq(n, 6);
+	/* the reads take 5 s, their timeout 8 s */
+	fo.latency_us = 5000000;
+	set_faults(&fo);
+	struct call *c = call_new(2);
+	for (unsigned i = 0; i < n; i++)
+		call_add(c, names[i], 0);
+	uint64_t t0 = pc_now_ns();
+	nf_post(nf.grp, call_run, c);
+	usleep(100000);
+	struct pc_settings fresh = nf.s;
+	fresh.peers = "";
+	cr_assert_eq(pc_modules_reload(&nf.ctx, &fresh), 0);
+	nf_wait(10000);
+	uint64_t ms = (pc_now_ns() - t0) / 1000000u;
+	cr_assert_eq(c->ret, 0);
+	for (unsigned i = 0; i < n; i++)
+		cr_assert(!c->ok[i]);
+	cr_assert_lt(ms, 4000, "the reads waited %lu ms for a departed member",
+		     (unsigned long)ms);
+	assert_once(c);
+	free(c);
+	/* departed: a miss without a read, even with the member fast again */
+	fo.latency_us = 100;
+	set_faults(&fo);
+	c = call_new(2);
+	call_add(c, names[0], 0);
+	call_do(c, 10000);
+	cr_assert(!c->ok[0], "a departed member's page was read");
+	free(c);
+	assert_budget_back();
+	teardown();
 }
