@@ -109,6 +109,18 @@ struct tp_client *nf_client(void)
 	return h.svc.clients[0];
 }
 
+static void set_faults_run(struct rx_reactor *r, void *arg)
+{
+	(void)r;
+	tp_fake_client_set(nf_client(), arg);
+	nf_done();
+}
+
+void nf_set_faults(const struct tp_fake_opts *fo)
+{
+	nf_on_reactor(set_faults_run, (void *)fo, 10000);
+}
+
 /* --------------------------------------------------------------- the node */
 
 void nf_settings(unsigned pool_mb)

@@ -66,6 +66,8 @@ void nf_on_group(struct rx_group *grp,
 
 /* The fake client of reactor 0 (its faults; reactor 0's thread only). */
 struct tp_client *nf_client(void);
+/* Its faults from now on (from the test's thread). */
+void nf_set_faults(const struct tp_fake_opts *fo);
 
 /* Another member: its pool and its data endpoint on the fake transport. */
 struct nf_member {

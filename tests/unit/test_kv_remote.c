@@ -64,7 +64,8 @@ static void page_make(const char *key, unsigned ver, uint8_t *buf,
 
 /* --------------------------------------------------------------- calls */
 
-/* One kv call run on the reactor: kind 0 publish, 1 fetch, 2 get. */
+/* One kv call run on the reactor: kind 0 publish, 1 fetch, 2 get,
+ * 3 exists, 4 remove. */
 struct call {
 	int kind;
 	unsigned n;
@@ -73,6 +74,7 @@ struct call {
 	uint8_t src[N_MAX][PAGE_MAX];  /* publish: sources; fetch: dests */
 	int ret;
 	int calls;                     /* callbacks that ran */
+	unsigned count;                /* exists */
 	bool ok[N_MAX];
 	uint64_t len[N_MAX];
 	uint8_t got[N_MAX][PAGE_MAX];  /* get: copies of what was staged */
@@ -109,6 +111,13 @@ static void c_got(void *arg, const struct kv_got *got)
 	call_end(c);
 }
 
+static void c_count(void *arg, unsigned count)
+{
+	struct call *c = arg;
+	c->count = count;
+	call_end(c);
+}
+
 static void c_mid(struct rx_reactor *r, struct rx_timer *t)
 {
 	struct call *c = t->arg;
@@ -124,8 +133,12 @@ static void call_run(struct rx_reactor *r, void *arg)
 		c->ret = kv->publish(r, c->it, c->n, false, c_bools, c);
 	else if (c->kind == 1)
 		c->ret = kv->fetch(r, c->it, c->n, false, c_bools, c);
-	else
+	else if (c->kind == 2)
 		c->ret = kv->get(r, c->it, c->n, UINT64_MAX, c_got, c);
+	else if (c->kind == 3)
+		c->ret = kv->exists(r, c->it, c->n, c_count, c);
+	else
+		c->ret = kv->remove(r, c->it, c->n, c_bools, c);
 	if (c->ret < 0) {
 		nf_done();
 		return;
@@ -152,9 +165,9 @@ static void call_add(struct call *c, const char *key, unsigned ver)
 	uint64_t len = page_len(key, ver);
 	if (c->kind == 0)
 		page_make(key, ver, c->src[i], &len);
+	bool dst = c->kind <= 1;
 	c->it[i] = (struct kv_item){c->key[i], strlen(c->key[i]),
-				    c->kind == 2 ? NULL : c->src[i],
-				    c->kind == 2 ? 0 : len};
+				    dst ? c->src[i] : NULL, dst ? len : 0};
 }
 
 static void call_do(struct call *c, unsigned limit_ms)
@@ -319,18 +332,6 @@ static void teardown(void)
 	}
 }
 
-static void set_faults_run(struct rx_reactor *r, void *arg)
-{
-	(void)r;
-	tp_fake_client_set(nf_client(), arg);
-	nf_done();
-}
-
-static void set_faults(const struct tp_fake_opts *fo)
-{
-	nf_on_reactor(set_faults_run, (void *)fo, 10000);
-}
-
 /* ---------------------------------------------------------------- tests */
 
 Test(kv_remote, pages_of_other_members_arrive_through_the_transport)
@@ -462,7 +463,7 @@ Test(kv_remote, faults_give_misses_never_wrong_bytes)
 			.reorder = (d >> 26) % 2,
 			.max_chans = 1 + (unsigned)((d >> 27) % 4),
 			.seed = seed + round};
-		set_faults(&fo);
+		nf_set_faults(&fo);
 		/* a few pages get a new version first */
 		unsigned k0 = (unsigned)((d >> 30) % KEYS);
 		for (unsigned k = k0; k < k0 + 3 && k < KEYS; k++) {
@@ -491,7 +492,7 @@ Test(kv_remote, faults_give_misses_never_wrong_bytes)
 	cr_assert_gt(misses, 0, "the faults did not fault");
 	/* faults off: every page is there */
 	fo = (struct tp_fake_opts){.seed = seed};
-	set_faults(&fo);
+	nf_set_faults(&fo);
 	struct call *c = call_new(2);
 	for (unsigned k = 0; k < KEYS; k++) {
 		snprintf(key, sizeof(key), "f-%u", k);
@@ -543,7 +544,7 @@ Test(kv_remote, a_member_departing_mid_read_fails_only_its_pages)
 	}
 	/* m2 is unaffected */
 	fo.latency_us = 100;
-	set_faults(&fo);
+	nf_set_faults(&fo);
 	struct call *c = call_new(2);
 	for (unsigned i = 0; i < 4; i++) {
 		snprintf(key, sizeof(key), "x2-%u", i);
@@ -653,7 +654,7 @@ Test(kv_remote, a_member_leaving_the_ring_mid_read_fails_its_reads_at_once)
 	cr_assert_eq(n, 6);
 	/* the reads take 5 s, their timeout 8 s */
 	fo.latency_us = 5000000;
-	set_faults(&fo);
+	nf_set_faults(&fo);
 	struct call *c = call_new(2);
 	for (unsigned i = 0; i < n; i++)
 		call_add(c, names[i], 0);
@@ -674,11 +675,52 @@ Test(kv_remote, a_member_leaving_the_ring_mid_read_fails_its_reads_at_once)
 	free(c);
 	/* departed: a miss without a read, even with the member fast again */
 	fo.latency_us = 100;
-	set_faults(&fo);
+	nf_set_faults(&fo);
 	c = call_new(2);
 	call_add(c, names[0], 0);
 	call_do(c, 10000);
 	cr_assert(!c->ok[0], "a departed member's page was read");
+	free(c);
+	assert_budget_back();
+	teardown();
+}
+
+/* exists counts the leading keys whose records name a live producer (the
+ * pages themselves are not read); remove withdraws the records of other
+ * members' pages too, and their gets miss afterwards. */
+Test(kv_remote, exists_and_remove_cover_other_members_pages)
+{
+	setup(NULL);
+	remote_put(&m1, "e-0", 0);
+	remote_put(&m2, "e-1", 0);
+	remote_put(&m1, "e-3", 0);
+	struct call *c = call_new(3);
+	call_add(c, "e-0", 0);
+	call_add(c, "e-1", 0);
+	call_add(c, "e-2", 0); /* nobody has it: the count stops here */
+	call_add(c, "e-3", 0);
+	call_do(c, 10000);
+	cr_assert_eq(c->count, 2);
+	assert_once(c);
+	free(c);
+	c = call_new(4);
+	call_add(c, "e-1", 0);
+	call_add(c, "e-2", 0);
+	call_do(c, 10000);
+	cr_assert(c->ok[0] && !c->ok[1], "remove: %d %d", c->ok[0], c->ok[1]);
+	free(c);
+	c = call_new(2);
+	call_add(c, "e-0", 0);
+	call_add(c, "e-1", 0);
+	call_add(c, "e-3", 0);
+	call_do(c, 10000);
+	cr_assert(call_check(c, 0, 0) && !c->ok[1] && call_check(c, 2, 0));
+	free(c);
+	c = call_new(3);
+	call_add(c, "e-0", 0);
+	call_add(c, "e-1", 0);
+	call_do(c, 10000);
+	cr_assert_eq(c->count, 1);
 	free(c);
 	assert_budget_back();
 	teardown();

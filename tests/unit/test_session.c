@@ -549,3 +549,56 @@ Test(session, limits_and_malformed_requests_are_answered_cleanly)
 	munmap(mem, REGION);
 	teardown();
 }
+
+/* Remote pages with errors and partial reads on the way: a page reported
+ * found is byte-exact in the region; the others are reported missing. */
+Test(session, remote_pages_under_faults_are_exact_or_missing)
+{
+	setup(200);
+	enum { NR = 16, PR = 20 << 10, ROUNDS = 3 };
+	char keys[NR][24];
+	struct mv_item it[NR];
+	for (unsigned i = 0; i < NR; i++) {
+		snprintf(keys[i], sizeof(keys[i]), "flt-%u", i);
+		remote_put(keys[i], PR, 400 + i);
+		it[i] = (struct mv_item){keys[i], (uint64_t)i * PR, PR};
+	}
+	struct tp_fake_opts fo = {.latency_us = 200, .jitter_us = 400,
+				  .reorder = true, .error_pct = 30,
+				  .partial_pct = 30, .seed = 0xfa17};
+	printf("test_session: fault seed %#llx\n",
+	       (unsigned long long)fo.seed);
+	nf_set_faults(&fo);
+	struct cli c;
+	cli_open(&c);
+	uint8_t *mem;
+	int fd = memfd_new(REGION, &mem);
+	region_register(&c, 4, fd, REGION);
+	unsigned hits = 0, misses = 0;
+	for (unsigned round = 0; round < ROUNDS; round++) {
+		memset(mem, 0, REGION);
+		msgpack_sbuffer sb;
+		struct reply r;
+		move_params(&sb, 4, it, NR);
+		cli_call(&c, "session.get", &sb, -1, &r);
+		msgpack_sbuffer_destroy(&sb);
+		cr_assert(!r.error && r.n == NR, "%s", r.err);
+		for (unsigned i = 0; i < NR; i++) {
+			if (!r.bools[i]) {
+				misses++;
+				continue;
+			}
+			hits++;
+			cr_assert_eq(tu_check_pattern(mem + it[i].off, PR,
+						      400 + i, 0), -1,
+				     "%s: reported found with wrong bytes",
+				     keys[i]);
+		}
+	}
+	cr_assert_gt(hits, 0);
+	cr_assert_gt(misses, 0, "the faults did not fault");
+	cli_close(&c);
+	close(fd);
+	munmap(mem, REGION);
+	teardown();
+}
