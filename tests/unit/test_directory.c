@@ -554,6 +554,10 @@ Test(directory, records_land_on_their_owners_and_lookups_fall_back)
 	}
 	/* the ring spreads them: every member owns some */
 	cr_assert(on[0] && on[1] && on[2], "%u %u %u", on[0], on[1], on[2]);
+	/* one dir.put per owner for the whole batch */
+	for (unsigned o = 0; o < OWNERS; o++)
+		cr_assert_eq(own_calls(o, 1), 1, "owner %u: %u dir.put calls",
+			     o, own_calls(o, 1));
 	/* the producer announced itself, with an incarnation */
 	for (unsigned o = 0; o < OWNERS; o++) {
 		cr_assert_str_eq(own[o].announced, self_id);
@@ -570,7 +574,11 @@ Test(directory, records_land_on_their_owners_and_lookups_fall_back)
 	}
 	cr_assert_gt(dropped, 0);
 	struct plc *l = plc_new(1, "own", N);
+	unsigned gets0[OWNERS] = {own_calls(0, 0), own_calls(1, 0)};
 	plc_do(l);
+	/* a round asks each owner once: at most two rounds here */
+	for (unsigned o = 0; o < OWNERS; o++)
+		cr_assert_leq(own_calls(o, 0) - gets0[o], 2);
 	for (unsigned i = 0; i < N; i++) {
 		cr_assert(l->rec[i].found, "%s not found", l->kb[i]);
 		cr_assert_eq(l->rec[i].gen, 10 + i);

@@ -602,3 +602,65 @@ Test(session, remote_pages_under_faults_are_exact_or_missing)
 	munmap(mem, REGION);
 	teardown();
 }
+
+/*
+ * A client leaves (closes its connection) right after sending a large set:
+ * whatever the node stored of it is the client's bytes, never a page
+ * copied after its region was swapped for node memory. Another client
+ * then finds each page exact or missing.
+ */
+Test(session, a_client_gone_mid_set_stores_exact_pages_or_none)
+{
+	setup(100);
+	enum { NP = 40, PS = 48 << 10 };
+	char keys[NP][24];
+	struct mv_item it[NP];
+	for (unsigned round = 0; round < 3; round++) {
+		struct cli c;
+		cli_open(&c);
+		uint8_t *mem;
+		int fd = memfd_new(REGION, &mem);
+		region_register(&c, 5, fd, REGION);
+		for (unsigned i = 0; i < NP; i++) {
+			snprintf(keys[i], sizeof(keys[i]), "gone%u-%u", round,
+				 i);
+			it[i] = (struct mv_item){keys[i], (uint64_t)i * PS, PS};
+			tu_fill_pattern(mem + it[i].off, PS, 500 + i, 0);
+		}
+		msgpack_sbuffer sb;
+		move_params(&sb, 5, it, NP);
+		cli_send(&c, "session.set", &sb, -1);
+		msgpack_sbuffer_destroy(&sb);
+		if (round)
+			usleep(round * 1000);
+		cli_close(&c);
+		close(fd);
+		munmap(mem, REGION);
+		usleep(200000); /* the node notices and ends the move */
+		cli_open(&c);
+		fd = memfd_new(REGION, &mem);
+		region_register(&c, 6, fd, REGION);
+		memset(mem, 0, REGION);
+		struct reply r;
+		move_params(&sb, 6, it, NP);
+		cli_call(&c, "session.get", &sb, -1, &r);
+		msgpack_sbuffer_destroy(&sb);
+		cr_assert(!r.error && r.n == NP, "%s", r.err);
+		unsigned found = 0;
+		for (unsigned i = 0; i < NP; i++) {
+			if (!r.bools[i])
+				continue;
+			found++;
+			cr_assert_eq(tu_check_pattern(mem + it[i].off, PS,
+						      500 + i, 0), -1,
+				     "%s was stored with bytes that are not "
+				     "the client's", keys[i]);
+		}
+		printf("test_session: round %u: %u of %u pages stored before "
+		       "the client left\n", round, found, NP);
+		cli_close(&c);
+		close(fd);
+		munmap(mem, REGION);
+	}
+	teardown();
+}
