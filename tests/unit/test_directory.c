@@ -355,6 +355,10 @@ static void setup_t(unsigned replicas, unsigned timeout_ms)
 	nf_start(mods, PC_ARRAY_LEN(mods), NULL);
 	const struct svc_cluster *cl = svc_find_cluster(&nf.ctx);
 	snprintf(self_id, sizeof(self_id), "%s", cl->self_id);
+	/* Ownership follows from the ids (ports are ephemeral): say them. */
+	printf("test_directory: node %s, owners %s %s\n", self_id, own[0].id,
+	       own[1].id);
+	fflush(stdout);
 }
 
 static void setup(unsigned replicas)
