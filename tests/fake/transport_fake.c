@@ -520,6 +520,12 @@ void tp_fake_client_set(struct tp_client *tc, const struct tp_fake_opts *o)
 	tc->rng = tc->o.seed ? tc->o.seed : 1;
 }
 
+void tp_fake_client_stop(struct tp_client *tc)
+{
+	for (struct tp_peer *p = tc->peers; p; p = p->next)
+		fpeer_fail(tc, p, -ESHUTDOWN);
+}
+
 void tp_fake_client_free(struct tp_client *tc)
 {
 	PC_ASSERT(tc->batches == NULL);

@@ -1,0 +1,829 @@
+/*
+ * tests/unit/test_directory.c — the p2p directory (modules/directory.c)
+ * across a multi-member ring, in one process: the node under test (fake
+ * transport, rpc server, cluster, directory on one reactor) and two fake
+ * owners — RPC servers on 127.0.0.1 of the test's own, on a reactor group
+ * of their own, serving dir.get / dir.put / dir.del from a small table
+ * (with the conditional delete of docs/protocol.md) and able to freeze
+ * (hold every call unanswered).
+ *
+ * Covers: records land on their owners (replicas included, this node's
+ * share in its own shard) with the producer's announcement; lookups fall
+ * back to the next replica; conditional unpublish (producer, generation);
+ * a frozen owner is skipped and a lookup still ends within its deadline;
+ * a membership change (reload) moves ownership and fails calls to the
+ * member that left at once; the dir.* server side (who may publish, a
+ * producer's restart drops its stale records).
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/util.h"
+#include "modules/membership.h"
+#include "modules/modules.h"
+#include "modules/placement.h"
+#include "reactor/group.h"
+#include "rpc/client.h"
+#include "rpc/rpc.h"
+#include "storage/ring.h"
+#include "testutil.h"
+#include "tests/fake/node_fake.h"
+
+static const struct pc_module *const mods[] = {
+	&nf_mod_transport, &pc_mod_rpc_server, &pc_mod_cluster,
+	&pc_mod_directory,
+};
+
+/* ------------------------------------------------------- fake owners */
+
+#define OWN_RECS 1024
+#define OWNERS 2
+#define HELD_MAX 64
+
+struct own_rec {
+	bool used;
+	char key[64];
+	struct dir_rec rec;
+};
+
+struct owner {
+	struct rpc_server *srv;
+	uint16_t port;
+	char id[64];
+	pthread_mutex_t mu;            /* the table and counters */
+	struct own_rec recs[OWN_RECS];
+	unsigned calls[3];             /* get, put, del */
+	char announced[64];            /* dir.put's producer */
+	uint64_t inc;
+	bool frozen;                   /* reactor thread */
+	struct rpc_call *held[HELD_MAX];
+	unsigned nheld;
+};
+
+static struct owner own[OWNERS];
+static struct rx_group *own_grp;
+
+static struct owner *owner_of(struct rpc_call *call)
+{
+	for (unsigned i = 0; i < OWNERS; i++)
+		if (own[i].srv == rpc_call_server(call))
+			return &own[i];
+	cr_assert_fail("a call to no owner");
+	return NULL;
+}
+
+static struct own_rec *own_find(struct owner *o, const char *k, uint32_t n)
+{
+	for (unsigned i = 0; i < OWN_RECS; i++)
+		if (o->recs[i].used && strlen(o->recs[i].key) == n &&
+		    memcmp(o->recs[i].key, k, n) == 0)
+			return &o->recs[i];
+	return NULL;
+}
+
+/* A frozen owner holds the call (answered when it thaws). */
+static bool own_hold(struct owner *o, struct rpc_call *call)
+{
+	if (!o->frozen)
+		return false;
+	cr_assert_lt(o->nheld, HELD_MAX);
+	o->held[o->nheld++] = call;
+	return true;
+}
+
+static int rd_cstr(struct mp_rd *p, char *out, size_t cap)
+{
+	const char *s;
+	uint32_t n;
+	if (mp_rd_str(p, &s, &n) < 0 || n >= cap)
+		return -1;
+	memcpy(out, s, n);
+	out[n] = '\0';
+	return 0;
+}
+
+static void o_get(struct rpc_call *call, struct mp_rd *p)
+{
+	struct owner *o = owner_of(call);
+	if (own_hold(o, call))
+		return;
+	uint32_t n;
+	cr_assert_eq(mp_rd_array(p, &n), 0);
+	msgpack_packer *pk = rpc_reply_begin(call);
+	msgpack_pack_array(pk, n);
+	pthread_mutex_lock(&o->mu);
+	o->calls[0]++;
+	for (uint32_t i = 0; i < n; i++) {
+		const char *k;
+		uint32_t kl;
+		cr_assert_eq(mp_rd_str(p, &k, &kl), 0);
+		struct own_rec *e = own_find(o, k, kl);
+		if (!e) {
+			msgpack_pack_nil(pk);
+			continue;
+		}
+		const struct dir_rec *r = &e->rec;
+		msgpack_pack_array(pk, 7);
+		mp_pack_cstr(pk, r->node);
+		mp_pack_cstr(pk, r->data);
+		msgpack_pack_uint64(pk, r->addr);
+		msgpack_pack_uint32(pk, r->rkey);
+		msgpack_pack_uint32(pk, r->len);
+		msgpack_pack_uint64(pk, r->gen);
+		if (r->resident)
+			msgpack_pack_true(pk);
+		else
+			msgpack_pack_false(pk);
+	}
+	pthread_mutex_unlock(&o->mu);
+	rpc_reply_end(call);
+}
+
+static void o_put(struct rpc_call *call, struct mp_rd *p)
+{
+	struct owner *o = owner_of(call);
+	if (own_hold(o, call))
+		return;
+	uint32_t n, two, seven, three;
+	unsigned stored = 0;
+	cr_assert_eq(mp_rd_array(p, &n), 0);
+	pthread_mutex_lock(&o->mu);
+	o->calls[1]++;
+	for (uint32_t i = 0; i < n; i++) {
+		char key[64];
+		struct dir_rec r = {.found = true};
+		uint64_t rkey, len;
+		cr_assert(mp_rd_array(p, &two) == 0 && two == 2);
+		cr_assert_eq(rd_cstr(p, key, sizeof(key)), 0);
+		cr_assert(mp_rd_array(p, &seven) == 0 && seven == 7);
+		cr_assert(rd_cstr(p, r.node, sizeof(r.node)) == 0 &&
+			  rd_cstr(p, r.data, sizeof(r.data)) == 0 &&
+			  mp_rd_uint(p, &r.addr) == 0 &&
+			  mp_rd_uint(p, &rkey) == 0 &&
+			  mp_rd_uint(p, &len) == 0 &&
+			  mp_rd_uint(p, &r.gen) == 0 &&
+			  mp_rd_bool(p, &r.resident) == 0);
+		r.rkey = (uint32_t)rkey;
+		r.len = (uint32_t)len;
+		struct own_rec *e = own_find(o, key, (uint32_t)strlen(key));
+		for (unsigned j = 0; !e && j < OWN_RECS; j++)
+			if (!o->recs[j].used)
+				e = &o->recs[j];
+		cr_assert(e, "the fake owner's table is full");
+		e->used = true;
+		snprintf(e->key, sizeof(e->key), "%s", key);
+		e->rec = r;
+		stored++;
+	}
+	cr_assert(mp_rd_array(p, &three) == 0 && three == 3,
+		  "dir.put without the producer's announcement");
+	char data[64];
+	cr_assert(rd_cstr(p, o->announced, sizeof(o->announced)) == 0 &&
+		  rd_cstr(p, data, sizeof(data)) == 0 &&
+		  mp_rd_uint(p, &o->inc) == 0);
+	pthread_mutex_unlock(&o->mu);
+	rpc_reply_uint(call, stored);
+}
+
+static void o_del(struct rpc_call *call, struct mp_rd *p)
+{
+	struct owner *o = owner_of(call);
+	if (own_hold(o, call))
+		return;
+	uint32_t n, three;
+	cr_assert_eq(mp_rd_array(p, &n), 0);
+	bool *ok = calloc(n ? n : 1, sizeof(*ok));
+	cr_assert(ok);
+	pthread_mutex_lock(&o->mu);
+	o->calls[2]++;
+	for (uint32_t i = 0; i < n; i++) {
+		const char *k;
+		uint32_t kl;
+		char node[64] = "";
+		uint64_t gen;
+		cr_assert(mp_rd_array(p, &three) == 0 && three == 3);
+		cr_assert_eq(mp_rd_str(p, &k, &kl), 0);
+		bool any = mp_peek(p) == MP_T_NIL;
+		if (any)
+			mp_rd_nil(p);
+		else
+			cr_assert_eq(rd_cstr(p, node, sizeof(node)), 0);
+		cr_assert_eq(mp_rd_uint(p, &gen), 0);
+		struct own_rec *e = own_find(o, k, kl);
+		ok[i] = e && (any || (strcmp(e->rec.node, node) == 0 &&
+				      (gen == 0 || e->rec.gen == gen)));
+		if (ok[i])
+			e->used = false;
+	}
+	pthread_mutex_unlock(&o->mu);
+	rpc_reply_bools(call, ok, n);
+	free(ok);
+}
+
+static const struct rpc_method own_methods[] = {
+	{"dir.get", o_get, 0, "fake owner"},
+	{"dir.put", o_put, 0, "fake owner"},
+	{"dir.del", o_del, 0, "fake owner"},
+	{NULL, NULL, 0, NULL},
+};
+
+static void own_accept(struct rx_listener *l, int fd, void *arg)
+{
+	struct owner *o = arg;
+	rpc_server_accept(o->srv, rx_listener_reactor(l), fd, false);
+}
+
+static void own_listen(struct rx_reactor *r, void *arg)
+{
+	(void)arg;
+	for (unsigned i = 0; i < OWNERS; i++) {
+		int err;
+		struct rx_listener *l = rx_listen_tcp(r, "127.0.0.1", 0, false,
+						      64, own_accept, &own[i],
+						      &err);
+		cr_assert(l, "listen: %d", err);
+		own[i].port = rx_listener_port(l);
+		snprintf(own[i].id, sizeof(own[i].id), "127.0.0.1:%u",
+			 own[i].port);
+	}
+	nf_done();
+}
+
+/* Thaw (answer what was held) or freeze owner i, on its reactor. */
+struct freeze { unsigned i; bool on; };
+
+static void own_freeze_run(struct rx_reactor *r, void *arg)
+{
+	(void)r;
+	struct freeze *f = arg;
+	struct owner *o = &own[f->i];
+	o->frozen = f->on;
+	if (!f->on) {
+		for (unsigned k = 0; k < o->nheld; k++)
+			rpc_reply_error(o->held[k], RPC_E_UNAVAILABLE,
+					"was frozen");
+		o->nheld = 0;
+	}
+	nf_done();
+}
+
+static void own_freeze(unsigned i, bool on)
+{
+	struct freeze f = {i, on};
+	nf_on_group(own_grp, own_freeze_run, &f, 10000);
+}
+
+static void owners_start(void)
+{
+	struct rpc_limits lim = {.max_message_bytes = 1 << 20,
+				 .max_elements = 1 << 16, .max_depth = 16,
+				 .max_inflight = 256, .max_connections = 64,
+				 .max_fds = 0};
+	const struct rpc_method *tables[] = {own_methods};
+	for (unsigned i = 0; i < OWNERS; i++) {
+		memset(&own[i], 0, sizeof(own[i]));
+		pthread_mutex_init(&own[i].mu, NULL);
+		cr_assert_eq(rpc_server_new(&own[i].srv, &lim, tables, 1, NULL,
+					    -1, 1), 0);
+	}
+	struct rx_params p;
+	rx_params_default(&p);
+	cr_assert_eq(rx_group_start(&own_grp, 1, &p, NULL), 0);
+	nf_on_group(own_grp, own_listen, NULL, 10000);
+}
+
+static void owners_stop(void)
+{
+	for (unsigned i = 0; i < OWNERS; i++)
+		own_freeze(i, false);
+	rx_group_stop(own_grp);
+	rx_group_join(own_grp);
+	for (unsigned i = 0; i < OWNERS; i++)
+		rpc_server_free(own[i].srv);
+}
+
+static bool own_has(unsigned i, const char *key, struct dir_rec *out)
+{
+	pthread_mutex_lock(&own[i].mu);
+	struct own_rec *e = own_find(&own[i], key, (uint32_t)strlen(key));
+	if (e && out)
+		*out = e->rec;
+	pthread_mutex_unlock(&own[i].mu);
+	return e != NULL;
+}
+
+static void own_drop(unsigned i, const char *key)
+{
+	pthread_mutex_lock(&own[i].mu);
+	struct own_rec *e = own_find(&own[i], key, (uint32_t)strlen(key));
+	if (e)
+		e->used = false;
+	pthread_mutex_unlock(&own[i].mu);
+}
+
+static unsigned own_calls(unsigned i, unsigned kind)
+{
+	pthread_mutex_lock(&own[i].mu);
+	unsigned n = own[i].calls[kind];
+	pthread_mutex_unlock(&own[i].mu);
+	return n;
+}
+
+/* ------------------------------------------------- the node under test */
+
+static char self_id[160];
+
+static void setup_t(unsigned replicas, unsigned timeout_ms)
+{
+	owners_start();
+	nf_settings(8);
+	nf.s.rpc_port = 0;
+	free(nf.s.socket);
+	nf.s.socket = strdup("");
+	nf.s.directory_replicas = replicas;
+	nf.s.rpc_timeout_ms = timeout_ms;
+	nf.s.peer_probe_interval_ms = 60000; /* suspect stays suspect */
+	char peers[200];
+	snprintf(peers, sizeof(peers), "%s,%s", own[0].id, own[1].id);
+	free(nf.s.peers);
+	nf.s.peers = strdup(peers);
+	nf_start(mods, PC_ARRAY_LEN(mods), NULL);
+	const struct svc_cluster *cl = svc_find_cluster(&nf.ctx);
+	snprintf(self_id, sizeof(self_id), "%s", cl->self_id);
+	/* Ownership follows from the ids (ports are ephemeral): say them. */
+	printf("test_directory: node %s, owners %s %s\n", self_id, own[0].id,
+	       own[1].id);
+	fflush(stdout);
+}
+
+static void setup(unsigned replicas)
+{
+	setup_t(replicas, 1000);
+}
+
+static void teardown(void)
+{
+	nf_stop();
+	owners_stop();
+}
+
+/* Owners of key in the current ring: 0, 1 (fake owners) or 2 (self). */
+struct owners_q {
+	const char *key;
+	unsigned n, who[4];
+	uint64_t epoch;
+};
+
+static void owners_run(struct rx_reactor *r, void *arg)
+{
+	(void)r;
+	struct owners_q *q = arg;
+	const struct mb_api *mb = svc_find_membership(&nf.ctx);
+	struct ring *ring = mb->ring();
+	unsigned idx[4];
+	q->epoch = mb->epoch();
+	q->n = ring_owners(ring, q->key, strlen(q->key),
+			   (unsigned)nf.s.directory_replicas, idx);
+	for (unsigned i = 0; i < q->n; i++) {
+		const char *m = ring_member(ring, idx[i]);
+		q->who[i] = strcmp(m, own[0].id) == 0   ? 0
+			    : strcmp(m, own[1].id) == 0 ? 1
+							: 2;
+	}
+	nf_done();
+}
+
+static struct owners_q owners(const char *key)
+{
+	struct owners_q q = {.key = key};
+	nf_on_reactor(owners_run, &q, 10000);
+	return q;
+}
+
+/* Placement calls: kind 0 publish, 1 lookup, 2 unpublish. */
+#define N 64
+
+struct plc {
+	int kind;
+	unsigned n;
+	char kb[N][24];
+	const char *k[N];
+	size_t kl[N];
+	struct dir_rec rec[N];
+	bool flags[N];
+	const char *node;
+	uint64_t gens[N];
+	bool use_gens;
+	uint64_t deadline_ns;
+	int ret;
+	int calls;
+};
+
+static void plc_done(void *arg)
+{
+	struct plc *c = arg;
+	if (++c->calls == 1)
+		nf_done();
+}
+
+static void plc_run(struct rx_reactor *r, void *arg)
+{
+	struct plc *c = arg;
+	const struct pl_ops *pl = svc_find_placement(&nf.ctx);
+	struct dir_keys k = {c->k, c->kl, c->n};
+	c->calls = 0;
+	if (c->kind == 0)
+		c->ret = pl->publish(r, &k, c->rec, c->flags, c->deadline_ns,
+				     plc_done, c);
+	else if (c->kind == 1)
+		c->ret = pl->lookup(r, &k, c->rec, c->deadline_ns, plc_done, c);
+	else
+		c->ret = pl->unpublish(r, &k, c->node,
+				       c->use_gens ? c->gens : NULL, c->flags,
+				       c->deadline_ns, plc_done, c);
+	if (c->ret < 0)
+		nf_done();
+}
+
+static struct plc *plc_new(int kind, const char *prefix, unsigned n)
+{
+	struct plc *c = calloc(1, sizeof(*c));
+	cr_assert(c);
+	c->kind = kind;
+	c->n = n;
+	for (unsigned i = 0; i < n; i++) {
+		snprintf(c->kb[i], sizeof(c->kb[i]), "%s-%u", prefix, i);
+		c->k[i] = c->kb[i];
+		c->kl[i] = strlen(c->kb[i]);
+	}
+	return c;
+}
+
+static void plc_do(struct plc *c)
+{
+	nf_on_reactor(plc_run, c, 20000);
+	cr_assert_eq(c->ret, 0);
+	usleep(20000);
+	cr_assert_eq(c->calls, 1, "done ran %d times", c->calls);
+}
+
+static struct dir_rec rec_of(unsigned i, uint64_t gen)
+{
+	struct dir_rec r = {.found = true, .resident = true,
+			    .addr = 0x10000 + i * 4096, .rkey = 77,
+			    .len = 4096, .gen = gen};
+	snprintf(r.node, sizeof(r.node), "%s", self_id);
+	snprintf(r.data, sizeof(r.data), "127.0.0.1:2");
+	return r;
+}
+
+/* This node's own shard, through its dir.get (over TCP). */
+static bool self_has(const char *key, uint64_t *gen)
+{
+	const struct svc_cluster *cl = svc_find_cluster(&nf.ctx);
+	int err;
+	struct rpc_sync_opts so;
+	rpc_sync_opts_default(&so);
+	struct rpc_sync *s = rpc_sync_new(cl->self_id, &so, &err);
+	cr_assert(s, "rpc_sync_new: %d", err);
+	msgpack_sbuffer sb;
+	msgpack_packer pk;
+	msgpack_sbuffer_init(&sb);
+	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+	msgpack_pack_array(&pk, 1);
+	msgpack_pack_array(&pk, 1);
+	mp_pack_cstr(&pk, key);
+	struct rpc_sync_reply rep;
+	cr_assert_eq(rpc_sync_call(s, "dir.get", sb.data, sb.size, NULL, 0,
+				   5000, &rep), 0);
+	cr_assert_eq(rep.res.err, 0);
+	uint32_t n, seven;
+	cr_assert(mp_rd_array(&rep.res.result, &n) == 0 && n == 1);
+	bool found = mp_peek(&rep.res.result) != MP_T_NIL;
+	if (found) {
+		const char *sv;
+		uint32_t sl;
+		uint64_t u;
+		cr_assert(mp_rd_array(&rep.res.result, &seven) == 0);
+		mp_rd_str(&rep.res.result, &sv, &sl);
+		mp_rd_str(&rep.res.result, &sv, &sl);
+		mp_rd_uint(&rep.res.result, &u);
+		mp_rd_uint(&rep.res.result, &u);
+		mp_rd_uint(&rep.res.result, &u);
+		mp_rd_uint(&rep.res.result, gen);
+	}
+	rpc_sync_reply_free(&rep);
+	msgpack_sbuffer_destroy(&sb);
+	rpc_sync_free(s);
+	return found;
+}
+
+/* ---------------------------------------------------------------- tests */
+
+Test(directory, records_land_on_their_owners_and_lookups_fall_back)
+{
+	setup(2);
+	struct plc *c = plc_new(0, "own", N);
+	for (unsigned i = 0; i < N; i++)
+		c->rec[i] = rec_of(i, 10 + i);
+	plc_do(c);
+	unsigned on[3] = {0};
+	for (unsigned i = 0; i < N; i++) {
+		cr_assert(c->flags[i], "%s not stored", c->kb[i]);
+		struct owners_q q = owners(c->kb[i]);
+		cr_assert_eq(q.n, 2);
+		bool want[3] = {false, false, false};
+		for (unsigned a = 0; a < q.n; a++)
+			want[q.who[a]] = true;
+		uint64_t gen = 0;
+		struct dir_rec got;
+		for (unsigned o = 0; o < OWNERS; o++) {
+			cr_assert_eq(own_has(o, c->kb[i], &got), want[o],
+				     "%s on owner %u: %d", c->kb[i], o, !want[o]);
+			if (want[o])
+				cr_assert(got.gen == 10 + i && got.len == 4096 &&
+					  strcmp(got.node, self_id) == 0);
+		}
+		cr_assert_eq(self_has(c->kb[i], &gen), want[2], "%s here",
+			     c->kb[i]);
+		if (want[2])
+			cr_assert_eq(gen, 10 + i);
+		for (unsigned o = 0; o < 3; o++)
+			on[o] += want[o];
+	}
+	/* the ring spreads them: every member owns some */
+	cr_assert(on[0] && on[1] && on[2], "%u %u %u", on[0], on[1], on[2]);
+	/* one dir.put per owner for the whole batch */
+	for (unsigned o = 0; o < OWNERS; o++)
+		cr_assert_eq(own_calls(o, 1), 1, "owner %u: %u dir.put calls",
+			     o, own_calls(o, 1));
+	/* the producer announced itself, with an incarnation */
+	for (unsigned o = 0; o < OWNERS; o++) {
+		cr_assert_str_eq(own[o].announced, self_id);
+		cr_assert_neq(own[o].inc, 0);
+	}
+	/* a record missing on its first owner is found on the second */
+	unsigned dropped = 0;
+	for (unsigned i = 0; i < N; i++) {
+		struct owners_q q = owners(c->kb[i]);
+		if (q.who[0] < OWNERS) {
+			own_drop(q.who[0], c->kb[i]);
+			dropped++;
+		}
+	}
+	cr_assert_gt(dropped, 0);
+	struct plc *l = plc_new(1, "own", N);
+	unsigned gets0[OWNERS] = {own_calls(0, 0), own_calls(1, 0)};
+	plc_do(l);
+	/* a round asks each owner once: at most two rounds here */
+	for (unsigned o = 0; o < OWNERS; o++)
+		cr_assert_leq(own_calls(o, 0) - gets0[o], 2);
+	for (unsigned i = 0; i < N; i++) {
+		cr_assert(l->rec[i].found, "%s not found", l->kb[i]);
+		cr_assert_eq(l->rec[i].gen, 10 + i);
+	}
+	struct plc *none = plc_new(1, "nobody", 8);
+	plc_do(none);
+	for (unsigned i = 0; i < 8; i++)
+		cr_assert(!none->rec[i].found);
+	free(c);
+	free(l);
+	free(none);
+	teardown();
+}
+
+/* Unpublish by (producer, generation) removes only that; by producer any
+ * of its generations; the other producer's records stay — on every owner
+ * and in this node's shard. */
+Test(directory, unpublish_is_conditional_on_producer_and_generation)
+{
+	setup(2);
+	struct plc *c = plc_new(0, "cond", 16);
+	for (unsigned i = 0; i < 16; i++)
+		c->rec[i] = rec_of(i, 100 + i);
+	plc_do(c);
+	/* stale generation for even keys, the right one for odd keys */
+	struct plc *u = plc_new(2, "cond", 16);
+	u->node = self_id;
+	u->use_gens = true;
+	for (unsigned i = 0; i < 16; i++)
+		u->gens[i] = i % 2 ? 100 + i : 99;
+	plc_do(u);
+	for (unsigned i = 0; i < 16; i++)
+		cr_assert_eq(u->flags[i], i % 2 == 1, "%s", u->kb[i]);
+	/* another producer's name removes nothing */
+	struct plc *v = plc_new(2, "cond", 16);
+	v->node = "127.0.0.9:1";
+	plc_do(v);
+	for (unsigned i = 0; i < 16; i++)
+		cr_assert(!v->flags[i]);
+	struct plc *l = plc_new(1, "cond", 16);
+	plc_do(l);
+	for (unsigned i = 0; i < 16; i++) {
+		cr_assert_eq(l->rec[i].found, i % 2 == 0, "%s", l->kb[i]);
+		struct owners_q q = owners(l->kb[i]);
+		for (unsigned a = 0; a < q.n; a++) {
+			uint64_t gen;
+			bool has = q.who[a] == 2 ? self_has(l->kb[i], &gen)
+						 : own_has(q.who[a], l->kb[i],
+							   NULL);
+			cr_assert_eq(has, i % 2 == 0, "%s on %u", l->kb[i],
+				     q.who[a]);
+		}
+	}
+	/* the producer with no generations: any of its records */
+	struct plc *w = plc_new(2, "cond", 16);
+	w->node = self_id;
+	plc_do(w);
+	for (unsigned i = 0; i < 16; i++)
+		cr_assert_eq(w->flags[i], i % 2 == 0);
+	plc_do(l);
+	for (unsigned i = 0; i < 16; i++)
+		cr_assert(!l->rec[i].found);
+	free(c);
+	free(u);
+	free(v);
+	free(w);
+	free(l);
+	teardown();
+}
+
+/* An owner that stops answering: a lookup it owns first still ends within
+ * its deadline and finds the replica; publishes store on the others and
+ * count; the owner becomes suspect and is not asked again. */
+Test(directory, a_frozen_owner_is_skipped_within_the_deadline)
+{
+	setup(2);
+	struct plc *c = plc_new(0, "fz", N);
+	for (unsigned i = 0; i < N; i++)
+		c->rec[i] = rec_of(i, 5);
+	plc_do(c);
+	own_freeze(0, true);
+	struct plc *l = plc_new(1, "fz", N);
+	l->deadline_ns = pc_now_ns() + 3000000000ull;
+	plc_do(l);
+	cr_assert_lt(pc_now_ns(), l->deadline_ns + 3000000000ull,
+		     "the lookup outlived its deadline by over 3 s");
+	for (unsigned i = 0; i < N; i++)
+		cr_assert(l->rec[i].found, "%s: the replica was not asked",
+			  l->kb[i]);
+	/* suspect now: nothing more goes to it */
+	unsigned before = own_calls(0, 0) + own_calls(0, 1);
+	unsigned held = own[0].nheld;
+	struct plc *p = plc_new(0, "fz2", N);
+	for (unsigned i = 0; i < N; i++)
+		p->rec[i] = rec_of(i, 6);
+	plc_do(p);
+	for (unsigned i = 0; i < N; i++)
+		cr_assert(p->flags[i], "%s not stored", p->kb[i]);
+	plc_do(l);
+	cr_assert_eq(own_calls(0, 0) + own_calls(0, 1), before);
+	cr_assert_eq(own[0].nheld, held, "the suspect owner was called");
+	free(c);
+	free(l);
+	free(p);
+	teardown();
+}
+
+/* A membership change (a reload dropping owner 1): the epoch grows, owner
+ * 1 owns nothing any more, and a lookup waiting on it (frozen) ends at
+ * once with the leave event instead of at its deadline. */
+static void lookup_async(struct rx_reactor *r, void *arg)
+{
+	struct plc *c = arg;
+	const struct pl_ops *pl = svc_find_placement(&nf.ctx);
+	struct dir_keys k = {c->k, c->kl, c->n};
+	c->calls = 0;
+	c->ret = pl->lookup(r, &k, c->rec, c->deadline_ns, plc_done, c);
+	/* not nf_done: plc_done signals when the lookup ends */
+}
+
+Test(directory, a_member_leaving_moves_ownership_and_ends_its_calls)
+{
+	setup_t(1, 10000); /* a call to a frozen owner would wait 10 s */
+	/* keys owned (first) by owner 1 */
+	struct plc *l = plc_new(1, "mv", N);
+	unsigned n1 = 0;
+	for (unsigned i = 0; i < N && n1 < 8; i++)
+		if (owners(l->kb[i]).who[0] == 1) {
+			snprintf(l->kb[n1], sizeof(l->kb[0]), "mv-%u", i);
+			l->kl[n1] = strlen(l->kb[n1]);
+			n1++;
+		}
+	cr_assert_gt(n1, 0);
+	l->n = n1;
+	uint64_t epoch0 = owners("x").epoch;
+	own_freeze(1, true);
+	l->deadline_ns = pc_now_ns() + 20000000000ull; /* 20 s */
+	uint64_t t0 = pc_now_ns();
+	nf_post(nf.grp, lookup_async, l);
+	usleep(100000);
+	struct pc_settings fresh = nf.s;
+	fresh.peers = own[0].id;
+	cr_assert_eq(pc_modules_reload(&nf.ctx, &fresh), 0);
+	/* plc_done signals: wait for it */
+	nf_wait(15000);
+	uint64_t ms = (pc_now_ns() - t0) / 1000000u;
+	cr_assert_eq(l->ret, 0);
+	cr_assert_lt(ms, 4000, "the lookup waited %lu ms for a departed owner",
+		     (unsigned long)ms);
+	struct owners_q q = owners("x");
+	cr_assert_gt(q.epoch, epoch0);
+	for (unsigned i = 0; i < N; i++) {
+		char k[24];
+		snprintf(k, sizeof(k), "mv-%u", i);
+		cr_assert_neq(owners(k).who[0], 1, "%s still on the departed "
+			      "owner", k);
+	}
+	free(l);
+	teardown();
+}
+
+/* The server side: who may dir.put here, and a producer's restart. */
+static int put_as(struct rpc_sync *s, const char *key, const char *node,
+		  const char *data, uint64_t gen, uint64_t inc, char *code)
+{
+	msgpack_sbuffer sb;
+	msgpack_packer pk;
+	msgpack_sbuffer_init(&sb);
+	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+	msgpack_pack_array(&pk, 2);
+	msgpack_pack_array(&pk, 1);
+	msgpack_pack_array(&pk, 2);
+	mp_pack_cstr(&pk, key);
+	msgpack_pack_array(&pk, 7);
+	mp_pack_cstr(&pk, node);
+	mp_pack_cstr(&pk, data);
+	msgpack_pack_uint64(&pk, 0x1000);
+	msgpack_pack_uint32(&pk, 1);
+	msgpack_pack_uint32(&pk, 4096);
+	msgpack_pack_uint64(&pk, gen);
+	msgpack_pack_true(&pk);
+	msgpack_pack_array(&pk, 3);
+	mp_pack_cstr(&pk, node);
+	mp_pack_cstr(&pk, data);
+	msgpack_pack_uint64(&pk, inc);
+	struct rpc_sync_reply rep;
+	int ret = rpc_sync_call(s, "dir.put", sb.data, sb.size, NULL, 0, 5000,
+				&rep);
+	cr_assert_eq(ret, 0);
+	ret = rep.res.err;
+	snprintf(code, 32, "%s", rep.res.code);
+	rpc_sync_reply_free(&rep);
+	msgpack_sbuffer_destroy(&sb);
+	return ret;
+}
+
+static struct rpc_sync *sync_new(void)
+{
+	int err;
+	struct rpc_sync_opts so;
+	rpc_sync_opts_default(&so);
+	so.max_idle = 1; /* one connection: dir.put binds it */
+	struct rpc_sync *s = rpc_sync_new(self_id, &so, &err);
+	cr_assert(s, "%d", err);
+	return s;
+}
+
+Test(directory, dir_put_checks_its_producer_and_drops_a_restarted_ones)
+{
+	setup(1);
+	char code[32];
+	struct rpc_sync *s = sync_new();
+	/* this node's own name */
+	cr_assert_eq(put_as(s, "k", self_id, "127.0.0.1:2", 1, 1, code),
+		     -EREMOTEIO);
+	cr_assert_str_eq(code, RPC_E_FORBIDDEN);
+	/* producer and data endpoint on different hosts */
+	cr_assert_eq(put_as(s, "k", "127.0.0.5:1", "127.0.0.6:2", 1, 1, code),
+		     -EREMOTEIO);
+	cr_assert_str_eq(code, RPC_E_FORBIDDEN);
+	/* a producer's records, incarnation 1 (a connection binds to it) */
+	cr_assert_eq(put_as(s, "p-0", "127.0.0.5:1", "127.0.0.5:2", 3, 1,
+			    code), 0);
+	cr_assert_eq(put_as(s, "p-1", "127.0.0.5:1", "127.0.0.5:2", 4, 1,
+			    code), 0);
+	cr_assert_eq(put_as(s, "q-0", "127.0.0.5:1", "127.0.0.5:2", 4, 7,
+			    code), -EREMOTEIO, "one connection, two "
+		     "incarnations");
+	cr_assert_str_eq(code, RPC_E_FORBIDDEN);
+	uint64_t gen;
+	cr_assert(self_has("p-0", &gen) && gen == 3);
+	cr_assert(!self_has("q-0", &gen));
+	rpc_sync_free(s);
+	/* the producer restarts (incarnation 2, a new connection): its
+	 * records of incarnation 1 are stale and dropped */
+	s = sync_new();
+	cr_assert_eq(put_as(s, "p-2", "127.0.0.5:1", "127.0.0.5:2", 1, 2,
+			    code), 0);
+	cr_assert(!self_has("p-0", &gen), "a stale record survived a restart");
+	cr_assert(!self_has("p-1", &gen));
+	cr_assert(self_has("p-2", &gen) && gen == 1);
+	rpc_sync_free(s);
+	teardown();
+}
