@@ -189,9 +189,26 @@ def pool_on(alloc_fn, layout):
     return pool
 
 
-def check_moves(tag, extra, layout, node, allocs, hs, bf, store):
+def asymmetric_pool_on(mm, layout):
+    """fake_pools' asymmetric MHA pool (K and V apart, as SGLang's
+    AsymmetricMHATokenToKVPoolHost) on two alloc_shm allocations."""
+    from fake_pools import AsymmetricMHAPool
+    maps = []
+
+    def alloc(shape, dtype):
+        tensor, fd, m = mm.alloc_shm(shape, dtype)
+        maps.append(m)
+        return tensor, fd
+
+    pool = AsymmetricMHAPool(layout, alloc=alloc)
+    pool.allocator.mms = maps
+    return pool
+
+
+def check_moves(tag, extra, layout, node, allocs, hs, bf, store, mm=None):
     """Build the backend through SGLang's factory from one extra-config and
-    move pages through a host pool of SGLang's matching allocator."""
+    move pages through a host pool of SGLang's matching allocator (with mm:
+    an asymmetric K/V pool on two alloc_shm allocations)."""
     import torch
     # What the controller hands the factory: the JSON minus the keys
     # the tree cache and the controller pop, plus our socket.
@@ -208,13 +225,17 @@ def check_moves(tag, extra, layout, node, allocs, hs, bf, store):
            "%s: StorageBackendFactory.create_backend('dynamic') built "
            "PeerCacheStore" % tag)
     shared = extra.get("allocator") == "shm"
-    pa = pool_on(allocs["shm" if shared else "default"], layout)
-    pb = pool_on(allocs["shm" if shared else "default"], layout)
+    if mm is not None:
+        pa, pb = asymmetric_pool_on(mm, layout), asymmetric_pool_on(mm, layout)
+    else:
+        pa = pool_on(allocs["shm" if shared else "default"], layout)
+        pb = pool_on(allocs["shm" if shared else "default"], layout)
     backend_obj.register_mem_pool_host(pa)
-    is_shared = backend_obj._region is not None
-    report(is_shared == shared, "%s: host pool %s" % (
-        tag, "shared with the node (alloc_shm's memfd)" if shared else
-        "staged (default allocator: no descriptor)"))
+    regions = len(backend_obj._regions)
+    want = (2 if mm is not None else 1) if shared else 0
+    report(regions == want, "%s: host pool %s" % (
+        tag, ("shared with the node (%d alloc_shm memfd(s))" % want) if shared else
+        "staged (default allocator: no descriptor)"), "%d region(s)" % regions)
     n = 8
     # Keys of this check only: every line writes its own pages.
     check_moves.calls = getattr(check_moves, "calls", 0) + 1
@@ -305,6 +326,8 @@ def main():
                 plain = {k: v for k, v in extra.items() if k != "allocator"}
                 check_moves(tag + " without \"allocator\"", plain, layout, node,
                             allocs, hs, bf, store)
+                check_moves(tag + ", asymmetric K/V pool", extra, layout, node,
+                            allocs, hs, bf, store, mm=mm)
     finally:
         node.stop()
     print("%d check(s) failed" % len(failures) if failures else "all checks passed")

@@ -18,7 +18,7 @@ from conftest import BUILD, ROOT  # noqa: E402
 sys.path.insert(0, os.path.join(ROOT, "python"))
 os.environ.setdefault("PEERCACHE_LIBRARY", os.path.join(BUILD, "client", "libpeercache.so.0"))
 
-from fake_pools import MHAPool, MLAPool, indices  # noqa: E402
+from fake_pools import AsymmetricMHAPool, MHAPool, MLAPool, indices  # noqa: E402
 from peercache._hicache import HiCacheStorageConfig  # noqa: E402
 from peercache.store import PeerCacheStore  # noqa: E402
 
@@ -190,3 +190,32 @@ def test_buffer_only_mla_rank1_reads_what_rank0_wrote(cluster):
     s0.close()
     s1.close()
     assert a.stop() == 0
+
+
+@pytest.mark.parametrize("shm", [True, False], ids=["memfd", "staging"])
+@pytest.mark.parametrize("layout", ["page_first", "page_first_direct"])
+def test_asymmetric_pool_shared_as_two_regions(cluster, layout, shm):
+    """K and V in two memfds are shared as two regions (no staged byte);
+    without descriptors the same pool is staged; pages cross nodes
+    byte-identical either way."""
+    a, b = cluster(2, "--pool-size", "64mb")
+    pa, pb = AsymmetricMHAPool(layout, shm=shm), AsymmetricMHAPool(layout, shm=shm)
+    sa, sb = shim(a), shim(b)
+    sa.register_mem_pool_host(pa)
+    sb.register_mem_pool_host(pb)
+    assert len(sa._regions) == (2 if shm else 0)
+    n = 6
+    keys = ["asym-%s-%053d" % (layout, i) for i in range(n)]
+    for p in range(n):
+        pa.fill_page(p, 300 + p)
+    assert sa.batch_set_v1(keys, indices(n, pa.page_size)) == [True] * n
+    assert sb.batch_exists(keys) == n
+    assert sb.batch_get_v1(keys, indices(n, pb.page_size)) == [True] * n
+    for p in range(n):
+        assert pb.page_bytes(p) == pa.page_bytes(p), "page %d differs" % p
+    staged = sa.stats()["staged_bytes"] + sb.stats()["staged_bytes"]
+    assert (staged == 0) if shm else (staged > 0)
+    for s in (sa, sb):
+        s.close()
+    for nd in (a, b):
+        assert nd.stop() == 0
