@@ -99,6 +99,25 @@ def test_install_into_a_tempdir_then_import_and_move_pages(node_factory, tmp_pat
     assert node.stop() == 0
 
 
+def test_install_user_site(tmp_path):
+    """--user: the interpreter's user site of $HOME, importable without
+    PYTHONPATH."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PEERCACHE_")}
+    env["HOME"] = str(tmp_path)
+    r = subprocess.run([INSTALL, "--user"], capture_output=True, text=True, env=env,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().startswith(str(tmp_path) + os.sep)
+    r = subprocess.run(["/usr/bin/python3", "-c",
+                        "import peercache, importlib.metadata as m; "
+                        "print(peercache.__file__, m.version('peercache'))"],
+                       capture_output=True, text=True, env=env, cwd=str(tmp_path),
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    path, version = r.stdout.split()
+    assert path.startswith(str(tmp_path) + os.sep) and version == "0.1.0"
+
+
 def test_install_refuses_bad_arguments(tmp_path):
     r = install("--target")
     assert r.returncode != 0 and "--target needs" in r.stderr
