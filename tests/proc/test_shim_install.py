@@ -3,7 +3,8 @@ temporary directory with Debian's Python alone, and a fresh interpreter that
 sees only that directory imports it (with the libpeercache copied next to it)
 and moves pages through a node; and SGLang's buffer_only host mode, where a
 host slot is freed as soon as its set returns and reused at once, and the
-existence query and the read sit on the TTFT path."""
+existence query and the read sit on the TTFT path; and a host pool in two
+shm allocations (SGLang's asymmetric K/V pool) shared as two regions."""
 import json
 import os
 import subprocess
@@ -28,7 +29,7 @@ LIB = os.path.join(BUILD, "client", "libpeercache.so.0")
 # Run by a fresh interpreter whose path holds the install directory and the
 # fake pools only: the package and the library must come from the install.
 USE_INSTALLED = r"""
-import importlib.metadata, json, os, sys
+import importlib, importlib.metadata, json, os, sys
 site, socket_path = sys.argv[1], sys.argv[2]
 import peercache, peercache.client, peercache.store
 from fake_pools import MHAPool, indices
@@ -38,7 +39,8 @@ cfg = HiCacheStorageConfig(model_name="kit/model")
 cfg.extra_config = {"backend_name": "peercache", "module_path": "peercache.store",
                     "class_name": "PeerCacheStore", "interface_v1": 1,
                     "allocator": "shm", "socket": socket_path}
-cls = getattr(__import__("peercache.store", fromlist=["x"]), "PeerCacheStore")
+# As SGLang's StorageBackendFactory loads a dynamic backend:
+cls = getattr(importlib.import_module("peercache.store"), "PeerCacheStore")
 store = cls(cfg, {})
 a, b = MHAPool("page_first", shm=True), MHAPool("page_first", shm=True)
 store.register_mem_pool_host(a)
