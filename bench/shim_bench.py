@@ -28,20 +28,15 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "tests", "proc"))
-sys.path.insert(0, os.path.join(REPO, "python"))
+from shim_bench_common import BUILD, Nodes, parse_sizes, save_results, timed  # paths first
 
 env = os.environ
-BUILD = env.get("PEERCACHE_BUILD_DIR", os.path.join(REPO, "build"))
-env.setdefault("PEERCACHE_LIBRARY", os.path.join(BUILD, "client", "libpeercache.so.0"))
 P2P_BIN = env.get("PC_P2P_BENCH", os.path.join(BUILD, "bench", "pc-p2p-bench"))
 
 import torch  # noqa: E402
-from conftest import Node, free_ports, metrics_of  # noqa: E402
+from conftest import free_ports, metrics_of  # noqa: E402
 from fake_pools import MLAPool, indices  # noqa: E402
 from peercache._hicache import HiCacheStorageConfig  # noqa: E402
 from peercache.store import PeerCacheStore  # noqa: E402
@@ -54,16 +49,7 @@ def log(msg):
     print("shim_bench: " + msg, file=sys.stderr, flush=True)
 
 
-def parse_size(s):
-    s = s.strip().lower()
-    mult = {"k": 1 << 10, "m": 1 << 20}.get(s[-1:], 1)
-    n = int(s[:-1] if s[-1:] in "km" else s) * mult
-    if n not in GEOMETRY:
-        raise SystemExit("shim_bench: SIZES: %s is not one of 256k, 4m" % s)
-    return n
-
-
-SIZES = [parse_size(s) for s in env.get("SIZES", "256k 4m").split()]
+SIZES = parse_sizes("shim_bench", env.get("SIZES", "256k 4m"), GEOMETRY)
 RUNS = int(env.get("RUNS", "5"))
 BATCH = int(env.get("BATCH", "128"))
 REP_MB = int(env.get("REP_MB", "256"))
@@ -73,20 +59,8 @@ RESULTS_DIR = env.get("RESULTS_DIR", os.path.join(BUILD, "bench-results"))
 if RUNS < 1 or BATCH < 1 or BATCH > 1024 or REP_MB < 1:
     raise SystemExit("shim_bench: RUNS, BATCH (1..1024) and REP_MB must be positive")
 
-work = tempfile.mkdtemp(prefix="pc-shim-bench-")
-nodes = []
-
-
-def node(name, *args):
-    d = os.path.join(work, name)
-    os.makedirs(d)
-    n = Node(["--bind", "127.0.0.1", "--data-port", "0", "--meta-port", "0",
-              "--metrics-port", "0", "--threads", NODE_THREADS,
-              "--socket", os.path.join(d, "node.sock"), "--log-level", "info"]
-             + list(args), tmpdir=d)
-    nodes.append(n)
-    n.wait_for("ready")
-    return n
+NODES = Nodes("pc-shim-bench-", NODE_THREADS)
+node = NODES.start
 
 
 def shim(nd):
@@ -107,12 +81,6 @@ def counters(nd):
 
 def delta(after, before):
     return {k: after[k] - before[k] for k in after}
-
-
-def timed(fn):
-    t0 = time.perf_counter()
-    r = fn()
-    return time.perf_counter() - t0, r
 
 
 def p2p_round(port, size):
@@ -234,7 +202,6 @@ def fmt(t):
 
 
 def main():
-    os.makedirs(RESULTS_DIR, exist_ok=True)
     ts = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     load0 = open("/proc/loadavg").read().split()[:3]
     pa_port, pb_port = free_ports(2)
@@ -298,19 +265,15 @@ def main():
           "Nodes: peercached --threads %s; p2p: pc-p2p-bench --target p2p, 1 thread, "
           "batch %d, %s s per round, against a third node; load average %s -> %s."
           % (NODE_THREADS, BATCH, P2P_SECONDS, " ".join(load0), " ".join(load1)))
-    path = os.path.join(RESULTS_DIR, "shim-%s.json" % ts)
-    with open(path, "w") as f:
-        json.dump({"bench": "shim", "ts": ts, "batch": BATCH, "runs": RUNS,
-                   "node_threads": NODE_THREADS, "loadavg": [load0, load1],
-                   "rounds": {str(k): v for k, v in results.items()},
-                   "summary": {str(k): v for k, v in summary.items()}}, f, indent=1)
-    print("Results: %s" % path)
+    save_results(RESULTS_DIR, {
+        "bench": "shim", "ts": ts, "batch": BATCH, "runs": RUNS,
+        "node_threads": NODE_THREADS, "loadavg": [load0, load1],
+        "rounds": {str(k): v for k, v in results.items()},
+        "summary": {str(k): v for k, v in summary.items()}})
 
 
 if __name__ == "__main__":
     try:
         main()
     finally:
-        for n in nodes:
-            if n.proc.poll() is None:
-                n.stop()
+        NODES.stop_all()

@@ -2,8 +2,9 @@
 
 Every call blocks in C with the GIL released (ctypes.CDLL releases it), so
 many Python threads can move pages at once. The library is found through
-$PEERCACHE_LIBRARY, then the system's library path (libpeercache.so.0), then
-the usual install and build locations.
+$PEERCACHE_LIBRARY, then a copy in the package directory (install-shim.sh
+--with-lib), then the system's library path (libpeercache.so.0), then the
+usual install and build locations.
 """
 import contextlib
 import ctypes
@@ -47,11 +48,13 @@ _lib = None
 def _find_library():
     env = os.environ.get("PEERCACHE_LIBRARY")
     candidates = [env] if env else []
+    here = os.path.dirname(os.path.abspath(__file__))
+    # A copy next to the package (scripts/install-shim.sh --with-lib).
+    candidates.append(os.path.join(here, "libpeercache.so.0"))
     found = ctypes.util.find_library("peercache")
     if found:
         candidates.append(found)
     candidates += list(_PATHS)
-    here = os.path.dirname(os.path.abspath(__file__))
     candidates.append(os.path.join(here, "..", "..", "build", "client", "libpeercache.so.0"))
     for path in candidates:
         if path and (os.path.exists(path) or "/" not in path):

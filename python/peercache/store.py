@@ -6,8 +6,9 @@ Load it in SGLang with
     '{"backend_name":"peercache","module_path":"peercache.store",
       "class_name":"PeerCacheStore","interface_v1":1,"allocator":"shm"}'
 
-With "allocator":"shm" SGLang's host KV pool is a memfd; the shim hands that
-descriptor to the node once, and after that only (key, offset, length)
+With "allocator":"shm" SGLang's host KV pool is a memfd (one per allocation:
+K and V apart for the asymmetric MHA pool); the shim hands those
+descriptors to the node once, and after that only (key, offset, length)
 triples cross the socket: a set is one copy by the node (pool -> its publish
 pool), a get of a remote page lands in the host pool straight from the
 network. Without a shared host pool the shim stages pages through a shared
@@ -205,9 +206,8 @@ class PeerCacheStore(HiCacheStorage):
         self._ns = None         # the KV namespace of every method
         self._ns_v1 = None      # the KV namespace of batch_*_v1
         self._logical = False   # anchor without kv_buffer (DeepSeek-V4)
-        self._region = None     # the host pool as a shared region
-        self._base = 0          # its address in this process
-        self._region_size = 0
+        self._region = None     # the host pool's (first) shared region
+        self._regions = []      # (region id, address here, size) per buffer
         self._staging = {}      # op -> (region, address, size)
         self._staging_locks = {"set": threading.Lock(), "get": threading.Lock()}
         self._staging_logged = False
@@ -367,28 +367,59 @@ class PeerCacheStore(HiCacheStorage):
                      "the sidecar pools")
             return
         self._ns = self._ns_v1 if self.interface_v1 else self._namespace(host, KV, "flat")
+        self._regions, self._region = [], None  # a new pool: nothing shared yet
+        if self._share(host, kv):
+            return
+        self._log_staging()
+
+    def _share(self, host, kv):
+        """Hand the host pool's shared-memory descriptors to the node: one
+        region per allocation, matched in order with the pool's buffers
+        (SGLang's ShmHostTensorAllocator keeps one memfd per allocate():
+        one for an MHA or MLA pool, K and V apart for the asymmetric MHA
+        pool). False (staging) when there is nothing to share or the
+        descriptors do not cover the buffers."""
         allocator = getattr(host, "allocator", None)
         fds = list(getattr(allocator, "fds", None) or [])
         fd = getattr(allocator, "fd", None)
-        if fd is None and fds:
-            fd = fds[0]
-        if fd is not None and len(fds) <= 1:
-            try:
-                size = os.fstat(fd).st_size
-                base = int(getattr(allocator, "base_ptr", 0) or kv.data_ptr())
-                nbytes = _nbytes(kv)
-                if kv.data_ptr() < base or kv.data_ptr() + nbytes > base + size:
-                    raise ValueError("kv_buffer lies outside the shared file")
-                self._region = self._conn().region_add(fd, size)
-                self._base, self._region_size = base, size
-                log.info("peercache: host pool shared with the node (%d bytes, "
-                         "layout %s): pages move without extra copies", size,
-                         getattr(host, "layout", "?"))
-                return
-            except Exception as e:  # fall back to staging, loudly
-                self._rl.warn("share", "peercache: cannot share the host pool "
-                              "(%s); staging pages instead", e)
-        self._log_staging()
+        if not fds and fd is not None:
+            fds = [fd]
+        bufs = list(kv) if isinstance(kv, (list, tuple)) else [kv]
+        if not fds:
+            return False
+        added = []
+        try:
+            if len(fds) != len(bufs):
+                raise ValueError("%d shared allocation(s) for %d buffer(s)"
+                                 % (len(fds), len(bufs)))
+            regions = []
+            for i, (f, buf) in enumerate(zip(fds, bufs)):
+                size = os.fstat(f).st_size
+                base = buf.data_ptr()
+                if len(bufs) == 1:
+                    base = int(getattr(allocator, "base_ptr", 0) or base)
+                if buf.data_ptr() < base or buf.data_ptr() + _nbytes(buf) > base + size:
+                    raise ValueError("buffer %d lies outside its shared file" % i)
+                regions.append((f, base, size))
+            cl = self._conn()
+            for f, base, size in regions:
+                added.append((cl.region_add(f, size), base, size))
+            self._regions = added
+            self._region = added[0][0]
+            log.info("peercache: host pool shared with the node (%d bytes in %d "
+                     "region(s), layout %s): pages move without extra copies",
+                     sum(r[2] for r in added), len(added),
+                     getattr(host, "layout", "?"))
+            return True
+        except Exception as e:  # fall back to staging, loudly
+            for rid, _, _ in added:
+                try:
+                    self._conn().region_remove(rid)
+                except Exception:
+                    pass
+            self._rl.warn("share", "peercache: cannot share the host pool "
+                          "(%s); staging pages instead", e)
+            return False
 
     def register_mem_host_pool_v2(self, host_pool, host_pool_name):
         """Called once per pool of the HostPoolGroup, the KV anchor included
@@ -447,20 +478,34 @@ class PeerCacheStore(HiCacheStorage):
         per = len(ptrs) // len(keys)
         return self._keys(self._ns_v1, keys, per), ptrs, sizes, per
 
-    def _in_region(self, ptrs, sizes):
-        lo, hi = self._base, self._base + self._region_size
-        return self._region is not None and all(
-            lo <= p and p + s <= hi for p, s in zip(ptrs, sizes))
+    def _region_of(self, p, s):
+        """Index in _regions of the shared region holding [p, p + s), or None."""
+        for i, (_, base, size) in enumerate(self._regions):
+            if base <= p and p + s <= base + size:
+                return i
+        return None
 
     def _move(self, set_, ckeys, ptrs, sizes, deadline):
-        """Move objects; a bool per object."""
+        """Move objects; a bool per object. Objects in the shared host pool
+        go by offset, one node call per region they lie in (K and V of an
+        asymmetric pool: two); any other batch is staged whole."""
         deadline.check()
-        if self._in_region(ptrs, sizes):
-            cl = self._conn()
-            offsets = [p - self._base for p in ptrs]
-            fn = cl.set if set_ else cl.get
-            return fn(self._region, ckeys, offsets, sizes)
-        return self._staged(set_, ckeys, ptrs, sizes, deadline)
+        where = [self._region_of(p, s) for p, s in zip(ptrs, sizes)]
+        if not where or None in where:
+            return self._staged(set_, ckeys, ptrs, sizes, deadline)
+        cl = self._conn()
+        fn = cl.set if set_ else cl.get
+        ok = [False] * len(ckeys)
+        for n, r in enumerate(sorted(set(where))):
+            if n:
+                deadline.check()
+            pos = [i for i, w in enumerate(where) if w == r]
+            rid, base = self._regions[r][0], self._regions[r][1]
+            got = fn(rid, [ckeys[i] for i in pos], [ptrs[i] - base for i in pos],
+                     [sizes[i] for i in pos])
+            for i, g in zip(pos, got):
+                ok[i] = g
+        return ok
 
     def _staged(self, set_, ckeys, ptrs, sizes, deadline):
         """Move objects at ptrs (not in shared memory) through the staging
@@ -878,8 +923,9 @@ class PeerCacheStore(HiCacheStorage):
         ptrs, sizes = [int(p) for p in locations], [int(s) for s in target_sizes]
         ranges = []
         kv = getattr(self._pool, "kv_buffer", None) if self._pool is not None else None
-        if kv is not None:
-            ranges.append((kv.data_ptr(), _nbytes(kv)))
+        for buf in (kv if isinstance(kv, (list, tuple)) else [kv]):
+            if buf is not None:
+                ranges.append((buf.data_ptr(), _nbytes(buf)))
         for sc in self._sidecars.values():
             ranges += sc.buffers()
         for p, s in zip(ptrs, sizes):

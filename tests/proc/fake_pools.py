@@ -1,6 +1,7 @@
 """Fake SGLang host KV pools that mirror the contract exactly
 (sglang-contract.md §2): MHA layer_first / page_first / page_first_direct,
-MLA page_first / layer_first; kv_buffer shapes, get_page_buffer_meta
+MLA page_first / layer_first, the asymmetric MHA pool (K and V head dims
+differ: two allocations); kv_buffer shapes, get_page_buffer_meta
 pointer order and sizes, and the "shm" allocator (a memfd kept on
 allocator.fd / allocator.fds, the buffer a view of its MAP_SHARED mapping)."""
 import ctypes
@@ -149,3 +150,73 @@ class MLAPool(_Pool):
 def indices(pages, page_size):
     """host_indices for pages [0, pages): token slots, page_size per page."""
     return torch.arange(0, pages * page_size, dtype=torch.int64)
+
+
+class AsymmetricMHAPool:
+    """AsymmetricMHATokenToKVPoolHost (models whose K and V head dims
+    differ): K and V in two allocations (two memfds with the shm allocator,
+    on allocator.fds in allocation order), kv_buffer the pair (K, V), and
+    get_page_buffer_meta K then V per page, of different sizes. alloc(shape,
+    dtype) -> (tensor, fd or None) may replace the allocation (the SGLang
+    check script passes SGLang's alloc_shm)."""
+
+    def __init__(self, layout="page_first", page_size=16, pages=8, layer_num=2,
+                 head_num=2, head_dim=64, v_head_dim=32, dtype=torch.float16,
+                 shm=True, alloc=None):
+        self.layout, self.page_size, self.dtype = layout, page_size, dtype
+        self.layer_num, self.head_num = layer_num, head_num
+        self.head_dim, self.v_head_dim = head_dim, v_head_dim
+        self.allocator = ShmAllocatorSet()
+        bufs = []
+        for dim in (head_dim, v_head_dim):
+            shape = ((pages * page_size, layer_num, head_num, dim) if layout == "page_first"
+                     else (pages, layer_num, page_size, head_num, dim))
+            if alloc is not None:
+                tensor, fd = alloc(shape, dtype)
+            elif shm:
+                a = ShmAllocator(_numel(shape) * torch.tensor([], dtype=dtype).element_size())
+                tensor, fd = a.tensor(shape, dtype), a.fd
+                self.allocator.keep.append(a)
+            else:
+                tensor, fd = torch.zeros(shape, dtype=dtype), None
+            if fd is not None:
+                self.allocator.fds.append(fd)
+            bufs.append(tensor)
+        self.k_buffer, self.v_buffer = bufs
+        self.kv_buffer = (self.k_buffer, self.v_buffer)
+        self.itemsize = self.k_buffer.element_size()
+
+    def get_page_buffer_meta(self, indices):
+        assert len(indices) % self.page_size == 0
+        ptrs, sizes = [], []
+        for idx in [int(i) for i in indices[::self.page_size]]:
+            row = idx // self.page_size if self.layout == "page_first_direct" else idx
+            for buf, dim in ((self.k_buffer, self.head_dim), (self.v_buffer, self.v_head_dim)):
+                ptrs.append(buf[row].data_ptr())
+                sizes.append(self.layer_num * self.page_size * self.head_num * dim
+                             * self.itemsize)
+        return ptrs, sizes
+
+    def page_bytes(self, page):
+        return _Pool.page_bytes(self, page)
+
+    def fill_page(self, page, seed):
+        g = torch.Generator().manual_seed(seed)
+        for buf in (self.k_buffer, self.v_buffer):
+            span = slice(page * self.page_size, (page + 1) * self.page_size)
+            view = buf[span] if self.layout == "page_first" else buf[page]
+            view.copy_(torch.randn(view.shape, generator=g).to(self.dtype))
+
+
+class ShmAllocatorSet:
+    """ShmHostTensorAllocator after several allocate() calls: fds in order."""
+
+    def __init__(self):
+        self.fds, self.keep = [], []
+
+
+def _numel(shape):
+    n = 1
+    for d in shape:
+        n *= d
+    return n
