@@ -63,7 +63,11 @@
  * every older one in the window counts a skip (reset by any use); the
  * oldest entry with POOL_SKIPS_MAX (512) skips becomes the only candidate,
  * so a large old page cannot be kept forever by a stream of cheaper small
- * ones. 512 was measured against 64..1024: smaller limits force more
+ * ones. Only candidates are chosen by age; a run's other entries are its
+ * candidate's address neighbours, so a run never takes in an entry used
+ * among the stripe's last keys/2 uses (pool_recent): without that rule, an
+ * old small page spared until it was forced took the large page next to it,
+ * which could be the one the same batch had just written. 512 was measured against 64..1024: smaller limits force more
  * mismatched evictions in steady mixes (64: 4% of evicted bytes beyond the
  * page at 10% 4 MiB pages; 512: 0.00%) while old pages still drain within a
  * few hundred evictions. When pinned or reserved extents block every run,
@@ -194,6 +198,7 @@ static void lru_push_head(struct pool_stripe *s, uint32_t i)
 {
 	struct pool_ext *x = &s->ext[i];
 	x->skips = 0; /* a use restarts its aging */
+	x->used = ++s->use_seq;
 	x->prev = 0;
 	x->next = s->lru_head;
 	if (s->lru_head)
@@ -809,7 +814,8 @@ int pool_reserve(struct pool *p, const void *key, size_t keylen, uint64_t len,
 		x->state = POOL_EXT_RESERVED;
 		x->key_hi = kh;
 		x->key_lo = kl;
-		x->len = len;
+		PC_ASSERT(len <= POOL_PAGE_BYTES_MAX);
+		x->len = (uint32_t)len;
 		x->keylen = (uint16_t)keylen;
 		x->pins = 0;
 		x->gen = tag = RSV_TAG | ++s->rsv_seq;

@@ -256,11 +256,20 @@ static void span_slot(struct pool_stripe *s, unsigned k, uint32_t j)
 	s->scr->cost[k] = x->state == POOL_EXT_FREE ? 0 : x->units;
 }
 
+/* May extent x join a run as a candidate's neighbour? Free extents and
+ * entries neither pinned nor recently used. */
+static bool joinable(const struct pool_stripe *s, const struct pool_ext *x)
+{
+	return evictable(x) &&
+	       (x->state == POOL_EXT_FREE || !pool_recent(s, x));
+}
+
 /*
  * Lay out the run around candidate `cand` in the scratch arrays, candidate
  * at slot POOL_SPAN_REACH, neighbours outwards until a pinned/reserved/dead
- * extent, the stripe's edge, the reach, or until one side alone covers
- * `need` (extents further out are never part of a cheapest run).
+ * or recently used extent, the stripe's edge, the reach, or until one side
+ * alone covers `need` (extents further out are never part of a cheapest
+ * run).
  */
 static void span_gather(struct pool_stripe *s, uint32_t cand, uint32_t need,
 			unsigned *lo_out, unsigned *hi_out)
@@ -271,7 +280,7 @@ static void span_gather(struct pool_stripe *s, uint32_t cand, uint32_t need,
 	uint64_t acc = 0;
 	for (uint32_t u = cx->start; lo > 0 && acc < need && u > 0;) {
 		uint32_t j = s->edge[u - 1];
-		if (!evictable(&s->ext[j]))
+		if (!joinable(s, &s->ext[j]))
 			break;
 		span_slot(s, --lo, j);
 		acc += s->ext[j].units;
@@ -281,7 +290,7 @@ static void span_gather(struct pool_stripe *s, uint32_t cand, uint32_t need,
 	for (uint32_t u = cx->start + cx->units;
 	     hi < POOL_SPAN_SLOTS - 1 && acc < need && u < s->units;) {
 		uint32_t j = s->edge[u];
-		if (!evictable(&s->ext[j]))
+		if (!joinable(s, &s->ext[j]))
 			break;
 		span_slot(s, ++hi, j);
 		acc += s->ext[j].units;

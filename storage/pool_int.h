@@ -21,6 +21,7 @@
 #define POOL_SKIPS_MAX (8 * POOL_EVICT_WINDOW) /* times an old entry may be spared */
 
 _Static_assert(POOL_UNIT_BYTES == 1u << POOL_UNIT_SHIFT, "unit shift");
+_Static_assert(POOL_PAGE_BYTES_MAX <= UINT32_MAX, "a payload length fits 32 bits");
 
 enum pool_ext_state {
 	POOL_EXT_UNUSED = 0, /* record on the free stack */
@@ -34,7 +35,8 @@ enum pool_ext_state {
 struct pool_ext {
 	uint64_t key_hi, key_lo; /* entry: XXH3-128 of the key */
 	uint64_t gen;            /* entry: generation, or reservation tag */
-	uint64_t len;            /* entry: payload bytes */
+	uint32_t len;            /* entry: payload bytes (<= POOL_PAGE_BYTES_MAX) */
+	uint32_t used;           /* LIVE: the stripe's use_seq at its last use */
 	uint32_t start, units;   /* extent within the stripe, in units */
 	uint32_t prev, next;     /* FREE: class list; LIVE unpinned: LRU (prev =
 				    newer); UNUSED: next = record free stack */
@@ -68,6 +70,7 @@ struct pool_stripe {
 	uint32_t rec_hwm;      /* records ever used: ext[1..rec_hwm] */
 	uint32_t lru_head;     /* most recently used evictable entry */
 	uint32_t lru_tail;     /* least recently used */
+	uint32_t use_seq;      /* counts uses (LRU pushes); wraps */
 	uint64_t fl_map[POOL_NCLASS / 64];
 	uint32_t fl_head[POOL_NCLASS];
 	uint64_t rsv_seq;      /* reservation tags */
@@ -117,8 +120,20 @@ uint32_t pool_space_free(struct pool_stripe *s, uint32_t i);
  * the cheapest run of address-contiguous free/evictable extents containing
  * one of them and reaching n units. Fills s->scr->victim with the LIVE
  * records to evict and returns their count, 0 if no run exists. Counts a
- * skip on every candidate older than the chosen one.
+ * skip on every candidate older than the chosen one. A run never takes in a
+ * neighbour used among the stripe's last keys/2 uses (pool_recent): the
+ * candidates are old, their neighbours need not be.
  */
 unsigned pool_span_pick(struct pool_stripe *s, uint32_t n);
+
+/* Entry x was used among the last keys/2 uses of its stripe: the freshest
+ * half of the entries, which only their own turn at the LRU's tail evicts.
+ * (After 2^32 further uses an entry may look recent again; it is then only
+ * spared as a neighbour, never kept from its own turn.) */
+static inline bool pool_recent(const struct pool_stripe *s,
+			       const struct pool_ext *x)
+{
+	return (uint32_t)(s->use_seq - x->used) < s->keys / 2;
+}
 
 #endif /* PC_STORAGE_POOL_INT_H */

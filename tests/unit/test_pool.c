@@ -468,6 +468,54 @@ Test(pool, lru_order_touched_entries_survive)
 	pool_free(p);
 }
 
+/*
+ * A run around an old entry may take in its neighbours, but never ones used
+ * recently: small pages read in another order than they were written leave
+ * old entries scattered between fresh large ones, and the run for a large
+ * page used to take the freshest pages of the batch being written (a set
+ * answered true, the get right after missed).
+ */
+Test(pool, fresh_pages_are_never_run_neighbours, .timeout = 60)
+{
+	struct pool *p = mk_pool(64 * MiB, 1 * MiB, 1, POOL_EVICT_SPAN);
+	char key[32];
+	uint64_t rng = 0x5eed;
+	enum { SMALL = 256, BATCH = 16, ROUNDS = 96 };
+	unsigned order[SMALL];
+	for (unsigned i = 0; i < SMALL; i++) {
+		snprintf(key, sizeof(key), "s%u", i);
+		cr_assert_eq(put(p, key, 128 * KiB, NULL, NULL), 0);
+		order[i] = i;
+	}
+	/* Read them back in another order (a peer reading them). */
+	for (unsigned i = SMALL - 1; i > 0; i--) {
+		unsigned j = (unsigned)(rng_next(&rng) % (i + 1)), t = order[i];
+		order[i] = order[j];
+		order[j] = t;
+	}
+	for (unsigned i = 0; i < SMALL; i++) {
+		snprintf(key, sizeof(key), "s%u", order[i]);
+		cr_assert_eq(get_check(p, key, 128 * KiB,
+				       key_seed(key)), 0);
+	}
+	for (unsigned r = 0; r < ROUNDS; r++) {
+		for (unsigned b = 0; b < BATCH; b++) {
+			snprintf(key, sizeof(key), "b%u-%u", r, b);
+			cr_assert_eq(put(p, key, 512 * KiB, NULL, NULL), 0);
+		}
+		/* 8 MiB just written into a 64 MiB pool: all of it is there. */
+		for (unsigned b = 0; b < BATCH; b++) {
+			snprintf(key, sizeof(key), "b%u-%u", r, b);
+			cr_assert(pool_contains(p, key, strlen(key)),
+				  "round %u: %s evicted right after its set "
+				  "(%llu evictions)", r, key,
+				  (unsigned long long)stats_of(p).evictions);
+		}
+	}
+	cr_assert_eq(pool_audit(p), 0);
+	pool_free(p);
+}
+
 Test(pool, evict_callback_gets_keys_and_runs_unlocked, .timeout = 120)
 {
 	struct pool *p = mk_pool(1 * MiB, 64 * KiB, 1, POOL_EVICT_SPAN);
