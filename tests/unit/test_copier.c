@@ -180,3 +180,54 @@ Test(stall, a_long_callback_is_counted)
 		     "one 5 ms callback is one stall (default 1 ms)");
 	rx_reactor_destroy(r);
 }
+
+/* A done callback that starts the next copy inline spends this pass's
+ * budget: the pass copies no more than one slice in all. */
+#define SLICE (512u << 10)
+
+static void check_pass(struct rx_reactor *r, struct rx_timer *t)
+{
+	(void)r;
+	(void)t;
+	c.iters = c.job2.off; /* what the pass of the first done copied */
+}
+
+static void first_done(struct copier_job *j)
+{
+	(void)j;
+	c.done++;
+	rx_timer_start(c.r, &c.t2, 0, 0); /* before the copier's next slice */
+	c.job2 = (struct copier_job){.dst = c.dst + SLICE + SLICE / 2,
+				     .src = c.src + SLICE + SLICE / 2,
+				     .len = 4 * SLICE, .done = job_done};
+	copier_copy(c.r, &c.job2);
+}
+
+static void start_chain(struct rx_reactor *r, struct rx_timer *t)
+{
+	(void)t;
+	c.job = (struct copier_job){.dst = c.dst, .src = c.src,
+				    .len = SLICE + SLICE / 2,
+				    .done = first_done};
+	cr_assert_eq(copier_copy(r, &c.job), 0);
+}
+
+Test(copier, done_starting_a_copy_inline_stays_in_the_slice)
+{
+	c = (struct ctx){0};
+	copier_set_slice(SLICE);
+	setup_bufs(6 * SLICE);
+	c.r = tu_reactor(NULL);
+	rx_timer_init(&c.t, start_chain, NULL);
+	rx_timer_init(&c.t2, check_pass, NULL);
+	rx_timer_start(c.r, &c.t, 0, 0);
+	tu_run(c.r, 20000);
+	cr_assert_eq(c.done, 2);
+	cr_assert_eq(c.job2.res, 0);
+	/* The first job's last half slice and the second's first half. */
+	cr_assert_eq(c.iters, SLICE / 2, "the pass copied %llu bytes of the "
+		     "second job after half a slice of the first (slice %u)",
+		     (unsigned long long)c.iters, SLICE);
+	cr_assert_eq(tu_check_pattern(c.dst, 11 * SLICE / 2, 7, 0), -1);
+	rx_reactor_destroy(c.r);
+}
