@@ -6,6 +6,8 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "common/checksum.h"
 #include "common/util.h"
@@ -230,4 +232,64 @@ Test(copier, done_starting_a_copy_inline_stays_in_the_slice)
 		     (unsigned long long)c.iters, SLICE);
 	cr_assert_eq(tu_check_pattern(c.dst, 11 * SLICE / 2, 7, 0), -1);
 	rx_reactor_destroy(c.r);
+}
+
+/* With the CPU clock on, a stall tells work from a wait in the kernel: a
+ * callback that computes for 3 ms of CPU time is work, one that sleeps 3 ms
+ * slept (neither bound depends on the machine's speed or load). */
+static uint64_t kinds[3][2];
+static uint64_t spin_until;
+
+static void record_kinds(int k)
+{
+	rx_stall_counts(&kinds[k][0], &kinds[k][1]);
+}
+
+static void spin_cb(struct rx_reactor *r, struct rx_timer *t)
+{
+	(void)r;
+	(void)t;
+	record_kinds(0);
+	struct timespec ts;
+	uint64_t ns;
+	do {
+		clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+		ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+		if (!spin_until)
+			spin_until = ns + RX_MS(3);
+	} while (ns < spin_until);
+}
+
+static void sleep_cb(struct rx_reactor *r, struct rx_timer *t)
+{
+	(void)r;
+	(void)t;
+	record_kinds(1);
+	usleep(3000);
+}
+
+static void kinds_done(struct rx_reactor *r, struct rx_timer *t)
+{
+	(void)t;
+	record_kinds(2);
+	rx_reactor_stop(r);
+}
+
+Test(stall, cpu_clock_tells_work_from_sleep)
+{
+	cr_assert_eq(rx_stall_setup(1, RX_MS(1), true), 0);
+	struct rx_reactor *r = tu_reactor(NULL);
+	struct rx_timer a, b, d;
+	rx_timer_init(&a, spin_cb, NULL);
+	rx_timer_init(&b, sleep_cb, NULL);
+	rx_timer_init(&d, kinds_done, NULL);
+	rx_timer_start(r, &a, 0, 0);
+	rx_timer_start(r, &b, RX_MS(10), 0);
+	rx_timer_start(r, &d, RX_MS(20), 0);
+	tu_run(r, 20000);
+	cr_assert_eq(kinds[1][0], kinds[0][0] + 1, "3 ms of CPU: one work stall");
+	cr_assert_eq(kinds[2][1], kinds[1][1] + 1, "a 3 ms sleep: one stall "
+		     "that slept");
+	cr_assert_eq(kinds[2][0], kinds[1][0], "the sleep is not work");
+	rx_reactor_destroy(r);
 }
