@@ -10,9 +10,10 @@
  * connection live on reactor 0 — metrics traffic is light and must not
  * compete with the data path of the other reactors. A /metrics scrape is
  * rendered in slices (met_render_step, SCRAPE_SLICE_NS each, one per loop
- * pass from a zero-delay timer) while its connection's reading is paused, so
- * a scrape never holds reactor 0 for its whole ~1 ms render; the next
- * request on that connection is read once the reply is queued.
+ * pass from a zero-delay timer), so a scrape never holds reactor 0 for its
+ * whole ~1 ms render. Meanwhile the connection keeps receiving (a client
+ * that leaves is closed at once, its render dropped) but the bytes of its
+ * next requests are left unconsumed, and fed again once the reply is queued.
  *
  * Limits: request head sizes (modules/http_parse.h), metrics_max_connections
  * connections and metrics_max_connections_per_host from one address (when
@@ -59,7 +60,8 @@ struct hconn {
 	bool linked;           /* on the list and counted */
 	uint64_t accepted_ns;
 	uint8_t addr[16];      /* source address (IPv4 v4-mapped) */
-	/* A /metrics render in progress (reading paused until it is sent). */
+	/* A /metrics render in progress (no request is taken until it is
+	 * answered). */
 	struct met_render_job *scrape;
 	struct rx_timer slice; /* runs the scrape's next slice */
 	enum http_method scrape_method;
@@ -291,7 +293,10 @@ static void scrape_slice(struct rx_reactor *r, struct rx_timer *t)
 	send_response(h, &req, &resp, h->scrape_keep);
 	if (h->scrape_keep && !rx_conn_closing(h->c)) {
 		arm_timer(h, false);
-		rx_conn_resume(h->c); /* requests behind this one, if any */
+		/* Requests that arrived behind this one: a pause and resume
+		 * feeds the kept input to h_data again on this pass. */
+		rx_conn_pause(h->c);
+		rx_conn_resume(h->c);
 	}
 }
 
@@ -304,7 +309,6 @@ static int scrape_start(struct hconn *h, const struct http_request *req)
 	h->scrape_method = req->method;
 	h->scrape_keep = req->keep_alive;
 	rx_timer_stop(rx_conn_reactor(h->c), &h->timer);
-	rx_conn_pause(h->c);
 	rx_timer_start(rx_conn_reactor(h->c), &h->slice, 0, 0);
 	return 0;
 }
@@ -333,7 +337,7 @@ static ssize_t h_data(struct rx_conn *c, const uint8_t *data, size_t len)
 {
 	struct hconn *h = rx_conn_udata(c);
 	size_t used = 0;
-	while (used < len && !rx_conn_closing(c)) {
+	while (used < len && !rx_conn_closing(c) && !h->scrape) {
 		struct http_request req;
 		int n = http_parse_request((const char *)data + used,
 					   len - used, &g.lim, &req);
