@@ -31,8 +31,8 @@
 
 /* Register the metrics for nreactors reactors and set the threshold (0 =
  * detection off; the iteration histogram is still kept). cpu_clock: also
- * read the thread's CPU time and sleep count around each callback (one
- * getrusage(RUSAGE_THREAD), ~0.5-2 µs each), so a stall says whether the
+ * read the thread's CPU clock and sleep count around each callback (two
+ * system calls, ~1-3 µs per callback), so a stall says whether the
  * reactor worked that long (peercache_reactor_stalls_cpu_total), slept in
  * the kernel — waited for a lock such as the mmap lock
  * (peercache_reactor_stalls_blocked_total) — or was preempted (neither).
