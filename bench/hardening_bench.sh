@@ -9,22 +9,11 @@
 # to compare with. RUNS [5], DURATION [3], ACCEPTS [2000],
 # PEERCACHE_BUILD_DIR [build].
 set -euo pipefail
-repo=$(cd "$(dirname "$0")/.." && pwd)
-build=${PEERCACHE_BUILD_DIR:-$repo/build}
-"$repo/scripts/deps.sh" bench >/dev/null
-"$repo/scripts/build.sh" "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo
-if [ -z "${BASE_BUILD:-}" ]; then
-  rev=${BASE_REV:-aa514de}
-  src=$build/bench-base-$rev/src
-  BASE_BUILD=$build/bench-base-$rev/build
-  if [ ! -x "$BASE_BUILD/server/peercached" ]; then
-    echo "hardening_bench: building base revision $rev in $BASE_BUILD" >&2
-    rm -rf "$src"
-    git -C "$repo" worktree add --detach -f "$src" "$rev" >/dev/null 2>&1
-    "$src/scripts/build.sh" "$BASE_BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-      -DPEERCACHE_BUILD_TESTS=OFF
-    git -C "$repo" worktree remove --force "$src"
-  fi
-fi
-export BASE_BUILD PEERCACHE_BUILD_DIR=$build
-exec /usr/bin/python3 "$repo/bench/hardening_bench.py"
+BENCH_NAME=hardening_bench
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+"$REPO/scripts/deps.sh" bench >/dev/null
+"$REPO/scripts/build.sh" "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo
+bench_base_build "${BASE_REV:-aa514de}"
+export BASE_BUILD PEERCACHE_BUILD_DIR=$BUILD
+exec /usr/bin/python3 "$REPO/bench/hardening_bench.py"

@@ -1,6 +1,7 @@
 # shellcheck shell=bash disable=SC2034,SC2153  # variables shared with the sourcing script
 # bench/lib.sh — what the bench scripts (echo_bench.sh, rpc_bench.sh,
-# metrics_bench.sh) share.
+# metrics_bench.sh, ...) share, and the base-revision build of the benches
+# that compare with one (bench_base_build).
 # Sourced, never run: set BENCH_NAME (the prefix of every message) and
 # `set -euo pipefail` first, then `. bench/lib.sh`.
 #
@@ -86,6 +87,32 @@ bench_build() {
 	log "$1; building into $BUILD"
 	cmake -S "$REPO" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release >&2 || die "cmake configure failed$hint"
 	cmake --build "$BUILD" -j2 >&2 || die "build failed$hint"
+}
+
+# bench_base_build REV [CMAKE_ARG...]: sets BASE_BUILD to a RelWithDebInfo
+# build tree of revision REV of this repository, $BUILD/bench-base-REV/build,
+# building it first if its peercached is missing: REV is checked out into a
+# detached git worktree (needs the repository's history), built with
+# PEERCACHE_BUILD_TESTS=OFF plus CMAKE_ARGs, and the worktree removed again.
+# An existing BASE_BUILD is kept as it is. For the benches that compare this
+# tree with a base revision (local_bench.sh, hardening_bench.sh).
+bench_base_build() {
+	local rev=$1
+	shift
+	[[ -n ${BASE_BUILD:-} ]] && return 0
+	local src=$BUILD/bench-base-$rev/src
+	BASE_BUILD=$BUILD/bench-base-$rev/build
+	[[ -x $BASE_BUILD/server/peercached ]] && return 0
+	log "building base revision $rev in $BASE_BUILD"
+	rm -rf "$src"
+	git -C "$REPO" worktree add --detach -f "$src" "$rev" >/dev/null 2>&1 ||
+		die "cannot check out revision $rev (is the history there?)"
+	"$src/scripts/build.sh" "$BASE_BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+		-DPEERCACHE_BUILD_TESTS=OFF "$@" >&2 || {
+		git -C "$REPO" worktree remove --force "$src"
+		die "building revision $rev failed"
+	}
+	git -C "$REPO" worktree remove --force "$src"
 }
 
 # loadgen_has_rpc: pc-loadgen exists and has --mode msgpack-rpc (one built

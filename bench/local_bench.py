@@ -21,11 +21,15 @@ and reports, medians (min-max) over the runs:
           connection's p99 ("on every connection")
   >1ms    probe replies slower than 1 ms (what a stall looks like outside)
   stalls  reactor callbacks over 1 ms by the node's own detector
-          (peercache_reactor_stalls_total; the base tree has none: n/a);
+          (peercache_reactor_stalls_total; n/a in a tree without it);
           wall-clock, so a reactor thread the kernel preempted counts too;
           this tree runs with reactor_stall_cpu_clock=true, which counts
           the stalls that also took > 1 ms of the thread's CPU
-          (peercache_reactor_stalls_cpu_total); "preempted" is the reactor
+          (peercache_reactor_stalls_cpu_total; in each tree that has
+          reactor_stall_cpu_clock), and of the others those in which the
+          reactor slept in the kernel, e.g. on the mmap lock
+          (peercache_reactor_stalls_blocked_total, where the tree has
+          it); "preempted" is the reactor
           threads' involuntary context switches
   load    the machine's load average over the run (others' work counts)
   GB/s    pages the clients set plus got, per second
@@ -34,7 +38,8 @@ Only 127.0.0.1 and Unix sockets in a temporary directory are used; nodes
 and clients are stopped by PID however the script ends. Environment:
 BASE_BUILD (a build tree of the base revision), PEERCACHE_BUILD_DIR
 [build], RUNS [3], DURATION [6], SHIMS [2], BATCH [32], PAGE_MB [4],
-PROBES [6]. JSON of every run goes to $BUILD/bench-results/local-<ts>.json.
+PROBES [6], WAIT_PREFAULT [1; 0: load starts at ready, during the pool
+prefault]. JSON of every run goes to $BUILD/bench-results/local-<ts>.json.
 """
 import ctypes
 import json
@@ -63,6 +68,7 @@ SHIMS = int(os.environ.get("SHIMS", "2"))
 BATCH = int(os.environ.get("BATCH", "32"))
 PAGE = int(float(os.environ.get("PAGE_MB", "4")) * (1 << 20))
 PROBES = int(os.environ.get("PROBES", "6"))
+WAIT_PREFAULT = os.environ.get("WAIT_PREFAULT", "1") != "0"
 CLK = os.sysconf("SC_CLK_TCK")
 
 
@@ -118,8 +124,11 @@ class Node:
             m = re.search(r"listening: rpc on \S+:(\d+)", t)
             mm = re.search(r"listening: metrics on \S+:(\d+)", t)
             # Load starts once the pool is faulted in (the prefault thread
-            # otherwise competes with the reactors for the two cores).
-            if m and mm and "ready" in t and ("faulted in" in t or time.time() > deadline - 5):
+            # otherwise competes with the reactors for the two cores), or
+            # with WAIT_PREFAULT=0 as soon as the node is ready, while the
+            # prefault runs (what a user starting a node under load sees).
+            if m and mm and "ready" in t and (not WAIT_PREFAULT or "faulted in" in t
+                                              or time.time() > deadline - 5):
                 self.port, self.mport = int(m.group(1)), int(mm.group(1))
                 return
             time.sleep(0.05)
@@ -200,10 +209,16 @@ def probe(port, seconds):
     return lat
 
 
+def has_cpu_clock(build):
+    out = subprocess.run([os.path.join(build, "server", "peercached"), "--help"],
+                         capture_output=True, text=True, check=False)
+    return "--reactor-stall-cpu-clock" in out.stdout + out.stderr
+
+
 def one_run(build, name):
-    # This tree also times callbacks in CPU time, to tell stalls it worked
-    # through from preemptions (the base tree has no detector).
-    node = Node(build, name, ["--reactor-stall-cpu-clock", "true"] if name == "after" else [])
+    # Callbacks are also timed in CPU time, to tell stalls a reactor worked
+    # through from preemptions, in each tree that has that setting.
+    node = Node(build, name, ["--reactor-stall-cpu-clock", "true"] if has_cpu_clock(build) else [])
     try:
         m0 = node.metrics()
         cpu0 = node.reactor_cpu()
@@ -232,6 +247,8 @@ def one_run(build, name):
         stalls = (sum(m1[k] - m0.get(k, 0) for k in stall_keys) if stall_keys else None)
         cpu_keys = [k for k in m1 if k.startswith("peercache_reactor_stalls_cpu_total")]
         stalls_cpu = (sum(m1[k] - m0.get(k, 0) for k in cpu_keys) if cpu_keys else None)
+        blk_keys = [k for k in m1 if k.startswith("peercache_reactor_stalls_blocked_total")]
+        stalls_blocked = (sum(m1[k] - m0.get(k, 0) for k in blk_keys) if blk_keys else None)
         maxcb = max((m1[k] for k in m1
                      if k.startswith("peercache_reactor_callback_max_seconds")),
                     default=None)
@@ -249,6 +266,7 @@ def one_run(build, name):
             "preempted": preempted,
             "stalls": stalls,
             "stalls_cpu": stalls_cpu,
+            "stalls_blocked": stalls_blocked,
             "callback_max_ms": maxcb * 1e3 if maxcb is not None else None,
             "local_conns": local,
             "gbps": sum(r["bytes"] for r in res) / DURATION / 1e9,
@@ -289,6 +307,7 @@ def main():
             ("slow_replies", "probe replies > 1 ms"),
             ("stalls", "stalls > 1 ms (detector, wall clock)"),
             ("stalls_cpu", "of them > 1 ms of reactor CPU (not preempted)"),
+            ("stalls_blocked", "of the rest, slept in the kernel (a lock)"),
             ("preempted", "reactor threads preempted (involuntary switches)"),
             ("callback_max_ms", "longest callback (ms)"),
             ("gbps", "client set+get GB/s"),

@@ -9,22 +9,11 @@
 # or BASE_BUILD, an existing build tree. RUNS [3], DURATION [6], SHIMS [2],
 # BATCH [32], PAGE_MB [4], PROBES [6], PEERCACHE_BUILD_DIR [build].
 set -euo pipefail
-repo=$(cd "$(dirname "$0")/.." && pwd)
-build=${PEERCACHE_BUILD_DIR:-$repo/build}
-"$repo/scripts/build.sh" "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo
-if [ -z "${BASE_BUILD:-}" ]; then
-  rev=${BASE_REV:-0308345}
-  src=$build/bench-base-$rev/src
-  BASE_BUILD=$build/bench-base-$rev/build
-  if [ ! -x "$BASE_BUILD/server/peercached" ]; then
-    echo "local_bench: building base revision $rev in $BASE_BUILD" >&2
-    rm -rf "$src"
-    git -C "$repo" worktree add --detach -f "$src" "$rev" >/dev/null 2>&1
-    "$src/scripts/build.sh" "$BASE_BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-      -DPEERCACHE_BUILD_TESTS=OFF -DPEERCACHE_BUILD_BENCH=OFF
-    git -C "$repo" worktree remove --force "$src"
-  fi
-fi
-export BASE_BUILD PEERCACHE_BUILD_DIR=$build
-export PEERCACHE_LIBRARY=${PEERCACHE_LIBRARY:-$build/client/libpeercache.so.0}
-exec /usr/bin/python3 "$repo/bench/local_bench.py"
+BENCH_NAME=local_bench
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+"$REPO/scripts/build.sh" "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo
+bench_base_build "${BASE_REV:-0308345}" -DPEERCACHE_BUILD_BENCH=OFF
+export BASE_BUILD PEERCACHE_BUILD_DIR=$BUILD
+export PEERCACHE_LIBRARY=${PEERCACHE_LIBRARY:-$BUILD/client/libpeercache.so.0}
+exec /usr/bin/python3 "$REPO/bench/local_bench.py"

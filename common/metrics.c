@@ -277,10 +277,16 @@ static uint64_t quantile(const uint64_t *b, uint64_t count, double q)
 	return lo;
 }
 
+/* Shard by shard, so each shard's slots are read in address order. */
 static void sum_hist(met_id id, uint64_t *b)
 {
-	for (unsigned k = 0; k < HB_N + 2; k++)
-		b[k] = sum_slot(id, k);
+	memset(b, 0, sizeof(uint64_t) * (HB_N + 2));
+	for (unsigned sh = 0; sh < g_nshards; sh++) {
+		const uint64_t *v = &g_shards[(size_t)sh * g_slots +
+					      met_offsets[id]];
+		for (unsigned k = 0; k < HB_N + 2; k++)
+			b[k] += __atomic_load_n(&v[k], __ATOMIC_RELAXED);
+	}
 }
 
 uint64_t met_quantile_ns(met_id id, double q)
@@ -404,43 +410,89 @@ static void render_hist_buckets(struct met_writer *w, met_id id,
 	put_value(w, (double)b[HB_N + 1]);
 }
 
-static void render_histograms(struct met_writer *w, unsigned first)
+/* A histogram family being written: every series is summed once when the
+ * family starts, then written a few series at a time in three parts (the
+ * summary under the original name, the mean, the buckets), so a family of
+ * many series (one per RPC method) spreads over several render steps. */
+#define HIST_SERIES_PER_STEP 4
+
+struct hist_job {
+	unsigned n, i, part;   /* series, next one, part 0..2 */
+	unsigned *ids;
+	uint64_t *b;           /* n x (HB_N + 2) sums */
+	char hname[160], avg[160];
+};
+
+static void hist_job_free(struct hist_job *h)
+{
+	free(h->ids);
+	free(h->b);
+	memset(h, 0, sizeof(*h));
+}
+
+static int hist_job_start(struct hist_job *h, struct met_writer *w,
+			  unsigned first)
 {
 	const struct met_series *f = &g_series[first];
-	char base[128], hname[160], avg[160];
+	char base[128];
+	memset(h, 0, sizeof(*h));
 	hist_base(f->name, base, sizeof(base));
-	snprintf(hname, sizeof(hname), "%s_hist_seconds", base);
-	snprintf(avg, sizeof(avg), "%s_avg", f->name);
-	uint64_t *b = malloc(sizeof(uint64_t) * (HB_N + 2));
-	if (!b)
-		return;
+	snprintf(h->hname, sizeof(h->hname), "%s_hist_seconds", base);
+	snprintf(h->avg, sizeof(h->avg), "%s_avg", f->name);
+	unsigned n = 0;
+	for (unsigned j = first; j < g_n; j++)
+		n += strcmp(g_series[j].name, f->name) == 0;
+	h->b = malloc(sizeof(uint64_t) * (HB_N + 2) * n);
+	h->ids = malloc(sizeof(unsigned) * n);
+	if (!h->b || !h->ids) {
+		hist_job_free(h);
+		return -ENOMEM;
+	}
+	for (unsigned j = first; j < g_n; j++) {
+		if (strcmp(g_series[j].name, f->name) == 0) {
+			h->ids[h->n] = j;
+			sum_hist(j, &h->b[(size_t)h->n * (HB_N + 2)]);
+			h->n++;
+		}
+	}
 	/* Summary family under the original name: quantiles, _sum, _count. */
 	pc_wbuf_printf(&w->b, "# HELP %s %s (quantiles)\n# TYPE %s summary\n",
 		       f->name, f->help, f->name);
-	for (unsigned j = first; j < g_n; j++) {
-		if (strcmp(g_series[j].name, f->name) == 0) {
-			sum_hist(j, b);
-			render_hist_summary(w, j, b);
-		}
-	}
-	met_w_family(w, avg, "mean of the same latencies, seconds", MET_GAUGE);
-	for (unsigned j = first; j < g_n; j++) {
-		if (strcmp(g_series[j].name, f->name) == 0) {
-			sum_hist(j, b);
-			met_w_sample(w, avg, g_series[j].labels,
+	return 0;
+}
+
+/* Up to HIST_SERIES_PER_STEP series of the current part; true when the
+ * family is complete (h is freed then). */
+static bool hist_job_step(struct hist_job *h, struct met_writer *w)
+{
+	for (unsigned k = 0; k < HIST_SERIES_PER_STEP && h->i < h->n;
+	     k++, h->i++) {
+		unsigned id = h->ids[h->i];
+		const uint64_t *b = &h->b[(size_t)h->i * (HB_N + 2)];
+		if (h->part == 0)
+			render_hist_summary(w, id, b);
+		else if (h->part == 1)
+			met_w_sample(w, h->avg, g_series[id].labels,
 				     b[HB_N + 1] ? (double)b[HB_N] / 1e9 /
 							   (double)b[HB_N + 1]
 						 : NAN);
-		}
+		else
+			render_hist_buckets(w, id, b, h->hname);
 	}
-	met_w_family(w, hname, f->help, MET_HISTOGRAM);
-	for (unsigned j = first; j < g_n; j++) {
-		if (strcmp(g_series[j].name, f->name) == 0) {
-			sum_hist(j, b);
-			render_hist_buckets(w, j, b, hname);
-		}
+	if (h->i < h->n)
+		return false;
+	h->i = 0;
+	if (++h->part == 1) {
+		met_w_family(w, h->avg, "mean of the same latencies, seconds",
+			     MET_GAUGE);
+	} else if (h->part == 2) {
+		met_w_family(w, h->hname, g_series[h->ids[0]].help,
+			     MET_HISTOGRAM);
+	} else {
+		hist_job_free(h);
+		return true;
 	}
-	free(b);
+	return false;
 }
 
 void met_escape_label(const char *in, char *out, size_t len)
@@ -460,60 +512,148 @@ void met_escape_label(const char *in, char *out, size_t len)
 	out[o] = '\0';
 }
 
-char *met_render(const char *node_id, size_t *len)
-{
+/* A render in progress: the families are written one at a time, in
+ * phases (series of the registry, then gauge functions, then collectors),
+ * so a caller can spread a scrape over several slices of its loop. */
+struct met_render_job {
 	struct met_writer w;
-	char esc[300], node_label[320];
-	met_escape_label(node_id ? node_id : "", esc, sizeof(esc));
-	snprintf(node_label, sizeof(node_label), "node=\"%s\"", esc);
-	pc_wbuf_init(&w.b, 0);
-	w.node_label = node_label;
-	bool *done = calloc(g_n ? g_n : 1, sizeof(bool));
-	if (!done)
+	bool *done;         /* series already written with their family */
+	unsigned phase;     /* 0 series, 1 functions, 2 collectors, 3 done */
+	unsigned i;         /* next index in the phase */
+	bool in_hist;       /* a histogram family is being written */
+	struct hist_job hist;
+	char node_label[320];
+};
+
+struct met_render_job *met_render_begin(const char *node_id)
+{
+	struct met_render_job *j = calloc(1, sizeof(*j));
+	if (!j)
 		return NULL;
-	for (unsigned i = 0; g_started && i < g_n; i++) {
-		if (done[i])
-			continue;
-		const struct met_series *f = &g_series[i];
-		for (unsigned j = i; j < g_n; j++)
-			if (strcmp(g_series[j].name, f->name) == 0)
-				done[j] = true;
-		if (f->type == MET_HISTOGRAM) {
-			render_histograms(&w, i);
-			continue;
-		}
-		met_w_family(&w, f->name, f->help, f->type);
-		for (unsigned j = i; j < g_n; j++) {
-			if (strcmp(g_series[j].name, f->name) != 0)
-				continue;
-			uint64_t v = sum_slot(j, 0);
-			/* Per-thread gauges may be negative in one shard. */
-			double d = f->type == MET_GAUGE ? (double)(int64_t)v
-							: (double)v;
-			met_w_sample(&w, f->name, g_series[j].labels, d);
-		}
+	char esc[300];
+	met_escape_label(node_id ? node_id : "", esc, sizeof(esc));
+	snprintf(j->node_label, sizeof(j->node_label), "node=\"%s\"", esc);
+	pc_wbuf_init(&j->w.b, 0);
+	j->w.node_label = j->node_label;
+	j->done = calloc(g_n ? g_n : 1, sizeof(bool));
+	if (!j->done) {
+		free(j);
+		return NULL;
 	}
-	free(done);
-	for (unsigned i = 0; i < g_nfns; i++) {
-		/* Families of gauge functions: first of each name. */
+	j->phase = g_started ? 0 : 3;
+	return j;
+}
+
+/* The registry's series family at or after j->i; false when none is left. */
+static bool render_next_series(struct met_render_job *j)
+{
+	if (j->in_hist) {
+		j->in_hist = !hist_job_step(&j->hist, &j->w);
+		return true;
+	}
+	while (j->i < g_n && j->done[j->i])
+		j->i++;
+	if (j->i >= g_n)
+		return false;
+	unsigned i = j->i++;
+	const struct met_series *f = &g_series[i];
+	for (unsigned k = i; k < g_n; k++)
+		if (strcmp(g_series[k].name, f->name) == 0)
+			j->done[k] = true;
+	if (f->type == MET_HISTOGRAM) {
+		if (hist_job_start(&j->hist, &j->w, i) < 0)
+			j->w.b.failed = true;
+		else
+			j->in_hist = true;
+		return true;
+	}
+	met_w_family(&j->w, f->name, f->help, f->type);
+	for (unsigned k = i; k < g_n; k++) {
+		if (strcmp(g_series[k].name, f->name) != 0)
+			continue;
+		uint64_t v = sum_slot(k, 0);
+		/* Per-thread gauges may be negative in one shard. */
+		double d = f->type == MET_GAUGE ? (double)(int64_t)v : (double)v;
+		met_w_sample(&j->w, f->name, g_series[k].labels, d);
+	}
+	return true;
+}
+
+/* The family of the gauge function at or after j->i (first of its name). */
+static bool render_next_fn(struct met_render_job *j)
+{
+	for (; j->i < g_nfns; j->i++) {
+		unsigned i = j->i;
 		bool first = true;
-		for (unsigned j = 0; j < i; j++)
-			if (strcmp(g_fns[j].name, g_fns[i].name) == 0)
+		for (unsigned k = 0; k < i && first; k++)
+			if (strcmp(g_fns[k].name, g_fns[i].name) == 0)
 				first = false;
 		if (!first)
 			continue;
-		met_w_family(&w, g_fns[i].name, g_fns[i].help, g_fns[i].type);
-		for (unsigned j = i; j < g_nfns; j++)
-			if (strcmp(g_fns[j].name, g_fns[i].name) == 0)
-				met_w_sample(&w, g_fns[j].name, g_fns[j].labels,
-					     g_fns[j].fn(g_fns[j].arg));
+		j->i++;
+		met_w_family(&j->w, g_fns[i].name, g_fns[i].help, g_fns[i].type);
+		for (unsigned k = i; k < g_nfns; k++)
+			if (strcmp(g_fns[k].name, g_fns[i].name) == 0)
+				met_w_sample(&j->w, g_fns[k].name, g_fns[k].labels,
+					     g_fns[k].fn(g_fns[k].arg));
+		return true;
 	}
-	for (unsigned i = 0; i < g_ncolls; i++)
-		g_colls[i].fn(&w, g_colls[i].arg);
-	if (pc_wbuf_append(&w.b, "", 1) < 0) { /* NUL-terminate */
-		pc_wbuf_free(&w.b);
+	return false;
+}
+
+int met_render_step(struct met_render_job *j, uint64_t budget_ns)
+{
+	uint64_t t0 = pc_now_ns();
+	do {
+		bool wrote;
+		switch (j->phase) {
+		case 0:
+			wrote = render_next_series(j);
+			break;
+		case 1:
+			wrote = render_next_fn(j);
+			break;
+		case 2:
+			wrote = j->i < g_ncolls;
+			if (wrote) {
+				g_colls[j->i].fn(&j->w, g_colls[j->i].arg);
+				j->i++;
+			}
+			break;
+		default:
+			return j->w.b.failed ? -ENOMEM : 0;
+		}
+		if (!wrote) {
+			j->phase++;
+			j->i = 0;
+		}
+	} while (pc_now_ns() - t0 < budget_ns);
+	if (j->w.b.failed)
+		return -ENOMEM;
+	return j->phase < 3 ? 1 : 0;
+}
+
+char *met_render_finish(struct met_render_job *j, size_t *len)
+{
+	char *text = NULL;
+	if (j->phase == 3 && pc_wbuf_append(&j->w.b, "", 1) == 0) {
+		*len = j->w.b.len - 1; /* NUL-terminated above */
+		text = (char *)j->w.b.data;
+	} else {
+		pc_wbuf_free(&j->w.b);
+	}
+	hist_job_free(&j->hist);
+	free(j->done);
+	free(j);
+	return text;
+}
+
+char *met_render(const char *node_id, size_t *len)
+{
+	struct met_render_job *j = met_render_begin(node_id);
+	if (!j)
 		return NULL;
-	}
-	*len = w.b.len - 1;
-	return (char *)w.b.data;
+	while (met_render_step(j, UINT64_MAX) > 0)
+		;
+	return met_render_finish(j, len);
 }

@@ -119,6 +119,19 @@ void met_observe_ns(met_id id, uint64_t ns);
  * every sample. Returns a malloc'd NUL-terminated buffer, or NULL. */
 char *met_render(const char *node_id, size_t *len);
 
+/* The same in slices, for a caller that must not run long (a reactor):
+ * met_render_begin (NULL: out of memory), then met_render_step until it
+ * returns 0 (done) or -ENOMEM — each call writes whole families, at least
+ * one, until budget_ns has passed, and returns 1 while some are left — then
+ * met_render_finish: the text as met_render gives it (NULL if the render
+ * failed or was not done: a way to abandon it), and the job is freed. Values
+ * are read as each family is written, so one scrape's families may be a few
+ * slices apart. One job per caller; any thread once met_start ran. */
+struct met_render_job;
+struct met_render_job *met_render_begin(const char *node_id);
+int met_render_step(struct met_render_job *j, uint64_t budget_ns);
+char *met_render_finish(struct met_render_job *j, size_t *len);
+
 /* Read one series summed over shards (tests, dashboards in C). Counters and
  * gauges: the value; histograms: the count. */
 uint64_t met_read(met_id id);

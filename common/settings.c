@@ -241,7 +241,8 @@ static const struct pc_cfg_key keys[] = {
 	{"reactor_stall_cpu_clock", PC_CFG_BOOL, "false", 0, 0, NULL,
 	 OFF(reactor_stall_cpu_clock), 0,
 	 "also time reactor callbacks in thread CPU time (a system call per "
-	 "callback), so a stall report tells work from preemption"},
+	 "callback), so a stall report tells work from waits in the kernel "
+	 "and from preemption"},
 	{"session_slice_bytes", PC_CFG_SIZE, "2mb", 64 * KB, 1 * GB, NULL,
 	 OFF(session_slice_bytes), 0,
 	 "bytes of pages one step of a session.set/get copies or checks on "

@@ -81,6 +81,10 @@ static void drain(struct rx_reactor *r, bool force)
 		if (!t.head)
 			t.tail = NULL;
 		j->done(j); /* may queue new jobs (and arm) */
+		/* ... or copy some inline, out of this pass's budget: room
+		 * from before it would let this pass copy up to 2 slices. */
+		if (!force)
+			room = budget(r);
 	}
 	if (t.head && !force && !rx_timer_armed(&t.timer) &&
 	    rx_timer_start(r, &t.timer, 0, 0) < 0)

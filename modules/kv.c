@@ -1176,18 +1176,23 @@ static int kv_init(struct pc_ctx *ctx)
 	}
 	g.pool_svc.pool = g.pool;
 	g.pool_svc.rkey = g.rkey;
-	if ((ret = svc_publish_pool(ctx, "kv", &g.pool_svc)) < 0 ||
-	    (ret = svc_publish_kv(ctx, "kv", &kv_api)) < 0)
-		return ret;
+	/* From here on a failure undoes it all (a module whose init fails
+	 * gets no fini call): the services, the registration, the pool. */
+	if ((ret = svc_publish_pool(ctx, "kv", &g.pool_svc)) < 0)
+		goto fail_region;
+	if ((ret = svc_publish_kv(ctx, "kv", &kv_api)) < 0)
+		goto fail_pool_svc;
 	const struct mb_api *mb = svc_find_membership(ctx);
 	if (mb && (ret = mb->subscribe(MB_ON(MB_SUSPECT) | MB_ON(MB_LEAVE),
 				       on_peer_gone, NULL)) < 0)
-		return ret;
+		goto fail_kv_svc;
 	if ((ret = pc_guard_init()) < 0)
-		return ret;
+		goto fail_kv_svc;
 	g.evqs = calloc(ctx->threads, sizeof(*g.evqs));
-	if (!g.evqs)
-		return -ENOMEM;
+	if (!g.evqs) {
+		ret = -ENOMEM;
+		goto fail_kv_svc;
+	}
 #define CTR(var, name, help) var = met_register(MET_COUNTER, name, help, NULL)
 	CTR(g.rd_req, "peercache_read_requests_total", "pages asked for");
 	CTR(g.rd_hit, "peercache_read_hits_total", "pages found");
@@ -1248,7 +1253,20 @@ static int kv_init(struct pc_ctx *ctx)
 	met_register_counter_fn("peercache_evictions_total",
 			"pages evicted from the pool for space", NULL,
 			pool_stat, POOL_STAT(evictions));
-	return kv_rpc_init(ctx);
+	if ((ret = kv_rpc_init(ctx)) >= 0)
+		return ret;
+	free(g.evqs);
+	g.evqs = NULL;
+fail_kv_svc:
+	svc_withdraw_kv(ctx);
+fail_pool_svc:
+	svc_withdraw_pool(ctx);
+fail_region:
+	g.tp->ops->dereg_region(g.tp->node, g.rkey);
+	g.rkey = 0;
+	pool_free(g.pool);
+	g.pool = NULL;
+	return ret;
 }
 
 static int kv_start(struct rx_reactor *r, struct pc_ctx *ctx)

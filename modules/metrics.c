@@ -8,7 +8,12 @@
  * reactor's counters through a collector). Routes come from every module's
  * http_routes table. Thread: init/fini on main; the listener and every HTTP
  * connection live on reactor 0 — metrics traffic is light and must not
- * compete with the data path of the other reactors.
+ * compete with the data path of the other reactors. A /metrics scrape is
+ * rendered in slices (met_render_step, SCRAPE_SLICE_NS each, one per loop
+ * pass from a zero-delay timer), so a scrape never holds reactor 0 for its
+ * whole ~1 ms render. Meanwhile the connection keeps receiving (a client
+ * that leaves is closed at once, its render dropped) but the bytes of its
+ * next requests are left unconsumed, and fed again once the reply is queued.
  *
  * Limits: request head sizes (modules/http_parse.h), metrics_max_connections
  * connections and metrics_max_connections_per_host from one address (when
@@ -42,6 +47,8 @@
 /* A new connection is never dropped for a newer one before this age: it
  * gets the chance to send its request even in a burst of accepts. */
 #define EVICT_GRACE_MS 100
+/* Render time per slice of a scrape: well under the stall threshold. */
+#define SCRAPE_SLICE_NS 200000ull
 
 extern const unsigned char pc_dashboard_html[];
 extern const unsigned long pc_dashboard_html_len;
@@ -53,6 +60,12 @@ struct hconn {
 	bool linked;           /* on the list and counted */
 	uint64_t accepted_ns;
 	uint8_t addr[16];      /* source address (IPv4 v4-mapped) */
+	/* A /metrics render in progress (no request is taken until it is
+	 * answered). */
+	struct met_render_job *scrape;
+	struct rx_timer slice; /* runs the scrape's next slice */
+	enum http_method scrape_method;
+	bool scrape_keep;
 	struct hconn *prev, *next; /* accept order, oldest first */
 };
 
@@ -247,6 +260,59 @@ static void send_status(struct hconn *h, int status)
 	send_response(h, NULL, &resp, false);
 }
 
+/* ------------------------------------------------------- sliced scrapes */
+
+static void arm_timer(struct hconn *h, bool head);
+
+/* One slice of h's scrape; the reply goes out with the last one. */
+static void scrape_slice(struct rx_reactor *r, struct rx_timer *t)
+{
+	struct hconn *h = t->arg;
+	rx_stall_tag("metrics scrape slice");
+	int ret = met_render_step(h->scrape, SCRAPE_SLICE_NS);
+	if (ret > 0) {
+		rx_timer_start(r, &h->slice, 0, 0);
+		return;
+	}
+	size_t len = 0;
+	char *text = met_render_finish(h->scrape, &len);
+	h->scrape = NULL;
+	struct http_request req = {.method = h->scrape_method};
+	struct http_response resp;
+	memset(&resp, 0, sizeof(resp));
+	pc_wbuf_init(&resp.body, 64u << 20);
+	resp.status = 200;
+	if (text) {
+		resp.content_type = "text/plain; version=0.0.4; charset=utf-8";
+		pc_wbuf_append(&resp.body, text, len);
+		free(text);
+	} else {
+		resp.status = 500;
+		pc_wbuf_append(&resp.body, "500 Internal Server Error\n", 26);
+	}
+	send_response(h, &req, &resp, h->scrape_keep);
+	if (h->scrape_keep && !rx_conn_closing(h->c)) {
+		arm_timer(h, false);
+		/* Requests that arrived behind this one: a pause and resume
+		 * feeds the kept input to h_data again on this pass. */
+		rx_conn_pause(h->c);
+		rx_conn_resume(h->c);
+	}
+}
+
+/* Start a sliced scrape for req on h: 0, or -ENOMEM (then answer at once). */
+static int scrape_start(struct hconn *h, const struct http_request *req)
+{
+	h->scrape = met_render_begin(g.ctx->node_id);
+	if (!h->scrape)
+		return -ENOMEM;
+	h->scrape_method = req->method;
+	h->scrape_keep = req->keep_alive;
+	rx_timer_stop(rx_conn_reactor(h->c), &h->timer);
+	rx_timer_start(rx_conn_reactor(h->c), &h->slice, 0, 0);
+	return 0;
+}
+
 static void arm_timer(struct hconn *h, bool head)
 {
 	h->timing_head = head;
@@ -271,7 +337,7 @@ static ssize_t h_data(struct rx_conn *c, const uint8_t *data, size_t len)
 {
 	struct hconn *h = rx_conn_udata(c);
 	size_t used = 0;
-	while (used < len && !rx_conn_closing(c)) {
+	while (used < len && !rx_conn_closing(c) && !h->scrape) {
 		struct http_request req;
 		int n = http_parse_request((const char *)data + used,
 					   len - used, &g.lim, &req);
@@ -292,6 +358,10 @@ static ssize_t h_data(struct rx_conn *c, const uint8_t *data, size_t len)
 			send_status(h, 413); /* nothing here takes a body */
 			return (ssize_t)len;
 		}
+		const struct http_route *r = req.method == HTTP_OTHER ? NULL :
+			find_route(req.path, req.path_len);
+		if (r && r->fn == r_metrics && scrape_start(h, &req) == 0)
+			break; /* answered by the last slice */
 		struct http_response resp;
 		memset(&resp, 0, sizeof(resp));
 		pc_wbuf_init(&resp.body, 64u << 20);
@@ -299,8 +369,6 @@ static ssize_t h_data(struct rx_conn *c, const uint8_t *data, size_t len)
 		if (req.method == HTTP_OTHER) {
 			resp.status = 405;
 		} else {
-			const struct http_route *r = find_route(req.path,
-								req.path_len);
 			if (r)
 				r->fn(&req, &resp);
 			else
@@ -354,6 +422,11 @@ static void h_close(struct rx_conn *c, int err)
 	struct hconn *h = rx_conn_udata(c);
 	(void)err;
 	rx_timer_stop(rx_conn_reactor(c), &h->timer);
+	rx_timer_stop(rx_conn_reactor(c), &h->slice);
+	if (h->scrape) {
+		size_t len;
+		free(met_render_finish(h->scrape, &len)); /* abandoned */
+	}
 	h_unlink(h);
 	free(h);
 }
@@ -369,7 +442,7 @@ static bool evict_idle(const uint8_t *addr)
 	for (struct hconn *v = g.oldest; v; v = v->next) {
 		if (v->accepted_ns > born_before)
 			break; /* oldest first: the rest are younger still */
-		if (rx_conn_out_bytes(v->c) ||
+		if (rx_conn_out_bytes(v->c) || v->scrape ||
 		    (addr && memcmp(v->addr, addr, 16) != 0))
 			continue;
 		met_inc(g.evicted);
@@ -426,6 +499,7 @@ static void on_accept(struct rx_listener *l, int fd, void *arg)
 	h_link(h);
 	rx_conn_set_limits(h->c, HTTP_HEAD_BYTES_MAX(&g.lim) + 4096, 0, 0, 0);
 	rx_timer_init(&h->timer, timer_fired, h);
+	rx_timer_init(&h->slice, scrape_slice, h);
 	arm_timer(h, true);
 }
 

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "common/log.h"
@@ -25,6 +26,7 @@ static struct {
 	met_id *iter_hist;      /* per reactor */
 	met_id *stalls;         /* per reactor */
 	met_id *stalls_cpu;     /* per reactor: the CPU time was over too */
+	met_id *stalls_blocked; /* per reactor: not work, and it slept */
 	uint64_t *busy_ns;      /* per reactor, atomic */
 	uint64_t *max_ns;       /* per reactor, longest callback, atomic */
 	char (*labels)[24];     /* per reactor: reactor="i" (the registry
@@ -33,7 +35,8 @@ static struct {
 
 static _Thread_local const char *t_tag;
 static _Thread_local uint64_t t_cpu0;   /* thread CPU time at begin */
-static _Thread_local uint64_t t_stalls;
+static _Thread_local long t_sleeps0;    /* voluntary switches at begin */
+static _Thread_local uint64_t t_stalls, t_stalls_cpu, t_stalls_blocked;
 
 static double busy_fn(void *arg)
 {
@@ -47,8 +50,15 @@ static double max_fn(void *arg)
 	return (double)__atomic_load_n(v, __ATOMIC_RELAXED) / 1e9;
 }
 
-static uint64_t cpu_now_ns(void)
+/* The thread's CPU time, and how often it slept (voluntary context
+ * switches: a wait in the kernel — a lock, a page being migrated — that a
+ * callback never asks for). Two system calls: getrusage's times lag by up
+ * to a scheduler tick (the running slice is not added), which would make
+ * short callbacks look like 4 ms of CPU; the CPU clock is exact. */
+static uint64_t cpu_now_ns(long *sleeps)
 {
+	struct rusage ru;
+	*sleeps = getrusage(RUSAGE_THREAD, &ru) == 0 ? ru.ru_nvcsw : 0;
 	struct timespec ts;
 	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
@@ -59,6 +69,7 @@ int rx_stall_setup(unsigned nreactors, uint64_t threshold_ns, bool cpu_clock)
 	free(g.iter_hist);
 	free(g.stalls);
 	free(g.stalls_cpu);
+	free(g.stalls_blocked);
 	free(g.busy_ns);
 	free(g.max_ns);
 	free(g.labels);
@@ -66,12 +77,14 @@ int rx_stall_setup(unsigned nreactors, uint64_t threshold_ns, bool cpu_clock)
 	g.threshold_ns = threshold_ns;
 	g.cpu_clock = cpu_clock;
 	g.stalls_cpu = calloc(nreactors, sizeof(*g.stalls_cpu));
+	g.stalls_blocked = calloc(nreactors, sizeof(*g.stalls_blocked));
 	g.iter_hist = calloc(nreactors, sizeof(*g.iter_hist));
 	g.stalls = calloc(nreactors, sizeof(*g.stalls));
 	g.busy_ns = calloc(nreactors, sizeof(*g.busy_ns));
 	g.max_ns = calloc(nreactors, sizeof(*g.max_ns));
 	g.labels = calloc(nreactors, sizeof(*g.labels));
-	if (!g.iter_hist || !g.stalls || !g.stalls_cpu || !g.busy_ns ||
+	if (!g.iter_hist || !g.stalls || !g.stalls_cpu || !g.stalls_blocked ||
+	    !g.busy_ns ||
 	    !g.max_ns || !g.labels)
 		return -ENOMEM;
 	for (unsigned i = 0; i < nreactors; i++) {
@@ -89,6 +102,11 @@ int rx_stall_setup(unsigned nreactors, uint64_t threshold_ns, bool cpu_clock)
 			MET_COUNTER, "peercache_reactor_stalls_cpu_total",
 			"stalls whose thread CPU time was over the threshold "
 			"too (not a preemption; reactor_stall_cpu_clock)", lab);
+		g.stalls_blocked[i] = met_register(
+			MET_COUNTER, "peercache_reactor_stalls_blocked_total",
+			"stalls under the threshold in CPU time in which the "
+			"thread slept in the kernel (a lock, a page fault "
+			"waiting; reactor_stall_cpu_clock)", lab);
 		met_register_counter_fn(
 			"peercache_reactor_busy_seconds_total",
 			"time a reactor spent working (callbacks and loop "
@@ -111,7 +129,7 @@ uint64_t rx_stall_begin(void)
 {
 	t_tag = NULL;
 	if (g.cpu_clock)
-		t_cpu0 = cpu_now_ns();
+		t_cpu0 = cpu_now_ns(&t_sleeps0);
 	return pc_now_ns();
 }
 
@@ -128,17 +146,26 @@ void rx_stall_end(struct rx_reactor *r, uint64_t t0, const char *kind,
 	if (id < g.n)
 		met_inc(g.stalls[id]);
 	const char *tag = t_tag;
-	char conn[32] = "", cpu[48] = "";
+	char conn[32] = "", cpu[80] = "";
 	if (conn_id)
 		snprintf(conn, sizeof(conn), " on conn %llu",
 			 (unsigned long long)conn_id);
 	if (g.cpu_clock) {
-		uint64_t c = cpu_now_ns() - t_cpu0;
-		if (c > g.threshold_ns && id < g.n)
+		long sleeps;
+		uint64_t c = cpu_now_ns(&sleeps) - t_cpu0;
+		sleeps -= t_sleeps0;
+		bool work = c > g.threshold_ns;
+		t_stalls_cpu += work;
+		t_stalls_blocked += !work && sleeps > 0;
+		if (work && id < g.n)
 			met_inc(g.stalls_cpu[id]);
+		else if (sleeps > 0 && id < g.n)
+			met_inc(g.stalls_blocked[id]);
+		char why[40] = " (preempted)";
+		if (sleeps > 0)
+			snprintf(why, sizeof(why), " (slept %ld times)", sleeps);
 		snprintf(cpu, sizeof(cpu), ", %.2f ms of it on the CPU%s",
-			 (double)c / 1e6, c > g.threshold_ns ? "" :
-			 " (preempted)");
+			 (double)c / 1e6, work && !sleeps ? "" : why);
 	}
 	PC_LOG_RL(PC_LOG_WARN, LOG_MOD,
 		  "r%u: %s %s%s%s%s ran %.2f ms%s (reactor_stall_threshold "
@@ -163,4 +190,10 @@ void rx_stall_pass(struct rx_reactor *r, uint64_t top, uint64_t pre,
 uint64_t rx_stall_count(void)
 {
 	return t_stalls;
+}
+
+void rx_stall_counts(uint64_t *cpu, uint64_t *blocked)
+{
+	*cpu = t_stalls_cpu;
+	*blocked = t_stalls_blocked;
 }

@@ -31,10 +31,12 @@
 
 /* Register the metrics for nreactors reactors and set the threshold (0 =
  * detection off; the iteration histogram is still kept). cpu_clock: also
- * read the thread's CPU clock around each callback (a system call, ~0.5-2
- * µs each), so a stall says whether the reactor worked that long or was
- * preempted (peercache_reactor_stalls_cpu_total counts the former). Main
- * thread, before met_start(); 0 or -ENOMEM. */
+ * read the thread's CPU clock and sleep count around each callback (two
+ * system calls, ~1-3 µs per callback), so a stall says whether the
+ * reactor worked that long (peercache_reactor_stalls_cpu_total), slept in
+ * the kernel — waited for a lock such as the mmap lock
+ * (peercache_reactor_stalls_blocked_total) — or was preempted (neither).
+ * Main thread, before met_start(); 0 or -ENOMEM. */
 int rx_stall_setup(unsigned nreactors, uint64_t threshold_ns, bool cpu_clock);
 
 /* Name the work the current callback does ("rpc session.set"), for the
@@ -53,5 +55,7 @@ void rx_stall_pass(struct rx_reactor *r, uint64_t top, uint64_t pre,
 
 /* Stalls counted on the calling thread's reactor (tests). */
 uint64_t rx_stall_count(void);
+/* Of them, with cpu_clock: those that were work, and those that slept. */
+void rx_stall_counts(uint64_t *cpu, uint64_t *blocked);
 
 #endif /* PC_REACTOR_STALL_H */

@@ -638,12 +638,39 @@ void pool_free(struct pool *p)
  * is never held for long (a reactor's mmap or io_uring setup waits for it). */
 #define PREFAULT_CHUNK (2u << 20)
 #define PREFAULT_GATE_POLL_US 10000
+/* After each chunk the thread rests as long as the chunk took (at most this
+ * long): the mmap lock is free half the time, and the reactors keep one
+ * core's worth of memory bandwidth and CPU (see prefault_main). */
+#define PREFAULT_REST_MAX_US 20000
+
+/* Fault in [off, off + n) and rest; 0 or an errno. */
+static int prefault_chunk(struct pool *p, size_t off, size_t n)
+{
+	uint64_t t0 = pc_now_ns();
+	if (madvise(p->base + off, n, MADV_POPULATE_WRITE) < 0)
+		return errno;
+	atomic_fetch_add(&p->pf_done, n);
+	uint64_t us = (pc_now_ns() - t0) / 1000;
+	usleep((useconds_t)PC_MIN(us, (uint64_t)PREFAULT_REST_MAX_US));
+	return 0;
+}
 
 /*
  * Faults the region in, chunk by chunk, without writing a byte: the kernel
  * allocates (and zeroes) each page as a write fault would. The reactors may
  * be writing entries at the same time; a page they touched first is simply
  * skipped.
+ *
+ * Order: chunk k of every stripe before chunk k+1 of any. Each stripe hands
+ * out its lowest free units first (pool_space_carve splits a free block at
+ * its start), so right after start-up the pages being written are at the
+ * stripes' starts: faulting those first keeps a reactor from faulting in
+ * (and zeroing) fresh 2 MiB pages itself in the middle of a copy slice,
+ * which on the shared 2-core machine made slices run 1-5 ms of CPU. The
+ * rest after each chunk (as long as the chunk took) is measured in
+ * docs/architecture.md: back to back, the thread held the mmap lock nearly
+ * all the time, so a reactor's mmap of a client region waited for it, for
+ * tens of ms when the thread was preempted holding it.
  */
 static void *prefault_main(void *arg)
 {
@@ -652,17 +679,17 @@ static void *prefault_main(void *arg)
 	       !atomic_load(&p->pf_stop))
 		usleep(PREFAULT_GATE_POLL_US);
 	uint64_t t0 = pc_now_ns();
-	size_t off = 0;
 	int err = 0;
-	while (off < p->capacity && !atomic_load(&p->pf_stop)) {
-		size_t n = PC_MIN((size_t)PREFAULT_CHUNK, p->capacity - off);
-		if (madvise(p->base + off, n, MADV_POPULATE_WRITE) < 0) {
-			err = errno;
-			break;
+	for (size_t k = 0; k < p->stripe_bytes && !err; k += PREFAULT_CHUNK) {
+		size_t n = PC_MIN((size_t)PREFAULT_CHUNK, p->stripe_bytes - k);
+		for (unsigned i = 0; i < p->nstripes && !err; i++) {
+			if (atomic_load(&p->pf_stop))
+				goto out;
+			err = prefault_chunk(p, i * p->stripe_bytes + k, n);
 		}
-		off += n;
-		atomic_store(&p->pf_done, off);
 	}
+out:;
+	size_t off = atomic_load(&p->pf_done);
 	double s = (double)(pc_now_ns() - t0) / 1e9;
 	if (err == EINVAL)
 		PC_LOGW("pool", "prefault: not supported by this kernel (needs "

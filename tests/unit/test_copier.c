@@ -6,6 +6,8 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "common/checksum.h"
 #include "common/util.h"
@@ -178,5 +180,116 @@ Test(stall, a_long_callback_is_counted)
 	tu_run(r, 20000);
 	cr_assert_geq(stalls_seen[1], stalls_seen[0] + 1,
 		     "one 5 ms callback is one stall (default 1 ms)");
+	rx_reactor_destroy(r);
+}
+
+/* A done callback that starts the next copy inline spends this pass's
+ * budget: the pass copies no more than one slice in all. */
+#define SLICE (512u << 10)
+
+static void check_pass(struct rx_reactor *r, struct rx_timer *t)
+{
+	(void)r;
+	(void)t;
+	c.iters = c.job2.off; /* what the pass of the first done copied */
+}
+
+static void first_done(struct copier_job *j)
+{
+	(void)j;
+	c.done++;
+	rx_timer_start(c.r, &c.t2, 0, 0); /* before the copier's next slice */
+	c.job2 = (struct copier_job){.dst = c.dst + SLICE + SLICE / 2,
+				     .src = c.src + SLICE + SLICE / 2,
+				     .len = 4 * SLICE, .done = job_done};
+	copier_copy(c.r, &c.job2);
+}
+
+static void start_chain(struct rx_reactor *r, struct rx_timer *t)
+{
+	(void)t;
+	c.job = (struct copier_job){.dst = c.dst, .src = c.src,
+				    .len = SLICE + SLICE / 2,
+				    .done = first_done};
+	cr_assert_eq(copier_copy(r, &c.job), 0);
+}
+
+Test(copier, done_starting_a_copy_inline_stays_in_the_slice)
+{
+	c = (struct ctx){0};
+	copier_set_slice(SLICE);
+	setup_bufs(6 * SLICE);
+	c.r = tu_reactor(NULL);
+	rx_timer_init(&c.t, start_chain, NULL);
+	rx_timer_init(&c.t2, check_pass, NULL);
+	rx_timer_start(c.r, &c.t, 0, 0);
+	tu_run(c.r, 20000);
+	cr_assert_eq(c.done, 2);
+	cr_assert_eq(c.job2.res, 0);
+	/* The first job's last half slice and the second's first half. */
+	cr_assert_eq(c.iters, SLICE / 2, "the pass copied %llu bytes of the "
+		     "second job after half a slice of the first (slice %u)",
+		     (unsigned long long)c.iters, SLICE);
+	cr_assert_eq(tu_check_pattern(c.dst, 11 * SLICE / 2, 7, 0), -1);
+	rx_reactor_destroy(c.r);
+}
+
+/* With the CPU clock on, a stall tells work from a wait in the kernel: a
+ * callback that computes for 3 ms of CPU time is work, one that sleeps 3 ms
+ * slept (neither bound depends on the machine's speed or load). */
+static uint64_t kinds[3][2];
+static uint64_t spin_until;
+
+static void record_kinds(int k)
+{
+	rx_stall_counts(&kinds[k][0], &kinds[k][1]);
+}
+
+static void spin_cb(struct rx_reactor *r, struct rx_timer *t)
+{
+	(void)r;
+	(void)t;
+	record_kinds(0);
+	struct timespec ts;
+	uint64_t ns;
+	do {
+		clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+		ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+		if (!spin_until)
+			spin_until = ns + RX_MS(3);
+	} while (ns < spin_until);
+}
+
+static void sleep_cb(struct rx_reactor *r, struct rx_timer *t)
+{
+	(void)r;
+	(void)t;
+	record_kinds(1);
+	usleep(3000);
+}
+
+static void kinds_done(struct rx_reactor *r, struct rx_timer *t)
+{
+	(void)t;
+	record_kinds(2);
+	rx_reactor_stop(r);
+}
+
+Test(stall, cpu_clock_tells_work_from_sleep)
+{
+	cr_assert_eq(rx_stall_setup(1, RX_MS(1), true), 0);
+	struct rx_reactor *r = tu_reactor(NULL);
+	struct rx_timer a, b, d;
+	rx_timer_init(&a, spin_cb, NULL);
+	rx_timer_init(&b, sleep_cb, NULL);
+	rx_timer_init(&d, kinds_done, NULL);
+	rx_timer_start(r, &a, 0, 0);
+	rx_timer_start(r, &b, RX_MS(10), 0);
+	rx_timer_start(r, &d, RX_MS(20), 0);
+	tu_run(r, 20000);
+	cr_assert_eq(kinds[1][0], kinds[0][0] + 1, "3 ms of CPU: one work stall");
+	cr_assert_eq(kinds[2][1], kinds[1][1] + 1, "a 3 ms sleep: one stall "
+		     "that slept");
+	cr_assert_eq(kinds[2][0], kinds[1][0], "the sleep is not work");
 	rx_reactor_destroy(r);
 }

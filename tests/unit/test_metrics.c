@@ -6,6 +6,7 @@
 #include <criterion/criterion.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -142,5 +143,51 @@ Test(metrics, disabled_records_nothing_and_late_registration_fails)
 	met_set_enabled(true);
 	met_inc(a);
 	cr_assert_eq(met_read(a), 1);
+	met_reset();
+}
+
+/* The sliced render (met_render_step with no time budget: one step at a
+ * time) writes exactly what met_render writes, a family of many histogram
+ * series over several steps; an abandoned render frees what it holds. */
+Test(metrics, sliced_render_equals_the_whole)
+{
+	met_reset();
+	char labels[10][32];
+	met_id h[10];
+	for (int i = 0; i < 10; i++) {
+		snprintf(labels[i], sizeof(labels[i]), "method=\"m%d\"", i);
+		h[i] = met_register(MET_HISTOGRAM, "t_rpc_latency_seconds",
+				    "lat", labels[i]);
+	}
+	met_id c = met_register(MET_COUNTER, "t_req_total", "requests", NULL);
+	met_register_fn("t_gauge", "a gauge", NULL, seven, NULL);
+	met_register_collector(coll, (void *)(uintptr_t)42);
+	cr_assert_eq(met_start(1), 0);
+	met_bind_thread(1);
+	for (int i = 0; i < 10; i++)
+		for (int k = 0; k <= i; k++)
+			met_observe_ns(h[i], 1000u << k);
+	met_add(c, 9);
+	size_t len, slen;
+	char *whole = met_render("n", &len);
+	cr_assert(whole);
+	struct met_render_job *j = met_render_begin("n");
+	cr_assert(j);
+	int ret, steps = 0;
+	while ((ret = met_render_step(j, 0)) > 0)
+		steps++;
+	cr_assert_eq(ret, 0);
+	/* 10 series, 4 per step, 3 parts: the family alone is 9+ steps. */
+	cr_assert_geq(steps, 10, "%d steps", steps);
+	char *sliced = met_render_finish(j, &slen);
+	cr_assert(sliced);
+	cr_assert_eq(slen, len);
+	cr_assert_str_eq(sliced, whole);
+	free(sliced);
+	free(whole);
+	j = met_render_begin("n");
+	cr_assert_eq(met_render_step(j, 0), 1);
+	cr_assert_eq(met_render_step(j, 0), 1); /* inside the histogram */
+	cr_assert_null(met_render_finish(j, &slen), "not done: no text");
 	met_reset();
 }
