@@ -62,7 +62,7 @@ _SGLANG_KEYS = {"backend_name", "module_path", "class_name", "interface_v1",
                 "prefetch_timeout_base", "prefetch_timeout_per_ki_token",
                 "prefetch_timeout_max", "hicache_storage_pass_prefix_keys"}
 _OUR_KEYS = {"socket", "prefix", "timeout_ms", "mode", "kv_cache_dtype",
-             "max_tracked_keys"}
+             "max_tracked_keys", "allow_unknown_keys"}
 # Keys of the original PeerCache that mean nothing here: accepted, ignored.
 _ORIGINAL_KEYS = {"discovery_addr", "role", "write_policy", "protocol",
                   "device_name", "device_names", "ib_port", "gid_index",
@@ -221,8 +221,12 @@ class PeerCacheStore(HiCacheStorage):
         self.registered_pools = {}
 
     def _configure(self, extra, cfg_dtype):
-        """Every extra-config key is honoured, or refused with a clear error
-        (keys of the original PeerCache and unknown keys: logged once)."""
+        """Every extra-config key is honoured, or refused with a clear error.
+        Keys of the original PeerCache are accepted without effect (logged
+        once); an unknown key is refused — a misspelt "timeout_ms" must not
+        silently leave the default in place — unless allow_unknown_keys is
+        true, which turns the refusal into a warning (for keys of a newer
+        SGLang that this shim does not know yet)."""
         def int_key(name, default, lo, hi):
             v = extra.get(name, default)
             try:
@@ -254,14 +258,26 @@ class PeerCacheStore(HiCacheStorage):
             log.warning("peercache: timeout_ms=%d: a call may block up to %.1f s, "
                         "longer than SGLang's %d s join on detach",
                         self.timeout_ms, 2 * self.timeout_ms / 1000, SGLANG_JOIN_S)
+        allow_unknown = extra.get("allow_unknown_keys", False)
+        if not isinstance(allow_unknown, bool):
+            raise ValueError("peercache: extra-config allow_unknown_keys must be "
+                             "true or false, not %r" % (allow_unknown,))
         ignored = sorted(k for k in extra if k in _ORIGINAL_KEYS)
         unknown = sorted(k for k in extra
                          if k not in _SGLANG_KEYS | _OUR_KEYS | _ORIGINAL_KEYS)
-        if ignored or unknown:
-            log.info("peercache: ignoring extra-config keys %s (%s)",
-                     ", ".join(ignored + unknown),
-                     "keys of the original PeerCache without effect here"
-                     if not unknown else "unknown: %s" % ", ".join(unknown))
+        if unknown and not allow_unknown:
+            raise ValueError(
+                "peercache: unknown extra-config key%s %s; this backend knows "
+                "%s (and SGLang's own: %s). Fix the spelling, remove the key, "
+                "or set \"allow_unknown_keys\": true to accept it with a warning"
+                % ("s" if len(unknown) > 1 else "", ", ".join(unknown),
+                   ", ".join(sorted(_OUR_KEYS)), ", ".join(sorted(_SGLANG_KEYS))))
+        if unknown:
+            log.warning("peercache: ignoring unknown extra-config keys %s "
+                        "(allow_unknown_keys is true)", ", ".join(unknown))
+        if ignored:
+            log.info("peercache: ignoring extra-config keys %s (keys of the "
+                     "original PeerCache without effect here)", ", ".join(ignored))
 
     # ----------------------------------------------------------- plumbing
 

@@ -324,11 +324,22 @@ def test_generic_path_and_housekeeping(cluster):
 
 
 def test_unknown_original_keys_are_accepted_and_logged(cluster, caplog):
+    # Issue 12 item 3: an unknown key is refused with a clear error (it was
+    # accepted with a log line before); the original's keys stay accepted.
     (a,) = cluster(1, "--pool-size", "64mb")
     with caplog.at_level("INFO", logger="peercache"):
-        s = shim(a, discovery_addr="10.0.0.1:31998", protocol="rdma", weird_key=1)
+        s = shim(a, discovery_addr="10.0.0.1:31998", protocol="rdma")
     assert "ignoring extra-config keys" in caplog.text
-    assert "weird_key" in caplog.text
+    assert "discovery_addr" in caplog.text
+    s.close()
+    with pytest.raises(ValueError, match="weird_key.*allow_unknown_keys"):
+        shim(a, weird_key=1)
+    with pytest.raises(ValueError, match="allow_unknown_keys"):
+        shim(a, weird_key=1, allow_unknown_keys="yes")
+    caplog.clear()
+    with caplog.at_level("INFO", logger="peercache"):
+        s = shim(a, weird_key=1, allow_unknown_keys=True)
+    assert "unknown extra-config keys weird_key" in caplog.text
     s.close()
     assert a.stop() == 0
 
