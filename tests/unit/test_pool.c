@@ -475,7 +475,7 @@ Test(pool, lru_order_touched_entries_survive)
  * page used to take the freshest pages of the batch being written (a set
  * answered true, the get right after missed).
  */
-Test(pool, fresh_pages_are_never_run_neighbours, .timeout = 60)
+Test(pool, fresh_pages_are_never_run_neighbours)
 {
 	struct pool *p = mk_pool(64 * MiB, 1 * MiB, 1, POOL_EVICT_SPAN);
 	char key[32];
