@@ -99,6 +99,7 @@ struct pc_settings {
 	/* local clients on every core (issue 11) */
 	int64_t reactor_stall_threshold_us;
 	bool reactor_stall_cpu_clock;
+	int64_t reactor_nice;
 	uint64_t session_slice_bytes;
 	uint64_t copy_slice_bytes;
 	/* request memory (kv) */

@@ -13,6 +13,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "common/log.h"
 #include "group.h"
@@ -60,6 +63,18 @@ static void report_start(struct rx_thread *t, int err)
 	pthread_mutex_unlock(&t->g->lock);
 }
 
+/* This thread's nice value (Linux: per thread). A refusal is logged and
+ * the thread runs on as it is: the priority is a tuning, not a need. */
+static void set_nice(unsigned id, int nice)
+{
+	if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), nice) < 0)
+		PC_LOGW(LOG_MOD, "reactor %u: cannot set nice %d: %s (needs root "
+			"or CAP_SYS_NICE); running at the process's priority", id,
+			nice, strerror(errno));
+	else if (id == 0)
+		PC_LOGI(LOG_MOD, "reactor threads run at nice %d", nice);
+}
+
 static void *thread_main(void *arg)
 {
 	struct rx_thread *t = arg;
@@ -70,6 +85,8 @@ static void *thread_main(void *arg)
 	snprintf(name, sizeof(name), "pc-r%u", t->id);
 	pthread_setname_np(pthread_self(), name);
 
+	if (g->p.nice)
+		set_nice(t->id, g->p.nice);
 	struct rx_reactor *r = NULL;
 	int err = rx_reactor_create(&r, t->id, &g->p);
 	if (err < 0) {

@@ -45,6 +45,7 @@ struct rx_params {
 	size_t conn_out_low;      /* resume reading once output drains below */
 	size_t conn_out_max;      /* close a connection whose output exceeds this */
 	unsigned shutdown_grace_ms; /* time for in-flight work before forced cancel */
+	int nice;                 /* reactor threads' nice value; 0: inherit */
 };
 
 void rx_params_default(struct rx_params *p);

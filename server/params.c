@@ -20,4 +20,5 @@ void pc_server_reactor_params(const struct pc_settings *s, struct rx_params *p)
 	if (p->conn_out_low > p->conn_out_high / 2)
 		p->conn_out_low = p->conn_out_high / 2;
 	p->shutdown_grace_ms = (unsigned)s->shutdown_grace_ms;
+	p->nice = (int)s->reactor_nice;
 }

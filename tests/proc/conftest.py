@@ -37,11 +37,13 @@ def clean_env(extra=None):
 class Node:
     """A running peercached process with its log captured to a file."""
 
-    def __init__(self, args, env=None, tmpdir=None):
+    def __init__(self, args, env=None, tmpdir=None, wrap=()):
         self.tmpdir = tmpdir or tempfile.mkdtemp(prefix="pc-node-")
         self.log_path = os.path.join(self.tmpdir, "node.log")
         self.log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen([PEERCACHED] + list(args),
+        # wrap: a command that execs the node (e.g. setpriv), so proc.pid
+        # is still the node's.
+        self.proc = subprocess.Popen(list(wrap) + [PEERCACHED] + list(args),
                                      stdout=self.log, stderr=subprocess.STDOUT,
                                      env=clean_env(env))
 
@@ -92,7 +94,7 @@ class Node:
 def node_factory(tmp_path):
     nodes = []
 
-    def start(*args, env=None):
+    def start(*args, env=None, wrap=()):
         args = list(args)
         # Keep every test node off the fixed default ports and paths.
         # No prefault: many nodes at once must not commit all their pools
@@ -103,7 +105,7 @@ def node_factory(tmp_path):
         for k, v in defaults.items():
             if k not in args:
                 args += [k, v]
-        n = Node(args, env=env, tmpdir=tempfile.mkdtemp(dir=str(tmp_path)))
+        n = Node(args, env=env, tmpdir=tempfile.mkdtemp(dir=str(tmp_path)), wrap=wrap)
         nodes.append(n)
         return n
 
