@@ -11,9 +11,13 @@
  * compete with the data path of the other reactors. A /metrics scrape is
  * rendered in slices (met_render_step, SCRAPE_SLICE_NS each, one per loop
  * pass from a zero-delay timer), so a scrape never holds reactor 0 for its
- * whole ~1 ms render. Meanwhile the connection keeps receiving (a client
- * that leaves is closed at once, its render dropped) but the bytes of its
- * next requests are left unconsumed, and fed again once the reply is queued.
+ * whole ~1 ms render. One scrape renders at a time; scrapes on other
+ * connections wait in a queue (FIFO) holding no render buffer, so however
+ * many clients scrape at once, reactor 0 spends at most one slice per pass on
+ * them. Meanwhile the connection keeps receiving (a client that resets is
+ * closed at once, its render dropped; one that only half-closes after its
+ * request still gets the reply, then the close) but the bytes of its next
+ * requests are left unconsumed, and fed again once the reply is queued.
  *
  * Limits: request head sizes (modules/http_parse.h), metrics_max_connections
  * connections and metrics_max_connections_per_host from one address (when
@@ -60,9 +64,12 @@ struct hconn {
 	bool linked;           /* on the list and counted */
 	uint64_t accepted_ns;
 	uint8_t addr[16];      /* source address (IPv4 v4-mapped) */
-	/* A /metrics render in progress (no request is taken until it is
-	 * answered). */
-	struct met_render_job *scrape;
+	/* A /metrics scrape waiting or rendering (no request is taken until it
+	 * is answered). */
+	bool in_scrape;
+	bool eof;              /* the client half-closed during it */
+	struct met_render_job *scrape; /* the render, once it is this one's turn */
+	struct hconn *qnext;   /* the scrape queue */
 	struct rx_timer slice; /* runs the scrape's next slice */
 	enum http_method scrape_method;
 	bool scrape_keep;
@@ -74,6 +81,8 @@ static struct {
 	struct rx_listener *l;
 	unsigned conns;                   /* linked connections */
 	struct hconn *oldest, *newest;
+	struct hconn *scraping;           /* the scrape rendering now */
+	struct hconn *sq_head, *sq_tail;  /* scrapes waiting their turn */
 	unsigned max_conns, max_per_host;
 	met_id evicted, refused;
 	const struct http_route *routes[ROUTES_MAX];
@@ -145,6 +154,8 @@ static void reactor_collector(struct met_writer *w, void *arg)
 
 /* ----------------------------------------------------------------- routes */
 
+/* /metrics in one piece. h_data renders this route in slices instead
+ * (scrape_start); this is the reference the sliced render must equal. */
 static void r_metrics(const struct http_request *req, struct http_response *r)
 {
 	(void)req;
@@ -264,20 +275,36 @@ static void send_status(struct hconn *h, int status)
 
 static void arm_timer(struct hconn *h, bool head);
 
-/* One slice of h's scrape; the reply goes out with the last one. */
-static void scrape_slice(struct rx_reactor *r, struct rx_timer *t)
+/* Send resp for req on h: a status line as the body of a bodiless error,
+ * then the keep-alive timer, or the close (also when the client has
+ * half-closed). */
+static void respond(struct hconn *h, const struct http_request *req,
+		    struct http_response *resp)
 {
-	struct hconn *h = t->arg;
-	rx_stall_tag("metrics scrape slice");
-	int ret = met_render_step(h->scrape, SCRAPE_SLICE_NS);
-	if (ret > 0) {
-		rx_timer_start(r, &h->slice, 0, 0);
-		return;
+	if (resp->status != 200 && !resp->static_body && !resp->body.len) {
+		char text[96];
+		int m = snprintf(text, sizeof(text), "%d %s\n", resp->status,
+				 http_status_text(resp->status));
+		pc_wbuf_append(&resp->body, text, (size_t)m);
 	}
+	bool keep = req->keep_alive && !h->eof;
+	send_response(h, req, resp, keep);
+	if (keep && !rx_conn_closing(h->c))
+		arm_timer(h, false);
+}
+
+static void scrape_next(struct rx_reactor *r);
+
+/* h's scrape is rendered: answer it, then start the next one waiting. */
+static void scrape_done(struct rx_reactor *r, struct hconn *h)
+{
 	size_t len = 0;
-	char *text = met_render_finish(h->scrape, &len);
+	char *text = h->scrape ? met_render_finish(h->scrape, &len) : NULL;
 	h->scrape = NULL;
-	struct http_request req = {.method = h->scrape_method};
+	h->in_scrape = false;
+	g.scraping = NULL;
+	struct http_request req = {.method = h->scrape_method,
+				   .keep_alive = h->scrape_keep};
 	struct http_response resp;
 	memset(&resp, 0, sizeof(resp));
 	pc_wbuf_init(&resp.body, 64u << 20);
@@ -288,29 +315,108 @@ static void scrape_slice(struct rx_reactor *r, struct rx_timer *t)
 		free(text);
 	} else {
 		resp.status = 500;
-		pc_wbuf_append(&resp.body, "500 Internal Server Error\n", 26);
 	}
-	send_response(h, &req, &resp, h->scrape_keep);
-	if (h->scrape_keep && !rx_conn_closing(h->c)) {
-		arm_timer(h, false);
+	respond(h, &req, &resp);
+	if (!rx_conn_closing(h->c)) {
 		/* Requests that arrived behind this one: a pause and resume
 		 * feeds the kept input to h_data again on this pass. */
 		rx_conn_pause(h->c);
 		rx_conn_resume(h->c);
 	}
+	scrape_next(r);
 }
 
-/* Start a sliced scrape for req on h: 0, or -ENOMEM (then answer at once). */
-static int scrape_start(struct hconn *h, const struct http_request *req)
+/* Render h's scrape to the end in this callback: only when no timer slot
+ * is left for the next slice (a stall, logged by the detector, rather than a
+ * scrape that never ends). */
+static void scrape_all_now(struct rx_reactor *r, struct hconn *h)
 {
-	h->scrape = met_render_begin(g.ctx->node_id);
-	if (!h->scrape)
-		return -ENOMEM;
+	while (met_render_step(h->scrape, SCRAPE_SLICE_NS) > 0)
+		;
+	scrape_done(r, h);
+}
+
+/* One slice of the current scrape; the reply goes out with the last one. */
+static void scrape_slice(struct rx_reactor *r, struct rx_timer *t)
+{
+	struct hconn *h = t->arg;
+	rx_stall_tag("metrics scrape slice");
+	if (met_render_step(h->scrape, SCRAPE_SLICE_NS) <= 0)
+		scrape_done(r, h);
+	else if (rx_timer_start(r, &h->slice, 0, 0) < 0)
+		scrape_all_now(r, h);
+}
+
+/* Start rendering for the oldest waiting scrape, if none renders now. */
+static void scrape_next(struct rx_reactor *r)
+{
+	while (!g.scraping && g.sq_head) {
+		struct hconn *h = g.sq_head;
+		g.sq_head = h->qnext;
+		if (!g.sq_head)
+			g.sq_tail = NULL;
+		h->qnext = NULL;
+		h->scrape = met_render_begin(g.ctx->node_id);
+		g.scraping = h;
+		if (!h->scrape) {
+			scrape_done(r, h); /* answered 500: out of memory */
+			return;            /* scrape_done went on with the queue */
+		}
+		if (rx_timer_start(r, &h->slice, 0, 0) < 0)
+			scrape_all_now(r, h);
+	}
+}
+
+/* Queue a sliced scrape for req on h; the last slice answers it. */
+static void scrape_start(struct hconn *h, const struct http_request *req)
+{
+	struct rx_reactor *r = rx_conn_reactor(h->c);
+	h->in_scrape = true;
 	h->scrape_method = req->method;
 	h->scrape_keep = req->keep_alive;
-	rx_timer_stop(rx_conn_reactor(h->c), &h->timer);
-	rx_timer_start(rx_conn_reactor(h->c), &h->slice, 0, 0);
-	return 0;
+	rx_timer_stop(r, &h->timer);
+	h->qnext = NULL;
+	if (g.sq_tail)
+		g.sq_tail->qnext = h;
+	else
+		g.sq_head = h;
+	g.sq_tail = h;
+	scrape_next(r);
+}
+
+/* h goes away: drop its render, or its place in the queue. */
+static void scrape_abandon(struct rx_reactor *r, struct hconn *h)
+{
+	if (!h->in_scrape)
+		return;
+	h->in_scrape = false;
+	if (g.scraping == h) {
+		size_t len;
+		free(met_render_finish(h->scrape, &len)); /* abandoned */
+		h->scrape = NULL;
+		g.scraping = NULL;
+		scrape_next(r);
+		return;
+	}
+	struct hconn **link = &g.sq_head, *prev = NULL;
+	while (*link && *link != h) {
+		prev = *link;
+		link = &(*link)->qnext;
+	}
+	if (*link) {
+		*link = h->qnext;
+		if (g.sq_tail == h)
+			g.sq_tail = prev;
+	}
+	h->qnext = NULL;
+}
+
+/* The client half-closed: a scrape it asked for is still answered. */
+static bool h_eof(struct rx_conn *c)
+{
+	struct hconn *h = rx_conn_udata(c);
+	h->eof = true;
+	return h->in_scrape;
 }
 
 static void arm_timer(struct hconn *h, bool head)
@@ -337,7 +443,7 @@ static ssize_t h_data(struct rx_conn *c, const uint8_t *data, size_t len)
 {
 	struct hconn *h = rx_conn_udata(c);
 	size_t used = 0;
-	while (used < len && !rx_conn_closing(c) && !h->scrape) {
+	while (used < len && !rx_conn_closing(c) && !h->in_scrape) {
 		struct http_request req;
 		int n = http_parse_request((const char *)data + used,
 					   len - used, &g.lim, &req);
@@ -360,8 +466,10 @@ static ssize_t h_data(struct rx_conn *c, const uint8_t *data, size_t len)
 		}
 		const struct http_route *r = req.method == HTTP_OTHER ? NULL :
 			find_route(req.path, req.path_len);
-		if (r && r->fn == r_metrics && scrape_start(h, &req) == 0)
+		if (r && r->fn == r_metrics) {
+			scrape_start(h, &req);
 			break; /* answered by the last slice */
+		}
 		struct http_response resp;
 		memset(&resp, 0, sizeof(resp));
 		pc_wbuf_init(&resp.body, 64u << 20);
@@ -374,16 +482,7 @@ static ssize_t h_data(struct rx_conn *c, const uint8_t *data, size_t len)
 			else
 				resp.status = 404;
 		}
-		if (resp.status != 200 && !resp.static_body && !resp.body.len) {
-			char text[96];
-			int m = snprintf(text, sizeof(text), "%d %s\n",
-					 resp.status,
-					 http_status_text(resp.status));
-			pc_wbuf_append(&resp.body, text, (size_t)m);
-		}
-		send_response(h, &req, &resp, req.keep_alive);
-		if (req.keep_alive)
-			arm_timer(h, false);
+		respond(h, &req, &resp);
 	}
 	return (ssize_t)used;
 }
@@ -423,16 +522,14 @@ static void h_close(struct rx_conn *c, int err)
 	(void)err;
 	rx_timer_stop(rx_conn_reactor(c), &h->timer);
 	rx_timer_stop(rx_conn_reactor(c), &h->slice);
-	if (h->scrape) {
-		size_t len;
-		free(met_render_finish(h->scrape, &len)); /* abandoned */
-	}
+	scrape_abandon(rx_conn_reactor(c), h);
 	h_unlink(h);
 	free(h);
 }
 
 static const struct rx_conn_ops h_ops = {.on_data = h_data,
-					 .on_close = h_close};
+					 .on_close = h_close,
+					 .on_eof = h_eof};
 
 /* Drop the oldest connection (from addr, if set) with nothing being sent,
  * to make room for a new one. false: none can go. */
@@ -442,7 +539,7 @@ static bool evict_idle(const uint8_t *addr)
 	for (struct hconn *v = g.oldest; v; v = v->next) {
 		if (v->accepted_ns > born_before)
 			break; /* oldest first: the rest are younger still */
-		if (rx_conn_out_bytes(v->c) || v->scrape ||
+		if (rx_conn_out_bytes(v->c) || v->in_scrape ||
 		    (addr && memcmp(v->addr, addr, 16) != 0))
 			continue;
 		met_inc(g.evicted);

@@ -516,6 +516,15 @@ void rx_conns_stop(struct rx_reactor *r, bool now)
 
 /* ------------------------------------------------------------------ input */
 
+/* The peer will send no more: close after the flush, unless the owner
+ * still produces a reply (on_eof). */
+static void conn_eof(struct rx_conn *c)
+{
+	c->flags |= RXC_EOF;
+	if (!(c->ops->on_eof && c->ops->on_eof(c)))
+		rx_conn_close(c, RX_CLOSE_FLUSH, 0);
+}
+
 static bool conn_should_read(const struct rx_conn *c)
 {
 	return !(c->flags & (RXC_MANUAL | RXC_PAUSE_USER | RXC_PAUSE_OUT | RXC_CLOSE_FLUSH |
@@ -736,8 +745,7 @@ static void conn_on_recv(struct rx_reactor *r, struct rx_op *op,
 				  (unsigned long long)c->id);
 			rx_conn_close(c, RX_CLOSE_NOW, err);
 		} else if (len == 0) {
-			c->flags |= RXC_EOF;
-			rx_conn_close(c, RX_CLOSE_FLUSH, 0);
+			conn_eof(c);
 		} else {
 			RX_STAT_ADD(r->st.bytes_in, (uint64_t)len);
 			conn_deliver(c, data, len);
@@ -751,8 +759,7 @@ static void conn_on_recv(struct rx_reactor *r, struct rx_op *op,
 			     (size_t)res);
 		bufring_return(r, bid);
 	} else if (res == 0) {
-		c->flags |= RXC_EOF;
-		rx_conn_close(c, RX_CLOSE_FLUSH, 0);
+		conn_eof(c);
 	} else if (res == -ENOBUFS) {
 		/* Ring empty; buffers come back at the end of this iteration
 		 * and the receive is re-armed below. */

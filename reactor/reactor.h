@@ -184,6 +184,11 @@ struct rx_conn_ops {
 	 * orderly close (EOF or rx_conn_close) or a negative errno. The fd is
 	 * closed and the struct freed right after this returns. */
 	void (*on_close)(struct rx_conn *c, int err);
+	/* The peer closed its sending side (EOF) — optional. Reading stops
+	 * either way. Return true to keep the connection for a reply still
+	 * being produced: the callee closes it (rx_conn_close) once the reply
+	 * is queued. Absent or false: it closes after what is queued is sent. */
+	bool (*on_eof)(struct rx_conn *c);
 };
 
 /* Close modes. */

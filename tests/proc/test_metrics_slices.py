@@ -115,3 +115,53 @@ def test_concurrent_scrapes_all_complete(node_factory):
         for _, body in rs:
             whole(body)
     assert n.stop() == 0
+
+
+def test_half_closed_client_still_gets_its_scrape(node_factory):
+    """A client that shuts down its sending side after the request (nc -N,
+    some probes) got an empty reply: the EOF closed the connection before
+    the last slice queued the answer."""
+    n = node_factory()
+    host, port = n.endpoint("metrics").rsplit(":", 1)
+    for req in (b"GET /metrics HTTP/1.1\r\n\r\n",
+                b"GET /metrics HTTP/1.1\r\n\r\nGET /healthz HTTP/1.1\r\n\r\n"):
+        s = socket.create_connection((host, int(port)), timeout=10)
+        s.sendall(req)
+        s.shutdown(socket.SHUT_WR)
+        raw = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            raw += chunk
+        s.close()
+        (status, body), = responses(raw)[:1]
+        assert status == 200
+        whole(body)
+        assert b"Connection: close" in raw.split(b"\r\n\r\n", 1)[0]
+    assert n.stop() == 0
+
+
+def test_queued_scrapes_whose_clients_leave_do_not_block_the_others(node_factory):
+    n = node_factory()
+    host, port = n.endpoint("metrics").rsplit(":", 1)
+    socks = []
+    for _ in range(6):
+        s = socket.create_connection((host, int(port)), timeout=20)
+        s.sendall(b"GET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n")
+        socks.append(s)
+    for s in socks[1::2]:  # leave while waiting (or rendering)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        s.close()
+    for s in socks[0::2]:
+        raw = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            raw += chunk
+        s.close()
+        (status, body), = responses(raw)
+        assert status == 200
+        whole(body)
+    assert n.stop() == 0
