@@ -122,6 +122,7 @@ enum sc_ylist { YL_SILENT, YL_TALKING, YL__COUNT };
 /* Per reactor: its unproven TCP connections, oldest first on each list. */
 struct rpc_rstate {
 	struct rpc_sconn *young_head[YL__COUNT], *young_tail[YL__COUNT];
+	unsigned nyoung[YL__COUNT];
 	uint64_t local_live; /* atomic gauge: Unix connections served here */
 };
 
@@ -583,6 +584,7 @@ static void young_del(struct rpc_sconn *sc)
 		rs->young_tail[l] = sc->yprev;
 	sc->yprev = sc->ynext = NULL;
 	sc->young = false;
+	rs->nyoung[l]--;
 }
 
 /* Append sc to unproven list l: YL_SILENT is in order of accepted_ns,
@@ -598,6 +600,7 @@ static void young_add(struct rpc_sconn *sc, enum sc_ylist l)
 		rs->young_head[l] = sc;
 	rs->young_tail[l] = sc;
 	sc->young = true;
+	rs->nyoung[l]++;
 	sc->ylist = (uint8_t)l;
 }
 
@@ -635,15 +638,21 @@ static const char *const class_setting[SC__COUNT] = {
  * Drop the oldest unproven connection of reactor rs of class k (SC__COUNT:
  * any) and, when addr is set, from that address, if it is older than
  * EVICT_GRACE_MS: a silent one if there is one, else one that has spoken
- * but not yet proved itself. false: none to drop.
+ * but not yet proved itself. The longer grace of those that spoke holds
+ * only while they are at most half of this reactor's share of the
+ * unproven class: connections that each send one request cannot lock
+ * newcomers out for longer than silent ones can. false: none to drop.
  */
-static bool evict_one(struct rpc_rstate *rs, enum sc_class k,
-		      const uint8_t *addr)
+static bool evict_one(const struct rpc_server *s, struct rpc_rstate *rs,
+		      enum sc_class k, const uint8_t *addr)
 {
 	uint64_t now = pc_now_ns();
+	uint32_t talk_max = class_cap(s, SC_PREAUTH) / (s->nreactors ? s->nreactors : 1) / 2;
+	bool talk_grace = rs->nyoung[YL_TALKING] <= (talk_max ? talk_max : 1);
 	const uint64_t before[YL__COUNT] = {
 		[YL_SILENT] = now - RX_MS(EVICT_GRACE_MS),
-		[YL_TALKING] = now - RX_MS(EVICT_TALKING_GRACE_MS),
+		[YL_TALKING] = now - RX_MS(talk_grace ? EVICT_TALKING_GRACE_MS
+						      : EVICT_GRACE_MS),
 	};
 	for (unsigned l = 0; l < YL__COUNT; l++)
 	for (struct rpc_sconn *v = rs->young_head[l]; v; v = v->ynext) {
@@ -672,7 +681,7 @@ static int class_take(struct rpc_server *s, struct rpc_rstate *rs,
 	if (__atomic_add_fetch(&s->cls[k], 1, __ATOMIC_RELAXED) <=
 	    class_cap(s, k))
 		return 0;
-	if (k != SC_LOCAL && evict_one(rs, k, NULL))
+	if (k != SC_LOCAL && evict_one(s, rs, k, NULL))
 		return 0;
 	__atomic_sub_fetch(&s->cls[k], 1, __ATOMIC_RELAXED);
 	return -EMFILE;
@@ -686,7 +695,7 @@ static int sc_admit(struct rpc_sconn *sc)
 	if (!sc->is_unix && s->hosts) {
 		uint32_t n = host_add(s, sc->addr);
 		if (n > s->gd.max_per_host &&
-		    !evict_one(rs, SC__COUNT, sc->addr)) {
+		    !evict_one(s, rs, SC__COUNT, sc->addr)) {
 			if (n)
 				host_del(s, sc->addr);
 			n = 0;
@@ -1126,9 +1135,9 @@ static bool handle_message(struct rpc_sconn *sc, const uint8_t *p, size_t len)
 	meth->fn(call, &m.params);
 	if (sc->authed && !sc->proven)
 		sc_prove(sc); /* auth.response, or the first request */
-	else if (sc->young && sc->ylist == YL_SILENT) {
-		/* A whole, valid request (auth.challenge): an honest client
-		 * mid-handshake goes after the silent ones. */
+	else if (!notify && sc->young && sc->ylist == YL_SILENT) {
+		/* A whole, valid request awaiting its answer (auth.challenge):
+		 * an honest client mid-handshake goes after the silent ones. */
 		young_del(sc);
 		sc->spoke_ns = pc_now_ns();
 		young_add(sc, YL_TALKING);

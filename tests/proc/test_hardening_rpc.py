@@ -277,6 +277,26 @@ def test_client_mid_handshake_outlives_a_burst_of_silent_connections(node_factor
     assert n.stop() == 0
 
 
+def test_connections_that_each_ask_one_challenge_cannot_lock_newcomers_out(node_factory):
+    """Those that spoke are spared for 1 s only while they are at most half
+    of the unproven class: a flood of connections that each send one
+    auth.challenge must not refuse a new client for that long."""
+    n = node_factory("--cluster-secret", SECRET, "--pool-size", "64mb",
+                     "--threads", "1", "--rpc-max-preauth-connections", "8")
+    talkers = []
+    try:
+        for _ in range(8):
+            c = RpcClient(n.endpoint("rpc"))
+            assert c.call("auth.challenge")[0] is None
+            talkers.append(c)
+        time.sleep(0.3)  # past the short grace, well within the long one
+        assert authed_client(n).call("node.info")[0] is None
+    finally:
+        for c in talkers:
+            c.sock.close()
+    assert n.stop() == 0
+
+
 def test_metrics_scrape_gets_through_idle_floods(node_factory):
     """The metrics port (64 connections) refused a scrape while 2,000 idle
     connections sat on it."""
