@@ -240,14 +240,15 @@ static const struct pc_cfg_key keys[] = {
 	 "a stall: counted and logged (rate-limited); 0 turns reports off"},
 	{"reactor_stall_cpu_clock", PC_CFG_BOOL, "false", 0, 0, NULL,
 	 OFF(reactor_stall_cpu_clock), 0,
-	 "also time reactor callbacks in thread CPU time (a system call per "
+	 "also time reactor callbacks in thread CPU time (two system calls per "
 	 "callback), so a stall report tells work from waits in the kernel "
 	 "and from preemption"},
 	{"reactor_nice", PC_CFG_INT, "0", -20, 19, NULL,
 	 OFF(reactor_nice), 0,
 	 "nice value of the reactor threads (0: the process's own); a negative "
-	 "value keeps busy clients on the same cores from preempting the "
-	 "reactors, and needs CAP_SYS_NICE (refused: logged, left as is)"},
+	 "value keeps busy clients in the same scheduling group (cpu cgroup, "
+	 "autogroup) from preempting the reactors; needs CAP_SYS_NICE "
+	 "(refused: logged, left as is)"},
 	{"session_slice_bytes", PC_CFG_SIZE, "2mb", 64 * KB, 1 * GB, NULL,
 	 OFF(session_slice_bytes), 0,
 	 "bytes of pages one step of a session.set/get copies or checks on "

@@ -1170,10 +1170,8 @@ static int kv_init(struct pc_ctx *ctx)
 	struct tp_region reg = {.base = (uintptr_t)base, .len = len,
 				.access = TP_ACCESS_READ, .pin = pin_hook,
 				.unpin = unpin_hook, .ctx = g.pool};
-	if ((ret = g.tp->ops->reg_region(g.tp->node, &reg, &g.rkey)) < 0) {
-		pool_free(g.pool);
-		return ret;
-	}
+	if ((ret = g.tp->ops->reg_region(g.tp->node, &reg, &g.rkey)) < 0)
+		goto fail_pool;
 	g.pool_svc.pool = g.pool;
 	g.pool_svc.rkey = g.rkey;
 	/* From here on a failure undoes it all (a module whose init fails
@@ -1183,6 +1181,9 @@ static int kv_init(struct pc_ctx *ctx)
 	if ((ret = svc_publish_kv(ctx, "kv", &kv_api)) < 0)
 		goto fail_pool_svc;
 	const struct mb_api *mb = svc_find_membership(ctx);
+	/* The membership API has no unsubscribe: a failure past this point
+	 * leaves on_peer_gone subscribed. Harmless, as a failed init ends the
+	 * process before any reactor runs an event. */
 	if (mb && (ret = mb->subscribe(MB_ON(MB_SUSPECT) | MB_ON(MB_LEAVE),
 				       on_peer_gone, NULL)) < 0)
 		goto fail_kv_svc;
@@ -1264,6 +1265,7 @@ fail_pool_svc:
 fail_region:
 	g.tp->ops->dereg_region(g.tp->node, g.rkey);
 	g.rkey = 0;
+fail_pool:
 	pool_free(g.pool);
 	g.pool = NULL;
 	return ret;

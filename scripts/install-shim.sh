@@ -81,9 +81,16 @@ import base64, compileall, hashlib, os, shutil, sys
 src, dest, version, lib = sys.argv[1:5]
 pkg = os.path.join(dest, "peercache")
 info = os.path.join(dest, "peercache-%s.dist-info" % version)
+if not os.path.islink(pkg) and os.path.realpath(pkg) == os.path.realpath(src):
+    sys.exit("install-shim: the target holds the source package itself (%s); "
+             "install somewhere else" % src)
 for old in os.listdir(dest):  # an earlier install of any version
     if old == "peercache" or (old.startswith("peercache-") and old.endswith(".dist-info")):
-        shutil.rmtree(os.path.join(dest, old))
+        path = os.path.join(dest, old)
+        if os.path.islink(path):  # a development link: drop the link only
+            os.unlink(path)
+        else:
+            shutil.rmtree(path)
 os.makedirs(pkg)
 for name in sorted(os.listdir(src)):
     if name.endswith(".py"):

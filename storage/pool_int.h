@@ -126,8 +126,11 @@ uint32_t pool_space_free(struct pool_stripe *s, uint32_t i);
  */
 unsigned pool_span_pick(struct pool_stripe *s, uint32_t n);
 
-/* Entry x was used among the last keys/2 uses of its stripe: the freshest
- * half of the entries, which only their own turn at the LRU's tail evicts.
+/* Entry x was used among the last keys/2 uses of its stripe (at most half
+ * of its entries; fewer when reads touch the same pages again and again, so
+ * under read-heavy traffic a batch just written is protected only until
+ * keys/2 further uses). Such an entry is evicted only in its own turn at the
+ * LRU's tail, never as a run's neighbour.
  * (After 2^32 further uses an entry may look recent again; it is then only
  * spared as a neighbour, never kept from its own turn.) */
 static inline bool pool_recent(const struct pool_stripe *s,

@@ -85,6 +85,29 @@ def _pool_name(name):
     return str(getattr(name, "value", name))
 
 
+def _file_base(ptr, st):
+    """The address of byte 0 of the file st (an os.stat_result) in this
+    process, from the mapping of /proc/self/maps that holds ptr — or None
+    when ptr is not in a mapping of that file."""
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) < 5:
+                    continue
+                lo, hi = (int(x, 16) for x in parts[0].split("-"))
+                if not lo <= ptr < hi:
+                    continue
+                major, minor = (int(x, 16) for x in parts[3].split(":"))
+                if (int(parts[4]) != st.st_ino or
+                        os.makedev(major, minor) != st.st_dev):
+                    return None
+                return lo - int(parts[2], 16)
+    except OSError:
+        return None
+    return None
+
+
 def _nbytes(t):
     return t.numel() * t.element_size()
 
@@ -383,10 +406,20 @@ class PeerCacheStore(HiCacheStorage):
                      "the sidecar pools")
             return
         self._ns = self._ns_v1 if self.interface_v1 else self._namespace(host, KV, "flat")
-        self._regions, self._region = [], None  # a new pool: nothing shared yet
+        self._drop_regions()  # a new pool: nothing of the old one stays shared
         if self._share(host, kv):
             return
         self._log_staging()
+
+    def _drop_regions(self):
+        """Give the node back the regions of an earlier host pool."""
+        old, self._regions, self._region = self._regions, [], None
+        for rid, _, _ in old:
+            try:
+                self._conn().region_remove(rid)
+            except Exception as e:  # the node may be gone: nothing to free
+                self._rl.warn("unshare", "peercache: cannot give region %s "
+                              "back to the node (%s)", rid, e)
 
     def _share(self, host, kv):
         """Hand the host pool's shared-memory descriptors to the node: one
@@ -410,11 +443,16 @@ class PeerCacheStore(HiCacheStorage):
                                  % (len(fds), len(bufs)))
             regions = []
             for i, (f, buf) in enumerate(zip(fds, bufs)):
-                size = os.fstat(f).st_size
-                base = buf.data_ptr()
-                if len(bufs) == 1:
-                    base = int(getattr(allocator, "base_ptr", 0) or base)
-                if buf.data_ptr() < base or buf.data_ptr() + _nbytes(buf) > base + size:
+                st = os.fstat(f)
+                size = st.st_size
+                # Where byte 0 of the shared file is in this process: from
+                # the mapping that holds the buffer, so a buffer that does
+                # not start the file still gets the node's offsets right.
+                base = _file_base(buf.data_ptr(), st)
+                if base is None:
+                    raise ValueError("buffer %d is not mapped from its shared "
+                                     "file" % i)
+                if buf.data_ptr() + _nbytes(buf) > base + size:
                     raise ValueError("buffer %d lies outside its shared file" % i)
                 regions.append((f, base, size))
             cl = self._conn()

@@ -17,7 +17,7 @@ import time
 import pytest
 import torch
 
-from conftest import BUILD  # noqa: E402
+from conftest import BUILD, metrics_of  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "python"))
@@ -497,3 +497,56 @@ def test_clear_with_bounded_tracking(cluster, caplog):
     assert s.stats()["tracked_keys"] == 0
     s.close()
     assert a.stop() == 0
+
+
+# ------------------------------------------------------- shared host pools
+
+class _OffsetShm:
+    """A shm allocator whose buffer starts 64 KiB into its memfd (a pool
+    carved from a larger shared file)."""
+
+    def __init__(self, pool):
+        import mmap
+        self.lead = 64 << 10
+        nbytes = pool.kv_buffer.numel() * pool.kv_buffer.element_size()
+        self.fd = os.memfd_create("offset_pool", os.MFD_CLOEXEC)
+        os.ftruncate(self.fd, self.lead + nbytes)
+        self.fds = [self.fd]
+        self.mm = mmap.mmap(self.fd, self.lead + nbytes, mmap.MAP_SHARED,
+                            mmap.PROT_READ | mmap.PROT_WRITE)
+        shape = tuple(pool.kv_buffer.shape)
+        buf = torch.frombuffer(self.mm, dtype=pool.dtype, offset=self.lead,
+                               count=pool.kv_buffer.numel()).view(shape)
+        pool.allocator, pool.kv_buffer = self, buf
+        pool.k_buffer, pool.v_buffer = buf[0], buf[1]
+
+
+def test_a_buffer_inside_its_shared_file_moves_the_right_bytes(cluster):
+    """The shim took each buffer's address as byte 0 of its memfd: a buffer
+    further into the file would have had the node read and write the wrong
+    bytes. The region base now comes from the mapping (/proc/self/maps)."""
+    a, b = cluster(2, "--pool-size", "128mb")
+    pa = MHAPool("page_first", shm=False)
+    _OffsetShm(pa)
+    pb = MHAPool("page_first", shm=True)
+    sa, sb = shim(a), shim(b)
+    sa.register_mem_pool_host(pa)
+    sb.register_mem_pool_host(pb)
+    assert len(sa._regions) == 1, "shared, not staged"
+    n = 16
+    for p in range(n):
+        pa.fill_page(p, 100 + p)
+    keys = hashes(n, "off")
+    assert sa.batch_set_v1(keys, indices(n, pa.page_size)) == [True] * n
+    assert sb.batch_get_v1(keys, indices(n, pb.page_size)) == [True] * n
+    for p in range(n):
+        assert pb.page_bytes(p) == pa.page_bytes(p), "page %d differs" % p
+    # Registering another pool gives the first one's region back.
+    assert metrics_of(a)["peercache_session_regions"] == 1
+    sa.register_mem_pool_host(MHAPool("page_first", shm=True))
+    assert len(sa._regions) == 1
+    assert metrics_of(a)["peercache_session_regions"] == 1
+    for s in (sa, sb):
+        s.close()
+    for nd in (a, b):
+        assert nd.stop() == 0
