@@ -919,7 +919,7 @@ static void job_free(struct job *j)
 	free(j); /* the arena: keys, arrays, node and gens with it */
 }
 
-static void job_round(struct job *j);
+static int job_round(struct job *j, bool in_call);
 
 static const char *const job_methods[] = {"dir.get", "dir.put", "dir.del"};
 
@@ -995,7 +995,7 @@ static void job_rpc_done(void *arg, const struct rpc_result *res)
 	PC_ASSERT(j->outstanding > 0);
 	if (--j->outstanding == 0) {
 		if (j->kind == JOB_LOOKUP)
-			job_round(j); /* next replicas for what is missing */
+			job_round(j, false); /* next replicas: what is missing */
 		else
 			job_finish(j);
 	}
@@ -1057,17 +1057,36 @@ static void job_local(struct job *j, unsigned k)
 }
 
 /*
+ * A job with nothing in flight is finished. Inside the placement call that
+ * started it (in_call), done must still run later, from the job's timer; when
+ * no timer slot is left, -ENOSPC: the call fails and the caller frees the job
+ * (done never runs). Later (a round after a reply) it finishes at once.
+ */
+static int job_deliver(struct job *j, bool in_call)
+{
+	int ret = rx_timer_start(j->r, &j->timer, 0, 0);
+	if (ret == 0)
+		return 0;
+	PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "cannot schedule the end of a %s job "
+		  "(%s): %s", job_methods[j->kind], strerror(-ret),
+		  in_call ? "the call fails" : "it ends now");
+	if (in_call)
+		return ret;
+	job_finish(j);
+	return 0;
+}
+
+/*
  * Send one round: lookup asks each unresolved key's next owner; publish and
  * remove ask every owner at once. Keys for this node are done locally; the
- * others go as one RPC per owner.
+ * others go as one RPC per owner. 0, or -errno from job_deliver (in_call
+ * only: then nothing is in flight and the job is the caller's to free).
  */
-static void job_round(struct job *j)
+static int job_round(struct job *j, bool in_call)
 {
 	uint64_t now = pc_now_ns();
-	if (now >= j->deadline_ns) { /* out of time: report what we have */
-		rx_timer_start(j->r, &j->timer, 0, 0);
-		return;
-	}
+	if (now >= j->deadline_ns) /* out of time: report what we have */
+		return job_deliver(j, in_call);
 	unsigned members = ring_size(j->ring);
 	/* count[] was sized at job_new: the job keeps the ring it began
 	 * with for its whole life, so its size cannot change. */
@@ -1115,11 +1134,8 @@ static void job_round(struct job *j)
 		for (unsigned k = 0; j->kind == JOB_LOOKUP && k < j->nkeys; k++)
 			more |= !j->done_key[k] && j->attempt[k] < j->nowners[k];
 		if (more)
-			job_round(j);
-		else
-			rx_timer_start(j->r, &j->timer, 0, 0); /* never inside
-								  the call */
-		return;
+			return job_round(j, in_call);
+		return job_deliver(j, in_call); /* never inside the call */
 	}
 	struct rpc_client *cl = g.clients[rx_reactor_id(j->r)];
 	/* This round's share of the deadline: half of what is left when an
@@ -1167,7 +1183,17 @@ static void job_round(struct job *j)
 		rpc_req_send(q);
 	}
 	if (j->outstanding == 0) /* every RPC failed to start */
-		rx_timer_start(j->r, &j->timer, 0, 0);
+		return job_deliver(j, in_call);
+	return 0;
+}
+
+/* The first round of a new job, inside the placement call. */
+static int job_start(struct job *j)
+{
+	int ret = job_round(j, true);
+	if (ret < 0)
+		job_free(j);
+	return ret;
 }
 
 /*
@@ -1258,8 +1284,7 @@ static int api_lookup(struct rx_reactor *r, const struct dir_keys *k,
 	memset(recs, 0, k->n * sizeof(*recs));
 	j->recs = recs;
 	met_add(g.lookups, k->n);
-	job_round(j);
-	return 0;
+	return job_start(j);
 }
 
 static int api_publish(struct rx_reactor *r, const struct dir_keys *k,
@@ -1274,8 +1299,7 @@ static int api_publish(struct rx_reactor *r, const struct dir_keys *k,
 	j->recs = (struct dir_rec *)(uintptr_t)recs;
 	j->flags = ok;
 	met_add(g.puts, k->n);
-	job_round(j);
-	return 0;
+	return job_start(j);
 }
 
 static int api_remove(struct rx_reactor *r, const struct dir_keys *k,
@@ -1292,8 +1316,7 @@ static int api_remove(struct rx_reactor *r, const struct dir_keys *k,
 		memset(existed, 0, k->n * sizeof(*existed));
 	j->flags = existed;
 	met_add(g.removes, k->n);
-	job_round(j);
-	return 0;
+	return job_start(j);
 }
 
 /* Is the page here: the record names this node as its producer. */
