@@ -128,7 +128,7 @@ enum sc_ylist { YL_SILENT, YL_TALKING, YL__COUNT };
 /* Per reactor: its unproven TCP connections, oldest first on each list. */
 struct rpc_rstate {
 	struct rpc_sconn *young_head[YL__COUNT], *young_tail[YL__COUNT];
-	uint64_t local_live; /* atomic gauge: Unix connections served here */
+	uint64_t live[2]; /* atomic gauges: TCP [0], Unix [1] connections here */
 };
 
 struct rpc_server {
@@ -368,12 +368,23 @@ unsigned rpc_server_methods(const struct rpc_server *s,
 	return n;
 }
 
-uint64_t rpc_server_local_conns(const struct rpc_server *s, unsigned reactor)
+static uint64_t conns_here(const struct rpc_server *s, unsigned reactor,
+			   bool is_unix)
 {
 	return reactor < s->nreactors
-		       ? __atomic_load_n(&s->rs[reactor].local_live,
+		       ? __atomic_load_n(&s->rs[reactor].live[is_unix],
 					 __ATOMIC_RELAXED)
 		       : 0;
+}
+
+uint64_t rpc_server_local_conns(const struct rpc_server *s, unsigned reactor)
+{
+	return conns_here(s, reactor, true);
+}
+
+uint64_t rpc_server_tcp_conns(const struct rpc_server *s, unsigned reactor)
+{
+	return conns_here(s, reactor, false);
 }
 
 void rpc_server_stats(struct rpc_server *s, struct rpc_stats *out)
@@ -908,9 +919,8 @@ static void on_close(struct rx_conn *c, int err)
 	if (sc->mod_closed)
 		sc->mod_closed(sc->mod_data);
 	RX_STAT_ADD(sc->st->conns_live, (uint64_t)-1);
-	if (sc->is_unix)
-		__atomic_sub_fetch(&sc->srv->rs[rx_reactor_id(sc->r)].local_live,
-				   1, __ATOMIC_RELAXED);
+	__atomic_sub_fetch(&sc->srv->rs[rx_reactor_id(sc->r)].live[sc->is_unix],
+			   1, __ATOMIC_RELAXED);
 	sconn_unref(sc);
 }
 
@@ -1348,9 +1358,8 @@ void rpc_server_accept(struct rpc_server *s, struct rx_reactor *r, int fd,
 		rx_conn_enable_fds(sc->c, s->lim.max_fds);
 	RX_STAT_INC(st->conns_accepted);
 	RX_STAT_INC(st->conns_live);
-	if (is_unix)
-		__atomic_add_fetch(&s->rs[rx_reactor_id(r)].local_live, 1,
-				   __ATOMIC_RELAXED);
+	__atomic_add_fetch(&s->rs[rx_reactor_id(r)].live[is_unix], 1,
+			   __ATOMIC_RELAXED);
 	sc_arm(sc, sc->accepted_ns);
 	PC_LOGD(LOG_MOD, "%s: connected", sc->peer);
 }
