@@ -48,6 +48,12 @@ static double local_conns_fn(void *arg)
 	return g.srv ? (double)rpc_server_local_conns(g.srv, i) : 0;
 }
 
+static double tcp_conns_fn(void *arg)
+{
+	unsigned i = (unsigned)(uintptr_t)arg;
+	return g.srv ? (double)rpc_server_tcp_conns(g.srv, i) : 0;
+}
+
 /* Create the socket's directory (like /run/peercache) if it is missing. */
 static int make_socket_dir(const char *path)
 {
@@ -155,6 +161,9 @@ static int rpc_init(struct pc_ctx *ctx)
 		met_register_fn("peercache_rpc_local_connections",
 				"Unix-socket clients each reactor serves", lab,
 				local_conns_fn, (void *)(uintptr_t)i);
+		met_register_fn("peercache_rpc_tcp_connections",
+				"TCP clients each reactor serves", lab,
+				tcp_conns_fn, (void *)(uintptr_t)i);
 	}
 	int ret = rpc_server_new(&g.srv, &lim, tables,
 				 (unsigned)ctx->n_modules, s->cluster_secret,

@@ -57,6 +57,7 @@ static struct {
 	struct svc_transport svc;  /* published: ops, clients, node */
 	struct rx_listener **l;  /* per reactor */
 	struct pc_spread spread; /* which reactor serves a new connection */
+	char (*labels)[24];      /* per reactor: reactor="i" (kept by metrics) */
 	uint16_t port;
 	char *secret;
 	struct rpc_local_rule local; /* who may read without a secret */
@@ -596,11 +597,25 @@ static double budget_out_used(void *arg)
 	return (double)__atomic_load_n(&g.budget.out_used, __ATOMIC_RELAXED);
 }
 
+static double reactor_conns(void *arg)
+{
+	return (double)d_load((unsigned)(uintptr_t)arg);
+}
+
 static int server_guards_init(const struct pc_settings *s, unsigned threads)
 {
 	g.rs = calloc(threads, sizeof(*g.rs));
-	if (!g.rs)
+	g.labels = calloc(threads, sizeof(*g.labels));
+	if (!g.rs || !g.labels)
 		return -ENOMEM;
+	for (unsigned i = 0; i < threads; i++) {
+		snprintf(g.labels[i], sizeof(*g.labels), "reactor=\"%u\"", i);
+		if (met_register_fn("peercache_transport_reactor_connections",
+				    "data-port connections each reactor "
+				    "serves", g.labels[i], reactor_conns,
+				    (void *)(uintptr_t)i) < 0)
+			return -ENOMEM;
+	}
 	g.max_all = (uint32_t)s->data_max_connections;
 	g.max_preauth = (uint32_t)s->data_max_preauth_connections;
 	g.handshake_ns = RX_MS(s->rpc_handshake_timeout_ms);
@@ -763,6 +778,7 @@ static void t_fini(struct pc_ctx *ctx)
 	free(g.l);
 	pc_spread_fini(&g.spread);
 	free(g.rs);
+	free(g.labels);
 	free(g.svc.clients);
 	g.svc.clients = NULL;
 	if (g.secret) {
