@@ -322,10 +322,9 @@ static int shard_put(const char *key, size_t klen, const struct dir_rec *rec)
 	return shard_store(key, klen, rec, g.incarnation);
 }
 
-/* The record of key (hash h) into out; false when there is none. */
-static bool shard_get_h(const char *key, size_t klen, uint64_t h,
-			struct dir_rec *out)
+static bool shard_get(const char *key, size_t klen, struct dir_rec *out)
 {
+	uint64_t h = key_hash(key, klen);
 	struct stripe *s = stripe_of(h);
 	pthread_mutex_lock(&s->lock);
 	struct srec *r = *slot_of(s, h, key, klen);
@@ -341,11 +340,6 @@ static bool shard_get_h(const char *key, size_t klen, uint64_t h,
 	}
 	pthread_mutex_unlock(&s->lock);
 	return r != NULL;
-}
-
-static bool shard_get(const char *key, size_t klen, struct dir_rec *out)
-{
-	return shard_get_h(key, klen, key_hash(key, klen), out);
 }
 
 /*
@@ -385,28 +379,94 @@ static void chain_prefetch(uint64_t h)
 	pthread_mutex_unlock(&s->lock);
 }
 
+/* A record as dir.get sends it: [node, data, addr, rkey, len, gen,
+ * resident], each in its smallest MessagePack form (what pack_rec makes). */
+#define DIR_REC_WIRE_MAX (1 + 2 * (2 + DIR_NODE_MAX) + 9 + 5 + 5 + 9 + 1)
+
+static uint8_t *enc_uint(uint8_t *p, uint64_t v)
+{
+	unsigned n;
+	if (v < 0x80) {
+		*p++ = (uint8_t)v;
+		return p;
+	}
+	if (v <= 0xff) {
+		*p++ = 0xcc;
+		n = 1;
+	} else if (v <= 0xffff) {
+		*p++ = 0xcd;
+		n = 2;
+	} else if (v <= 0xffffffffu) {
+		*p++ = 0xce;
+		n = 4;
+	} else {
+		*p++ = 0xcf;
+		n = 8;
+	}
+	while (n--)
+		*p++ = (uint8_t)(v >> (8 * n));
+	return p;
+}
+
+static uint8_t *enc_str(uint8_t *p, const char *str, unsigned n)
+{
+	PC_DASSERT(n < 256);
+	if (n < 32) {
+		*p++ = (uint8_t)(0xa0 | n);
+	} else {
+		*p++ = 0xd9;
+		*p++ = (uint8_t)n;
+	}
+	memcpy(p, str, n);
+	return p + n;
+}
+
+/* Encode r into out (DIR_REC_WIRE_MAX bytes): the bytes written. Pure
+ * memory work, so it may run under the stripe lock. */
+static size_t rec_encode(const struct srec *r, uint8_t *out)
+{
+	uint8_t *p = out;
+	*p++ = 0x97; /* fixarray of 7 */
+	p = enc_str(p, rec_node(r), r->nlen);
+	p = enc_str(p, rec_data(r), r->dlen);
+	p = enc_uint(p, r->addr);
+	p = enc_uint(p, r->rkey);
+	p = enc_uint(p, r->len);
+	p = enc_uint(p, r->gen);
+	*p++ = r->resident ? 0xc3 : 0xc2;
+	PC_DASSERT((size_t)(p - out) <= DIR_REC_WIRE_MAX);
+	return (size_t)(p - out);
+}
+
 /*
- * Look up n keys (hashes h[]), in order, calling found(arg, i, rec) for each
- * with rec NULL for a miss; no lock is held during the callback.
+ * Look up n keys (hashes h[]), in order, packing each record (or nil) into
+ * pk. A record is encoded under its stripe lock straight from the shard (no
+ * copy through struct dir_rec) and leaves as one write: about a tenth of
+ * the packer calls pack_rec makes.
  */
 static void shard_get_batch(const char *const *keys, const size_t *klens,
-			    const uint64_t *h, uint32_t n,
-			    void (*found)(void *arg, uint32_t i,
-					  const struct dir_rec *rec),
-			    void *arg)
+			    const uint64_t *h, uint32_t n, msgpack_packer *pk)
 {
+	uint8_t wire[DIR_REC_WIRE_MAX];
 	for (uint32_t i = 0; i < n + 2 * DIR_AHEAD; i++) {
 		if (i < n)
 			bucket_prefetch(h[i]);
 		if (i >= DIR_AHEAD && i - DIR_AHEAD < n)
 			chain_prefetch(h[i - DIR_AHEAD]);
-		if (i >= 2 * DIR_AHEAD && i - 2 * DIR_AHEAD < n) {
-			uint32_t k = i - 2 * DIR_AHEAD;
-			struct dir_rec r;
-			r.found = false;
-			bool hit = shard_get_h(keys[k], klens[k], h[k], &r);
-			found(arg, k, hit ? &r : NULL);
-		}
+		if (i < 2 * DIR_AHEAD || i - 2 * DIR_AHEAD >= n)
+			continue;
+		uint32_t k = i - 2 * DIR_AHEAD;
+		struct stripe *s = stripe_of(h[k]);
+		size_t len = 0;
+		pthread_mutex_lock(&s->lock);
+		const struct srec *r = *slot_of(s, h[k], keys[k], klens[k]);
+		if (r)
+			len = rec_encode(r, wire);
+		pthread_mutex_unlock(&s->lock);
+		if (len)
+			mp_pack_raw(pk, wire, len);
+		else
+			msgpack_pack_nil(pk);
 	}
 }
 
@@ -799,15 +859,6 @@ static void m_put(struct rpc_call *call, struct mp_rd *p)
 	rpc_reply_uint(call, stored);
 }
 
-static void pack_found(void *arg, uint32_t i, const struct dir_rec *rec)
-{
-	(void)i;
-	if (rec)
-		pack_rec(arg, rec);
-	else
-		msgpack_pack_nil(arg);
-}
-
 /* dir.get [[key, ...]] -> [record | nil, ...] */
 static void m_get(struct rpc_call *call, struct mp_rd *p)
 {
@@ -820,7 +871,7 @@ static void m_get(struct rpc_call *call, struct mp_rd *p)
 	}
 	msgpack_packer *pk = rpc_reply_begin(call);
 	msgpack_pack_array(pk, n);
-	shard_get_batch(gk.keys, gk.klens, gk.h, n, pack_found, pk);
+	shard_get_batch(gk.keys, gk.klens, gk.h, n, pk);
 	rpc_reply_end(call);
 	free(gk.h);
 }
