@@ -447,6 +447,12 @@ int target_dir_complete(struct worker *w, struct slot *oldest, struct slot **don
 	if (!wire_rd_nil(&r) || wire_rd_array(&r, &n) < 0 || n != b->o.batch)
 		return wire_fail(EPROTO, "%s: dir.get failed or answered the wrong "
 				 "count", c->name);
+	/* The records checked against are the bench's own table, scattered
+	 * over the working set: fetch them while the reply is parsed, so the
+	 * check costs the reader no cache miss per key (the other targets'
+	 * checks read no table). */
+	for (unsigned j = 0; j < b->o.batch; j++)
+		__builtin_prefetch(&b->recs[s->keys[j]]);
 	for (unsigned j = 0; j < b->o.batch; j++) {
 		const struct rec *want = &b->recs[s->keys[j]];
 		struct rec got;

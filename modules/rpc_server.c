@@ -2,12 +2,13 @@
  * modules/rpc_server.c — the node's MessagePack-RPC listeners.
  *
  * Owns: the rpc_server (methods gathered from every module's rpc_methods
- * table), one TCP listener per reactor on bind:rpc_port (SO_REUSEPORT, so
- * connections spread over the threads), and the Unix socket listener on
- * reactor 0, which hands each new local client to the reactor serving the
- * fewest (rpc_server_local_conns, plus those on their way there; ties go
- * round-robin), by one cross-thread message per connection: every SGLang
- * rank of a host gets a core of its own instead of all sharing reactor 0.
+ * table), one TCP listener per reactor on bind:rpc_port (SO_REUSEPORT), and
+ * the Unix socket listener on reactor 0. Each new client goes to the
+ * reactor serving the fewest of its class (modules/spread.h; by
+ * rpc_server_local_conns or rpc_server_tcp_conns): every SGLang rank of a
+ * host gets a core of its own instead of all sharing reactor 0, and a
+ * peer's few TCP connections are not left on one reactor by the kernel's
+ * SO_REUSEPORT hash (2 connections share one of 2 reactors half the time).
  * Threads: init/fini on main; start/stop on each reactor.
  * Loopback-only by default; a non-loopback bind is refused at start unless
  * cluster_secret is set (common/settings.c), and with a secret every TCP
@@ -25,7 +26,7 @@
 #include "common/metrics.h"
 #include "common/settings.h"
 #include "modules/modules.h"
-#include "reactor/group.h"
+#include "modules/spread.h"
 #include "rpc/peercred.h"
 #include "rpc/rpc.h"
 
@@ -37,15 +38,20 @@ static struct {
 	struct rx_listener **tcp;  /* per reactor */
 	struct rx_listener *unix_l;
 	uint16_t port;             /* bound by reactor 0 */
-	uint64_t *handing;         /* per reactor, atomic: handed, not yet run */
+	struct pc_spread spread_tcp, spread_unix; /* new clients' reactors */
 	char (*labels)[24];        /* per reactor: reactor="i" (kept by metrics) */
-	unsigned next;             /* reactor 0 only: where ties start */
 } g;
 
 static double local_conns_fn(void *arg)
 {
 	unsigned i = (unsigned)(uintptr_t)arg;
 	return g.srv ? (double)rpc_server_local_conns(g.srv, i) : 0;
+}
+
+static double tcp_conns_fn(void *arg)
+{
+	unsigned i = (unsigned)(uintptr_t)arg;
+	return g.srv ? (double)rpc_server_tcp_conns(g.srv, i) : 0;
 }
 
 /* Create the socket's directory (like /run/peercache) if it is missing. */
@@ -67,6 +73,26 @@ static int make_socket_dir(const char *path)
 	if (mkdir(dir, 0755) < 0 && errno != EEXIST)
 		return -errno;
 	return 0;
+}
+
+static uint64_t tcp_load(unsigned i)
+{
+	return rpc_server_tcp_conns(g.srv, i);
+}
+
+static uint64_t unix_load(unsigned i)
+{
+	return rpc_server_local_conns(g.srv, i);
+}
+
+static void serve_tcp(struct rx_reactor *r, int fd)
+{
+	rpc_server_accept(g.srv, r, fd, false);
+}
+
+static void serve_unix(struct rx_reactor *r, int fd)
+{
+	rpc_server_accept(g.srv, r, fd, true);
 }
 
 static int rpc_init(struct pc_ctx *ctx)
@@ -119,12 +145,14 @@ static int rpc_init(struct pc_ctx *ctx)
 					   s->rpc_max_reply_bytes / 4),
 	};
 	g.tcp = calloc(ctx->threads, sizeof(*g.tcp));
-	g.handing = calloc(ctx->threads, sizeof(*g.handing));
 	g.labels = calloc(ctx->threads, sizeof(*g.labels));
-	if (!g.tcp || !g.handing || !g.labels) {
+	if (!g.tcp || !g.labels ||
+	    pc_spread_init(&g.spread_tcp, ctx, tcp_load, serve_tcp) < 0 ||
+	    pc_spread_init(&g.spread_unix, ctx, unix_load, serve_unix) < 0) {
 		free(g.tcp);
-		free(g.handing);
 		free(g.labels);
+		pc_spread_fini(&g.spread_tcp);
+		pc_spread_fini(&g.spread_unix);
 		return -ENOMEM;
 	}
 	for (unsigned i = 0; i < ctx->threads; i++) {
@@ -133,6 +161,9 @@ static int rpc_init(struct pc_ctx *ctx)
 		met_register_fn("peercache_rpc_local_connections",
 				"Unix-socket clients each reactor serves", lab,
 				local_conns_fn, (void *)(uintptr_t)i);
+		met_register_fn("peercache_rpc_tcp_connections",
+				"TCP clients each reactor serves", lab,
+				tcp_conns_fn, (void *)(uintptr_t)i);
 	}
 	int ret = rpc_server_new(&g.srv, &lim, tables,
 				 (unsigned)ctx->n_modules, s->cluster_secret,
@@ -143,7 +174,8 @@ static int rpc_init(struct pc_ctx *ctx)
 		rpc_server_free(g.srv);
 		g.srv = NULL;
 		free(g.tcp);
-		free(g.handing);
+		pc_spread_fini(&g.spread_tcp);
+		pc_spread_fini(&g.spread_unix);
 		free(g.labels);
 		return ret;
 	}
@@ -156,62 +188,13 @@ static int rpc_init(struct pc_ctx *ctx)
 static void on_tcp(struct rx_listener *l, int fd, void *arg)
 {
 	(void)arg;
-	rpc_server_accept(g.srv, rx_listener_reactor(l), fd, false);
-}
-
-struct handoff {
-	int fd;
-	unsigned to;
-};
-
-/* On the chosen reactor: serve the client here. */
-static void handoff_run(struct rx_reactor *r, void *arg)
-{
-	struct handoff *h = arg;
-	if (rx_reactor_stopping(r))
-		close(h->fd); /* the node stops: the client sees EOF */
-	else
-		rpc_server_accept(g.srv, r, h->fd, true);
-	__atomic_sub_fetch(&g.handing[h->to], 1, __ATOMIC_RELAXED);
-	free(h);
-}
-
-/* The reactor serving the fewest local clients, those on their way there
- * counted; ties go round-robin from g.next. */
-static unsigned least_loaded(unsigned n)
-{
-	unsigned best = 0;
-	uint64_t best_load = UINT64_MAX;
-	for (unsigned k = 0; k < n; k++) {
-		unsigned i = (g.next + k) % n;
-		uint64_t load = rpc_server_local_conns(g.srv, i) +
-				__atomic_load_n(&g.handing[i], __ATOMIC_RELAXED);
-		if (load < best_load) {
-			best = i;
-			best_load = load;
-		}
-	}
-	g.next = (best + 1) % n;
-	return best;
+	pc_spread_accept(&g.spread_tcp, g.ctx, rx_listener_reactor(l), fd);
 }
 
 static void on_unix(struct rx_listener *l, int fd, void *arg)
 {
 	(void)arg;
-	struct rx_reactor *here = rx_listener_reactor(l);
-	struct rx_group *grp = __atomic_load_n(&g.ctx->group, __ATOMIC_ACQUIRE);
-	unsigned to = grp ? least_loaded(g.ctx->threads) : rx_reactor_id(here);
-	struct handoff *h = to != rx_reactor_id(here) ? malloc(sizeof(*h))
-						      : NULL;
-	if (h) {
-		*h = (struct handoff){fd, to};
-		__atomic_add_fetch(&g.handing[to], 1, __ATOMIC_RELAXED);
-		if (rx_group_post(grp, to, handoff_run, h) == 0)
-			return;
-		__atomic_sub_fetch(&g.handing[to], 1, __ATOMIC_RELAXED);
-		free(h);
-	}
-	rpc_server_accept(g.srv, here, fd, true); /* here, then */
+	pc_spread_accept(&g.spread_unix, g.ctx, rx_listener_reactor(l), fd);
 }
 
 static int rpc_start(struct rx_reactor *r, struct pc_ctx *ctx)
@@ -263,7 +246,8 @@ static void rpc_fini(struct pc_ctx *ctx)
 	(void)ctx;
 	rpc_server_free(g.srv);
 	free(g.tcp);
-	free(g.handing);
+	pc_spread_fini(&g.spread_tcp);
+	pc_spread_fini(&g.spread_unix);
 	free(g.labels);
 	memset(&g, 0, sizeof(g));
 }

@@ -42,6 +42,7 @@
 #include "modules/transport.h"
 #include "modules/transport_tcp.h"
 #include "modules/transport_wire.h"
+#include "modules/spread.h"
 #include "rpc/peercred.h"
 
 #define LOG_MOD "transport"
@@ -55,6 +56,8 @@ static struct {
 	struct tp_node node;
 	struct svc_transport svc;  /* published: ops, clients, node */
 	struct rx_listener **l;  /* per reactor */
+	struct pc_spread spread; /* which reactor serves a new connection */
+	char (*labels)[24];      /* per reactor: reactor="i" (kept by metrics) */
 	uint16_t port;
 	char *secret;
 	struct rpc_local_rule local; /* who may read without a secret */
@@ -137,10 +140,12 @@ struct dconn {
 	uint8_t nonce[PC_AUTH_NONCE_BYTES];
 };
 
-/* One per reactor, touched only on its thread. */
+/* One per reactor, touched only on its thread (but conns, which accepts on
+ * other reactors read to balance). */
 struct d_rstate {
 	struct rx_timer sweep;
 	struct dlist list[DL__COUNT];
+	uint32_t conns;   /* atomic: connections admitted here, not closed */
 };
 
 static void dl_add(struct dlist *l, struct dconn *d, int k)
@@ -191,6 +196,7 @@ static void d_uncount(struct dconn *d)
 	dl_del(&d->rs->list[DL_ALL], d, DL_ALL);
 	if (d->counted) {
 		d->counted = false;
+		__atomic_sub_fetch(&d->rs->conns, 1, __ATOMIC_RELAXED);
 		__atomic_sub_fetch(&g.n_all, 1, __ATOMIC_RELAXED);
 		met_gauge_add(g.conns_open, -1);
 	}
@@ -260,6 +266,7 @@ static bool d_admit(struct dconn *d)
 		return false;
 	}
 	d->counted = d->preauth = true;
+	__atomic_add_fetch(&d->rs->conns, 1, __ATOMIC_RELAXED);
 	met_gauge_add(g.conns_open, 1);
 	dl_add(&d->rs->list[DL_ALL], d, DL_ALL);
 	dl_add(&d->rs->list[DL_YOUNG], d, DL_YOUNG);
@@ -527,10 +534,9 @@ static bool tcp_peer_allowed(int fd)
 	return false;
 }
 
-static void on_accept(struct rx_listener *l, int fd, void *arg)
+/* Serve the accepted fd on reactor r. */
+static void d_accept(struct rx_reactor *r, int fd)
 {
-	(void)arg;
-	struct rx_reactor *r = rx_listener_reactor(l);
 	if (!g.secret && !tcp_peer_allowed(fd)) {
 		close(fd);
 		return;
@@ -564,6 +570,19 @@ static void on_accept(struct rx_listener *l, int fd, void *arg)
 				   D_PREAUTH_OUT_MAX / 2, D_PREAUTH_OUT_MAX);
 }
 
+/* Connections reactor i serves (modules/spread.h: the kernel's
+ * SO_REUSEPORT hash often leaves a peer's few readers on one reactor). */
+static uint64_t d_load(unsigned i)
+{
+	return __atomic_load_n(&g.rs[i].conns, __ATOMIC_RELAXED);
+}
+
+static void on_accept(struct rx_listener *l, int fd, void *arg)
+{
+	(void)arg;
+	pc_spread_accept(&g.spread, g.ctx, rx_listener_reactor(l), fd);
+}
+
 /* ---------------------------------------------------------------- lifecycle */
 
 static double budget_in_used(void *arg)
@@ -578,11 +597,25 @@ static double budget_out_used(void *arg)
 	return (double)__atomic_load_n(&g.budget.out_used, __ATOMIC_RELAXED);
 }
 
+static double reactor_conns(void *arg)
+{
+	return (double)d_load((unsigned)(uintptr_t)arg);
+}
+
 static int server_guards_init(const struct pc_settings *s, unsigned threads)
 {
 	g.rs = calloc(threads, sizeof(*g.rs));
-	if (!g.rs)
+	g.labels = calloc(threads, sizeof(*g.labels));
+	if (!g.rs || !g.labels)
 		return -ENOMEM;
+	for (unsigned i = 0; i < threads; i++) {
+		snprintf(g.labels[i], sizeof(*g.labels), "reactor=\"%u\"", i);
+		if (met_register_fn("peercache_transport_reactor_connections",
+				    "data-port connections each reactor "
+				    "serves", g.labels[i], reactor_conns,
+				    (void *)(uintptr_t)i) < 0)
+			return -ENOMEM;
+	}
 	g.max_all = (uint32_t)s->data_max_connections;
 	g.max_preauth = (uint32_t)s->data_max_preauth_connections;
 	g.handshake_ns = RX_MS(s->rpc_handshake_timeout_ms);
@@ -677,6 +710,8 @@ static int t_init(struct pc_ctx *ctx)
 				 "peercache_transport_refused_total",
 				 "data requests refused (range, rkey, access, "
 				 "auth)", NULL);
+	if (pc_spread_init(&g.spread, ctx, d_load, d_accept) < 0)
+		return -ENOMEM;
 	return server_guards_init(s, ctx->threads);
 }
 
@@ -741,7 +776,9 @@ static void t_fini(struct pc_ctx *ctx)
 		g.svc.ops = NULL;
 	}
 	free(g.l);
+	pc_spread_fini(&g.spread);
 	free(g.rs);
+	free(g.labels);
 	free(g.svc.clients);
 	g.svc.clients = NULL;
 	if (g.secret) {

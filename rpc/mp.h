@@ -106,6 +106,13 @@ static inline void pc_wbuf_packer(struct pc_wbuf *b, msgpack_packer *pk)
 	msgpack_packer_init(pk, b, mp_wbuf_write);
 }
 
+/* Append len bytes that already are MessagePack (one whole object or more)
+ * through the packer's sink, as one write. */
+static inline void mp_pack_raw(msgpack_packer *pk, const void *p, size_t len)
+{
+	pk->callback(pk->data, (const char *)p, len);
+}
+
 /* Pack a C string as a MessagePack str. */
 static inline void mp_pack_cstr(msgpack_packer *pk, const char *s)
 {

@@ -108,6 +108,8 @@ void rpc_server_accept(struct rpc_server *s, struct rx_reactor *r, int fd,
 
 /* Unix-socket connections reactor serves now (any thread; a gauge). */
 uint64_t rpc_server_local_conns(const struct rpc_server *s, unsigned reactor);
+/* TCP connections reactor serves now (any thread; a gauge). */
+uint64_t rpc_server_tcp_conns(const struct rpc_server *s, unsigned reactor);
 
 const struct rpc_method *rpc_server_find(const struct rpc_server *s,
 					 const char *name, size_t len);
