@@ -3,7 +3,7 @@
  * the fake transport, and fake members (node_fake.h).
  *
  * Owns: the node (nf), the fake transport module's state (its fake node and
- * per-reactor clients) and the wait for nf_done. Threading: the module runs
+ * per-reactor clients), the wait for nf_done and the tests' seed. Threading: the module runs
  * its lifecycle like any module (init/fini main, start/exit per reactor);
  * the wait is a mutex and a condition variable. Failures here abort the
  * test process (Criterion reports the crash): these are set-up errors.
@@ -119,6 +119,39 @@ static void set_faults_run(struct rx_reactor *r, void *arg)
 void nf_set_faults(const struct tp_fake_opts *fo)
 {
 	nf_on_reactor(set_faults_run, (void *)fo, 10000);
+}
+
+unsigned nf_inflight(void)
+{
+	struct tp_client **cs = h.svc.clients;
+	struct tp_client *tc = cs ? __atomic_load_n(&cs[0], __ATOMIC_ACQUIRE)
+				  : NULL;
+	return tc ? tp_fake_client_inflight(tc) : 0;
+}
+
+bool nf_until(bool (*cond)(void *arg), void *arg, unsigned limit_ms)
+{
+	uint64_t end = pc_now_ns() + (uint64_t)limit_ms * 1000000u;
+	for (;;) {
+		if (cond(arg))
+			return true;
+		if (pc_now_ns() >= end)
+			return false;
+		struct timespec ts = {0, 1000000L};
+		nanosleep(&ts, NULL);
+	}
+}
+
+uint64_t nf_seed(const char *who, uint64_t dflt)
+{
+	const char *e = getenv("PC_TEST_SEED");
+	uint64_t seed = e ? strtoull(e, NULL, 0) : dflt;
+	if (!seed)
+		seed = 1;
+	printf("%s: seed %#llx (PC_TEST_SEED)\n", who,
+	       (unsigned long long)seed);
+	fflush(stdout);
+	return seed;
 }
 
 /* --------------------------------------------------------------- the node */
@@ -291,4 +324,49 @@ void nf_member_put(struct nf_member *m, const char *key, const void *val,
 				.gen = gen};
 	snprintf(rec->node, sizeof(rec->node), "%s", m->id);
 	snprintf(rec->data, sizeof(rec->data), "%s", m->data);
+}
+
+struct mpub {
+	const char *key;
+	size_t klen;
+	struct dir_rec rec;
+	bool ok;
+	int ret;
+};
+
+static void mpub_done(void *arg)
+{
+	(void)arg;
+	nf_done();
+}
+
+static void mpub_run(struct rx_reactor *r, void *arg)
+{
+	struct mpub *p = arg;
+	const struct pl_ops *pl = svc_find_placement(&nf.ctx);
+	struct dir_keys k = {&p->key, &p->klen, 1};
+	p->ret = pl ? pl->publish(r, &k, &p->rec, &p->ok, 0, mpub_done, p)
+		    : -ENOENT;
+	if (p->ret < 0)
+		nf_done();
+}
+
+void nf_publish(const char *key, const struct dir_rec *rec)
+{
+	struct mpub p = {.key = key, .klen = strlen(key), .rec = *rec};
+	nf_on_reactor(mpub_run, &p, 10000);
+	if (p.ret < 0)
+		nf_fail("placement publish", p.ret);
+	if (!p.ok)
+		nf_fail("placement publish (not stored)", -EIO);
+}
+
+void nf_member_publish(struct nf_member *m, const char *key, const void *val,
+		       uint64_t len, struct dir_rec *rec)
+{
+	struct dir_rec r;
+	nf_member_put(m, key, val, len, &r);
+	nf_publish(key, &r);
+	if (rec)
+		*rec = r;
 }

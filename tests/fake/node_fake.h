@@ -68,6 +68,16 @@ void nf_on_group(struct rx_group *grp,
 struct tp_client *nf_client(void);
 /* Its faults from now on (from the test's thread). */
 void nf_set_faults(const struct tp_fake_opts *fo);
+/* Its operations in flight (tp_fake_client_inflight), from any thread. */
+unsigned nf_inflight(void);
+
+/* Poll cond (from the test's thread, every ms or so) until it holds or
+ * limit_ms passed; returns whether it held. */
+bool nf_until(bool (*cond)(void *arg), void *arg, unsigned limit_ms);
+
+/* The seed of a test's fault dice: PC_TEST_SEED if set, else dflt; printed
+ * (as "who: seed 0x..") so a failing run can be repeated. Never 0. */
+uint64_t nf_seed(const char *who, uint64_t dflt);
 
 /* Another member: its pool and its data endpoint on the fake transport. */
 struct nf_member {
@@ -85,5 +95,11 @@ void nf_member_free(struct nf_member *m);
 /* Store a page in m's pool; *rec gets the record that names it. */
 void nf_member_put(struct nf_member *m, const char *key, const void *val,
 		   uint64_t len, struct dir_rec *rec);
+/* Publish rec under key in this node's directory (through its placement
+ * service, on reactor 0); the node must run a directory. */
+void nf_publish(const char *key, const struct dir_rec *rec);
+/* nf_member_put, and nf_publish of its record; rec may be NULL. */
+void nf_member_publish(struct nf_member *m, const char *key, const void *val,
+		       uint64_t len, struct dir_rec *rec);
 
 #endif /* PC_TESTS_FAKE_NODE_FAKE_H */

@@ -3,7 +3,8 @@
  *
  * Owns: the list of fake nodes (mutex), and per client its peers, virtual
  * channels and live batches. Threading: a client's state is touched only on
- * its reactor; nodes are found under the list lock and served through their
+ * its reactor (but for its count of operations in flight, an atomic any
+ * thread may read); nodes are found under the list lock and served through their
  * region table (transport.c), exactly as the TCP server does.
  *
  * An operation is served when its timer fires: the node is looked up, the
@@ -180,6 +181,7 @@ struct tp_client {
 	uint64_t rng;
 	struct tp_peer *peers;
 	struct tp_bcore *batches;
+	unsigned live;       /* placed, unfinished operations (atomic) */
 };
 
 static uint64_t rnd(struct tp_client *tc)
@@ -212,6 +214,8 @@ static bool fpend_end(struct fpend *p, int res)
 	rx_timer_stop(p->b->tc->r, &p->timer);
 	if (p->placed && p->peer->busy[p->chan])
 		p->peer->busy[p->chan]--;
+	if (p->placed)
+		__atomic_sub_fetch(&p->b->tc->live, 1, __ATOMIC_RELEASE);
 	*p->res = tp_bcore_res(&p->b->c, res);
 	p->b->c.left--;
 	return true;
@@ -336,6 +340,7 @@ static void fpend_place(struct tp_client *tc, struct fpend *p)
 	p->chan = best;
 	p->placed = true;
 	peer->busy[best]++;
+	__atomic_add_fetch(&tc->live, 1, __ATOMIC_RELEASE);
 	uint64_t now = pc_now_ns();
 	uint64_t cost = (uint64_t)tc->o.latency_us * 1000u;
 	if (tc->o.jitter_us)
@@ -518,6 +523,11 @@ void tp_fake_client_set(struct tp_client *tc, const struct tp_fake_opts *o)
 	static const struct tp_fake_opts none;
 	tc->o = o ? *o : none;
 	tc->rng = tc->o.seed ? tc->o.seed : 1;
+}
+
+unsigned tp_fake_client_inflight(const struct tp_client *tc)
+{
+	return __atomic_load_n(&tc->live, __ATOMIC_ACQUIRE);
 }
 
 void tp_fake_client_stop(struct tp_client *tc)

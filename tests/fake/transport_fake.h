@@ -51,6 +51,10 @@ void tp_fake_node_free(struct tp_node *tn);
 struct tp_client *tp_fake_client_new(struct rx_reactor *r,
 				     const struct tp_fake_opts *o);
 void tp_fake_client_set(struct tp_client *tc, const struct tp_fake_opts *o);
+/* Operations (reads and writes) placed on a channel and not finished yet:
+ * waiting out their latency, dropped or held by a silent node. Any thread
+ * may read it (a test waits for its calls to be on their way, or over). */
+unsigned tp_fake_client_inflight(const struct tp_client *tc);
 /* The reactor stops (from a module's stop hook, as TCP closes its
  * channels then): every operation in flight ends with -ESHUTDOWN, from
  * 0-delay timers, which the draining loop still runs. */

@@ -62,7 +62,7 @@ struct owner {
 	uint64_t inc;
 	bool frozen;                   /* reactor thread */
 	struct rpc_call *held[HELD_MAX];
-	unsigned nheld;
+	unsigned nheld;                /* written on the reactor, under mu */
 };
 
 static struct owner own[OWNERS];
@@ -91,9 +91,20 @@ static bool own_hold(struct owner *o, struct rpc_call *call)
 {
 	if (!o->frozen)
 		return false;
+	pthread_mutex_lock(&o->mu);
 	cr_assert_lt(o->nheld, HELD_MAX);
 	o->held[o->nheld++] = call;
+	pthread_mutex_unlock(&o->mu);
 	return true;
+}
+
+/* The calls owner i holds (frozen), from any thread. */
+static unsigned own_held(unsigned i)
+{
+	pthread_mutex_lock(&own[i].mu);
+	unsigned n = own[i].nheld;
+	pthread_mutex_unlock(&own[i].mu);
+	return n;
 }
 
 static int rd_cstr(struct mp_rd *p, char *out, size_t cap)
@@ -264,10 +275,13 @@ static void own_freeze_run(struct rx_reactor *r, void *arg)
 	struct owner *o = &own[f->i];
 	o->frozen = f->on;
 	if (!f->on) {
-		for (unsigned k = 0; k < o->nheld; k++)
+		pthread_mutex_lock(&o->mu);
+		unsigned n = o->nheld;
+		o->nheld = 0;
+		pthread_mutex_unlock(&o->mu);
+		for (unsigned k = 0; k < n; k++)
 			rpc_reply_error(o->held[k], RPC_E_UNAVAILABLE,
 					"was frozen");
-		o->nheld = 0;
 	}
 	nf_done();
 }
@@ -674,7 +688,7 @@ Test(directory, a_frozen_owner_is_skipped_within_the_deadline)
 			  l->kb[i]);
 	/* suspect now: nothing more goes to it */
 	unsigned before = own_calls(0, 0) + own_calls(0, 1);
-	unsigned held = own[0].nheld;
+	unsigned held = own_held(0);
 	struct plc *p = plc_new(0, "fz2", N);
 	for (unsigned i = 0; i < N; i++)
 		p->rec[i] = rec_of(i, 6);
@@ -683,7 +697,7 @@ Test(directory, a_frozen_owner_is_skipped_within_the_deadline)
 		cr_assert(p->flags[i], "%s not stored", p->kb[i]);
 	plc_do(l);
 	cr_assert_eq(own_calls(0, 0) + own_calls(0, 1), before);
-	cr_assert_eq(own[0].nheld, held, "the suspect owner was called");
+	cr_assert_eq(own_held(0), held, "the suspect owner was called");
 	free(c);
 	free(l);
 	free(p);
@@ -691,8 +705,9 @@ Test(directory, a_frozen_owner_is_skipped_within_the_deadline)
 }
 
 /* A membership change (a reload dropping owner 1): the epoch grows, owner
- * 1 owns nothing any more, and a lookup waiting on it (frozen) ends at
- * once with the leave event instead of at its deadline. */
+ * 1 owns nothing any more, and a lookup waiting on it (frozen, its call
+ * held: seen before the reload) ends at once with the leave event instead
+ * of at its timeout (30 s) or deadline (40 s). */
 static void lookup_async(struct rx_reactor *r, void *arg)
 {
 	struct plc *c = arg;
@@ -703,9 +718,15 @@ static void lookup_async(struct rx_reactor *r, void *arg)
 	/* not nf_done: plc_done signals when the lookup ends */
 }
 
+static bool owner1_holds_a_call(void *arg)
+{
+	(void)arg;
+	return own_held(1) > 0;
+}
+
 Test(directory, a_member_leaving_moves_ownership_and_ends_its_calls)
 {
-	setup_t(1, 10000); /* a call to a frozen owner would wait 10 s */
+	setup_t(1, 30000); /* a call to a frozen owner would wait 30 s */
 	/* keys owned (first) by owner 1 */
 	struct plc *l = plc_new(1, "mv", N);
 	unsigned n1 = 0;
@@ -719,19 +740,21 @@ Test(directory, a_member_leaving_moves_ownership_and_ends_its_calls)
 	l->n = n1;
 	uint64_t epoch0 = owners("x").epoch;
 	own_freeze(1, true);
-	l->deadline_ns = pc_now_ns() + 20000000000ull; /* 20 s */
+	l->deadline_ns = pc_now_ns() + 40000000000ull; /* 40 s */
 	uint64_t t0 = pc_now_ns();
 	nf_post(nf.grp, lookup_async, l);
-	usleep(100000);
+	/* the lookup's call is on the frozen owner before it leaves */
+	cr_assert(nf_until(owner1_holds_a_call, NULL, 20000),
+		  "the lookup never reached owner 1");
 	struct pc_settings fresh = nf.s;
 	fresh.peers = own[0].id;
 	cr_assert_eq(pc_modules_reload(&nf.ctx, &fresh), 0);
 	/* plc_done signals: wait for it */
-	nf_wait(15000);
+	nf_wait(60000);
 	uint64_t ms = (pc_now_ns() - t0) / 1000000u;
 	cr_assert_eq(l->ret, 0);
-	cr_assert_lt(ms, 4000, "the lookup waited %lu ms for a departed owner",
-		     (unsigned long)ms);
+	cr_assert_lt(ms, 10000, "the lookup waited %lu ms for a departed "
+		     "owner (its call's timeout is 30 s)", (unsigned long)ms);
 	struct owners_q q = owners("x");
 	cr_assert_gt(q.epoch, epoch0);
 	for (unsigned i = 0; i < N; i++) {

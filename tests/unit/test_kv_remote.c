@@ -232,41 +232,6 @@ static void assert_budget_back(void)
 
 /* ---------------------------------------------------------- placement */
 
-struct pub {
-	unsigned n;
-	const char *k[N_MAX];
-	size_t kl[N_MAX];
-	struct dir_rec rec[N_MAX];
-	bool ok[N_MAX];
-	int ret;
-};
-
-static void pub_done(void *arg)
-{
-	(void)arg;
-	nf_done();
-}
-
-static void pub_run(struct rx_reactor *r, void *arg)
-{
-	struct pub *p = arg;
-	const struct pl_ops *pl = svc_find_placement(&nf.ctx);
-	struct dir_keys k = {p->k, p->kl, p->n};
-	p->ret = pl->publish(r, &k, p->rec, p->ok, 0, pub_done, p);
-	if (p->ret < 0)
-		nf_done();
-}
-
-/* Publish rec under key in this node's directory. */
-static void publish_rec(const char *key, const struct dir_rec *rec)
-{
-	struct pub p = {.n = 1, .k = {key}, .kl = {strlen(key)}};
-	p.rec[0] = *rec;
-	nf_on_reactor(pub_run, &p, 10000);
-	cr_assert_eq(p.ret, 0);
-	cr_assert(p.ok[0]);
-}
-
 /* key's version ver into member m, and its record into the directory. */
 static struct dir_rec remote_put(struct nf_member *m, const char *key,
 				 unsigned ver)
@@ -275,8 +240,7 @@ static struct dir_rec remote_put(struct nf_member *m, const char *key,
 	uint64_t len;
 	struct dir_rec rec;
 	page_make(key, ver, buf, &len);
-	nf_member_put(m, key, buf, len, &rec);
-	publish_rec(key, &rec);
+	nf_member_publish(m, key, buf, len, &rec);
 	return rec;
 }
 
@@ -284,12 +248,7 @@ static struct dir_rec remote_put(struct nf_member *m, const char *key,
 
 static uint64_t seed_of(void)
 {
-	const char *e = getenv("PC_TEST_SEED");
-	uint64_t seed = e ? strtoull(e, NULL, 0) : 0x6b7652;
-	printf("test_kv_remote: seed %#llx (PC_TEST_SEED)\n",
-	       (unsigned long long)seed);
-	fflush(stdout);
-	return seed ? seed : 1;
+	return nf_seed("test_kv_remote", 0x6b7652);
 }
 
 static void setup_peers(const struct tp_fake_opts *fo, const char *peers)
@@ -303,9 +262,9 @@ static void setup_peers(const struct tp_fake_opts *fo, const char *peers)
 	nf.s.rpc_timeout_ms = 300;      /* a dropped read ends within it */
 	nf.s.request_deadline_ms = 3000;
 	nf.s.kv_staging_max = 4u << 20;
-	if (peers) { /* reads wait for their answer, or for an event */
-		nf.s.rpc_timeout_ms = 8000;
-		nf.s.request_deadline_ms = 9000;
+	if (peers) { /* reads wait for their answer (30 s), or an event */
+		nf.s.rpc_timeout_ms = 40000;
+		nf.s.request_deadline_ms = 45000;
 	}
 	nf_start(mods, PC_ARRAY_LEN(mods), fo);
 	nf_member_new(&m1, "127.0.0.2:31999", "127.0.0.2:32000", 8);
@@ -410,9 +369,9 @@ Test(kv_remote, records_that_lie_are_misses_never_other_bytes)
 	lie[5].rkey ^= 0x5a5a;      /* a key the member never gave */
 	const char *names[6] = {"a-old", "l1", "l2", "l3", "l4", "l5"};
 	for (unsigned i = 0; i < 6; i++)
-		publish_rec(names[i], &lie[i]);
+		nf_publish(names[i], &lie[i]);
 	/* the old record under its own key, too */
-	publish_rec("a", &a_old);
+	nf_publish("a", &a_old);
 	for (int kind = 1; kind <= 2; kind++) {
 		struct call *c = call_new(kind);
 		for (unsigned i = 0; i < 6; i++)
@@ -632,6 +591,11 @@ static void own_run(struct rx_reactor *r, void *arg)
 	nf_done();
 }
 
+static bool reads_sent(void *arg)
+{
+	return nf_inflight() >= *(unsigned *)arg;
+}
+
 /*
  * m1 is a ring member (its directory shard is never asked: the keys are
  * this node's to own). A reload drops it from the ring while its pages are
@@ -652,25 +616,30 @@ Test(kv_remote, a_member_leaving_the_ring_mid_read_fails_its_reads_at_once)
 			remote_put(&m1, names[n++], 0);
 	}
 	cr_assert_eq(n, 6);
-	/* the reads take 5 s, their timeout 8 s */
-	fo.latency_us = 5000000;
+	/* the reads take 30 s, their timeout 40 s, the call's deadline 45 s:
+	 * only the leave event ends them within 10 s */
+	fo.latency_us = 30000000;
 	nf_set_faults(&fo);
 	struct call *c = call_new(2);
 	for (unsigned i = 0; i < n; i++)
 		call_add(c, names[i], 0);
 	uint64_t t0 = pc_now_ns();
 	nf_post(nf.grp, call_run, c);
-	usleep(100000);
+	/* every read is on its way before the member leaves */
+	cr_assert(nf_until(reads_sent, &n, 20000),
+		  "%u of %u reads were sent", nf_inflight(), n);
 	struct pc_settings fresh = nf.s;
 	fresh.peers = "";
 	cr_assert_eq(pc_modules_reload(&nf.ctx, &fresh), 0);
-	nf_wait(10000);
+	nf_wait(60000);
 	uint64_t ms = (pc_now_ns() - t0) / 1000000u;
 	cr_assert_eq(c->ret, 0);
 	for (unsigned i = 0; i < n; i++)
 		cr_assert(!c->ok[i]);
-	cr_assert_lt(ms, 4000, "the reads waited %lu ms for a departed member",
-		     (unsigned long)ms);
+	cr_assert_lt(ms, 10000, "the reads waited %lu ms for a departed "
+		     "member (their latency is 30 s)", (unsigned long)ms);
+	cr_assert_eq(nf_inflight(), 0, "reads to a departed member still on "
+		     "their way");
 	assert_once(c);
 	free(c);
 	/* departed: a miss without a read, even with the member fast again */

@@ -27,7 +27,6 @@
 
 #include "common/util.h"
 #include "modules/modules.h"
-#include "modules/placement.h"
 #include "rpc/mp.h"
 #include "testutil.h"
 #include "tests/fake/node_fake.h"
@@ -232,41 +231,32 @@ static void region_register(struct cli *c, uint64_t id, int fd,
 
 /* ------------------------------------------------------------- set-up */
 
-static void remote_pub_done(void *arg)
-{
-	(void)arg;
-	nf_done();
-}
-
-struct rpub {
-	const char *k;
-	size_t kl;
-	struct dir_rec rec;
-	bool ok;
-	int ret;
-};
-
-static void remote_pub_run(struct rx_reactor *r, void *arg)
-{
-	struct rpub *p = arg;
-	const struct pl_ops *pl = svc_find_placement(&nf.ctx);
-	struct dir_keys k = {&p->k, &p->kl, 1};
-	p->ret = pl->publish(r, &k, &p->rec, &p->ok, 0, remote_pub_done, p);
-	if (p->ret < 0)
-		nf_done();
-}
-
 /* key (len bytes of pattern seed) held by m1, its record published here */
 static void remote_put(const char *key, uint64_t len, uint64_t seed)
 {
 	uint8_t *buf = malloc(len);
 	cr_assert(buf);
 	tu_fill_pattern(buf, len, seed, 0);
-	struct rpub p = {.k = key, .kl = strlen(key)};
-	nf_member_put(&m1, key, buf, len, &p.rec);
+	nf_member_publish(&m1, key, buf, len, NULL);
 	free(buf);
-	nf_on_reactor(remote_pub_run, &p, 10000);
-	cr_assert(p.ret == 0 && p.ok);
+}
+
+/* The fake transport's reads in flight: at least *want (on their way),
+ * or none (every read ended: landed, failed or cancelled). */
+static bool reads_at_least(void *arg)
+{
+	return nf_inflight() >= *(unsigned *)arg;
+}
+
+static bool reads_none(void *arg)
+{
+	(void)arg;
+	return nf_inflight() == 0;
+}
+
+static uint64_t seed_of(void)
+{
+	return nf_seed("test_session", 0x5e55);
 }
 
 static void setup(unsigned remote_latency_us)
@@ -278,12 +268,12 @@ static void setup(unsigned remote_latency_us)
 	nf.s.socket = strdup(sock_path);
 	nf.s.rpc_port = 0;
 	nf.s.session_slice_bytes = 64 << 10; /* several steps per move */
-	nf.s.rpc_timeout_ms = 2000;
+	/* remote reads of up to 1.25 s (latency + jitter) fit in both */
+	nf.s.rpc_timeout_ms = 5000;
+	nf.s.request_deadline_ms = 5000;
 	struct tp_fake_opts fo = {.latency_us = remote_latency_us,
 				  .jitter_us = remote_latency_us / 4,
-				  .reorder = true, .seed = 0x5e55};
-	printf("test_session: fake transport seed %#llx\n",
-	       (unsigned long long)fo.seed);
+				  .reorder = true, .seed = seed_of()};
 	nf_start(mods, PC_ARRAY_LEN(mods), &fo);
 	nf_member_new(&m1, "127.0.0.2:31999", "127.0.0.2:32000", 16);
 }
@@ -358,13 +348,14 @@ Test(session, set_and_get_in_steps_with_local_and_remote_pages)
 
 /*
  * The client gives the region up while a get's remote pages are on their
- * way (250 ms of fake latency): by unregistering it (the get answers every
+ * way (1 s of fake latency, so the test sees them under way even on a
+ * slow host): by unregistering it (the get answers every
  * page false) and by closing the connection. Either way nothing lands in
  * the client's memory afterwards, and the node keeps serving.
  */
 Test(session, a_region_given_up_mid_get_gets_no_late_bytes)
 {
-	setup(250000);
+	setup(1000000);
 	enum { NR = 6, PR = 16 << 10 };
 	char keys[NR][24];
 	struct mv_item it[NR];
@@ -384,7 +375,11 @@ Test(session, a_region_given_up_mid_get_gets_no_late_bytes)
 		move_params(&sb, 1, it, NR);
 		uint32_t get_id = cli_send(&c, "session.get", &sb, -1);
 		msgpack_sbuffer_destroy(&sb);
-		usleep(30000); /* the reads are on their way */
+		/* every page's read is on its way (both steps of the move) */
+		unsigned want = NR;
+		cr_assert(nf_until(reads_at_least, &want, 20000),
+			  "%u of %u reads were sent (how %d)", nf_inflight(),
+			  want, how);
 		if (how == 0) {
 			msgpack_packer *pk = pk_begin(&sb);
 			msgpack_pack_array(pk, 1);
@@ -408,7 +403,10 @@ Test(session, a_region_given_up_mid_get_gets_no_late_bytes)
 					  "reported found");
 		}
 		cli_close(&c); /* how 1: the client leaves mid-get */
-		usleep(700000); /* every late read has landed by now */
+		/* every late read has landed (in node memory) or ended */
+		cr_assert(nf_until(reads_none, NULL, 20000),
+			  "%u reads still on their way after 20 s (how %d)",
+			  nf_inflight(), how);
 		for (size_t b = 0; b < REGION; b++)
 			cr_assert_eq(mem[b], 0xee, "byte %zu of a given-up "
 				     "region was written (how %d)", b, how);
@@ -565,9 +563,7 @@ Test(session, remote_pages_under_faults_are_exact_or_missing)
 	}
 	struct tp_fake_opts fo = {.latency_us = 200, .jitter_us = 400,
 				  .reorder = true, .error_pct = 30,
-				  .partial_pct = 30, .seed = 0xfa17};
-	printf("test_session: fault seed %#llx\n",
-	       (unsigned long long)fo.seed);
+				  .partial_pct = 30, .seed = seed_of()};
 	nf_set_faults(&fo);
 	struct cli c;
 	cli_open(&c);
