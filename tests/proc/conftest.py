@@ -34,6 +34,28 @@ def clean_env(extra=None):
     return env
 
 
+def freeze(pid, timeout=10.0):
+    """SIGSTOP pid and wait until every one of its threads has stopped: a
+    thread that is running when the signal comes may still finish what it
+    was doing (answer a read) before it stops, which a test that expects
+    silence at once must not see."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        states = []
+        for tid in os.listdir("/proc/%d/task" % pid):
+            try:
+                with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            states.append(stat[stat.rindex(")") + 2])
+        if states and all(st in "Tt" for st in states):
+            return
+        time.sleep(0.005)
+    raise AssertionError("process %d did not stop within %.0f s" % (pid, timeout))
+
+
 class Node:
     """A running peercached process with its log captured to a file."""
 

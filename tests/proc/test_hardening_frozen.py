@@ -23,7 +23,7 @@ import time
 
 import msgpack
 
-from conftest import RpcClient, metrics_of
+from conftest import RpcClient, freeze, metrics_of
 from test_p2p import page as oracle_page   # bytes derived from the key
 
 PAGE = 2048
@@ -208,7 +208,7 @@ def test_frozen_peer_is_skipped_within_the_deadline(cluster):
     try:
         time.sleep(WARM_S)
         t_freeze = time.monotonic()
-        os.kill(f.proc.pid, signal.SIGSTOP)
+        freeze(f.proc.pid)
         frozen = True
         time.sleep(FREEZE_S / 2)
         c = RpcClient(a.endpoint("rpc"))
@@ -314,7 +314,7 @@ def test_request_deadline_is_configurable_and_counted(cluster):
     cf, ca = RpcClient(f.endpoint("rpc")), RpcClient(a.endpoint("rpc"))
     assert cf.call("kv.set", [fk, [page(k) for k in fk]])[1] == [True] * 16
     assert ca.call("kv.get", [fk])[1] == [page(k) for k in fk]
-    os.kill(f.proc.pid, signal.SIGSTOP)
+    freeze(f.proc.pid)
     try:
         t0 = time.monotonic()
         err, got = ca.call("kv.get", [fk[:1]])
