@@ -524,6 +524,28 @@ static int membership_apply(const struct peer_list *peers, const char *why,
 	return 1;
 }
 
+/* svc_cluster.set_members: the discovery module's path to a new view. */
+static int cl_set_members(const char *const *ids, unsigned n,
+			  const char *why)
+{
+	struct peer_list l = {0};
+	char err[256] = "";
+	int ret = 0;
+	for (unsigned i = 0; i < n && ret == 0; i++)
+		ret = peers_add(&l, ids[i], strlen(ids[i]), err, sizeof(err));
+	if (ret == 0 && pthread_mutex_trylock(&g.change_lock) != 0)
+		ret = -EBUSY; /* never wait: the caller retries */
+	else if (ret == 0) {
+		ret = membership_apply(&l, why, err, sizeof(err));
+		pthread_mutex_unlock(&g.change_lock);
+	}
+	if (ret < 0 && ret != -EBUSY)
+		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "%s: membership not changed: %s",
+			  why, err);
+	peers_free(&l);
+	return ret;
+}
+
 /* --------------------------------------------------------------- health */
 
 /* The entry of a member other than this node in v; NULL for anything
@@ -696,6 +718,7 @@ static int c_init(struct pc_ctx *ctx)
 	pthread_mutex_init(&g.change_lock, NULL);
 	pthread_mutex_init(&g.retire_lock, NULL);
 	g.vnodes = (unsigned)s->vnodes;
+	g.cl.set_members = cl_set_members;
 	g.probe_ms = (unsigned)s->peer_probe_interval_ms;
 	rx_timer_init(&g.probe_timer, probe_tick, NULL); /* stop may run */
 	if ((ret = svc_publish_health(ctx, "cluster", &health_api)) < 0 ||
@@ -806,7 +829,8 @@ static void c_exit(struct rx_reactor *r, struct pc_ctx *ctx)
 /* SIGHUP: the peers of the configuration read again become the members. */
 static int c_reload(struct pc_ctx *ctx, const struct pc_settings *fresh)
 {
-	(void)ctx;
+	if (*ctx->cfg->discovery_addr)
+		return 0; /* discovery owns the membership */
 	struct peer_list l = {0};
 	char err[256];
 	int ret = peers_parse(&l, fresh->peers, err, sizeof(err));
@@ -920,6 +944,11 @@ static int read_peer_params(struct mp_rd *p, struct peer_list *l, char *err,
 
 static void m_set_peers(struct rpc_call *call, struct mp_rd *params)
 {
+	if (*g.ctx->cfg->discovery_addr) {
+		rpc_reply_error(call, RPC_E_FORBIDDEN, "membership is managed by "
+				"discovery on this node (discovery_addr is set)");
+		return;
+	}
 	struct peer_list l = {0};
 	char err[256] = "";
 	int ret = read_peer_params(params, &l, err, sizeof(err));
