@@ -127,7 +127,7 @@ static struct {
 	uint64_t view_ns;                /* when it was adopted */
 	char **applied;                  /* ids last given to the cluster */
 	unsigned napplied;
-	met_id changes, heartbeats, hb_failures, removals;
+	met_id changes, heartbeats, hb_failures, removals, late;
 } g;
 
 /* ------------------------------------------------------------ lists */
@@ -461,6 +461,10 @@ static void call_done(void *arg, const struct rpc_result *res)
 	if (res->err) {
 		char buf[256];
 		met_inc(g.hb_failures);
+		/* Nobody listens there: follow the next master now rather
+		 * than its last list until member_ttl. */
+		if (t && (res->err == -ECONNREFUSED || res->err == -ECONNRESET))
+			t->ok_ns = 0;
 		if (res->err == -EACCES)
 			PC_LOG_RL(PC_LOG_ERROR, LOG_MOD, "master %s refused "
 				  "this node: %s (check cluster_secret)",
@@ -710,6 +714,8 @@ static void m_heartbeat(struct rpc_call *call, struct mp_rd *params)
 	pthread_mutex_lock(&g.lock);
 	struct entry *e = list_find(&g.table, in.id);
 	if (e) {
+		if (now - e->seen_ns > 2 * g.hb_ns)
+			met_inc(g.late);
 		if (e->suspect)
 			PC_LOGI(LOG_MOD, "member %s heard again after %.1f s",
 				e->id, (double)(now - e->seen_ns) / 1e9);
@@ -1056,6 +1062,10 @@ static int d_init(struct pc_ctx *ctx)
 				     "peercache_discovery_call_failures_total",
 				     "of those, calls that got no answer",
 				     NULL);
+	g.late = met_register(MET_COUNTER,
+			      "peercache_discovery_late_heartbeats_total",
+			      "heartbeats this master received more than two "
+			      "intervals after the member's previous one", NULL);
 	g.removals = met_register(MET_COUNTER,
 				  "peercache_discovery_expired_total",
 				  "members this master removed for silence",

@@ -125,6 +125,8 @@ def test_join_kill_and_leave(node_factory):
     detect = time.time() - t0
     print("kill -9 detected on every node after %.2f s" % detect)
     assert "member %s silent" % gone in a.text()
+    for x in left:  # no false removal while the readers load b and c
+        assert "member %s silent" % x not in a.text()
     stop.set()
     for t in readers:
         t.join(10)
