@@ -13,7 +13,8 @@
  * Views and epochs: the first view (epoch 1) is built on reactor 0 once the
  * RPC and data listeners have their ports (this module starts after them),
  * before the other reactors start. A change — cluster.set_peers (any
- * reactor) or a SIGHUP reload (main thread) — builds a new ring with epoch
+ * reactor), a SIGHUP reload (main thread), or svc_cluster.set_members (the
+ * discovery thread; with discovery on, the first two are refused) — builds a new ring with epoch
  * + 1 and a new health table (states carried over by member id), publishes
  * the view with one release store, announces MB_JOIN / MB_LEAVE, and
  * retires the old view: a message is posted to every reactor, and the view
