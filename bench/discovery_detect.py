@@ -18,7 +18,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "tests", "proc"))
-from conftest import Node, RpcClient, free_ports  # noqa: E402
+from conftest import Node, RpcClient, free_ports, metrics_of  # noqa: E402
 
 
 def view_ids(node):
@@ -101,6 +101,8 @@ def main():
         threads = [threading.Thread(target=load, args=(n,), daemon=True)
                    for n in nodes for _ in range(4)]
         mark = len(nodes[0].text())
+        late0 = metrics_of(nodes[0]).get(
+            "peercache_discovery_late_heartbeats_total", 0)
         for t in threads:
             t.start()
         time.sleep(a.load_s)
@@ -112,6 +114,10 @@ def main():
               "suspect, %d removed (all nodes alive: both should be 0)" %
               (a.load_s, ops[0], head.count(": suspect"),
                head.count(": removed")))
+        late = metrics_of(nodes[0]).get(
+            "peercache_discovery_late_heartbeats_total", 0) - late0
+        print("heartbeats that reached the head more than 2 intervals after "
+              "the previous one, during the load: %d" % late)
     finally:
         for n in nodes:
             if n.proc.poll() is None:
