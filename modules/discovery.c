@@ -53,6 +53,7 @@
 #include "modules/modules.h"
 #include "reactor/reactor.h"
 #include "rpc/client.h"
+#include "rpc/peercred.h"
 #include "rpc/rpc.h"
 
 #define LOG_MOD "discovery"
@@ -1034,11 +1035,27 @@ static int d_init(struct pc_ctx *ctx)
 		.max_connections = 4096,
 		.max_fds = 0,
 	};
+	/* The RPC port's guards, scaled to a port that carries heartbeats. */
+	struct rpc_guard gd = {
+		.max_preauth = (uint32_t)s->rpc_max_preauth_connections,
+		.max_per_host = (uint32_t)s->rpc_max_connections_per_host,
+		.preauth_max_bytes = s->rpc_preauth_max_bytes,
+		.handshake_timeout_ms = (uint32_t)s->rpc_handshake_timeout_ms,
+		.message_timeout_ms = (uint32_t)s->rpc_message_timeout_ms,
+		.idle_timeout_ms = (uint32_t)s->rpc_idle_timeout_ms,
+		.write_stall_ms = (uint32_t)s->rpc_write_stall_timeout_ms,
+		.max_buffered_bytes = 16u << 20,
+		.max_reply_bytes = 16u << 20,
+		.conn_reply_bytes = 2u << 20,
+	};
 	const struct rpc_method *tables[] = {meta_methods};
 	if ((ret = rpc_server_new(&g.srv, &lim, tables, 1, s->cluster_secret,
-				  -1, ctx->threads + 1)) < 0)
+				  rpc_group_id(s->socket_group),
+				  ctx->threads + 1)) < 0)
 		return ret;
 	rpc_server_no_metrics(g.srv);
+	if ((ret = rpc_server_set_guard(g.srv, &gd)) < 0)
+		return ret;
 	met_register_fn("peercache_discovery_members", "members of the "
 			"discovery view this node follows", NULL, view_size_fn,
 			NULL);
