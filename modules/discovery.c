@@ -31,8 +31,10 @@
  * never disturbs established reads and writes.
  *
  * Failure detection (on every master, a sweep every SWEEP_MS): a member not
- * heard for member_ttl / 2 is suspect (shown, still in the ring), for
- * member_ttl it is removed (table epoch + 1). If the sweep itself ran late
+ * heard for member_ttl / 2 is suspect (still in the ring; the "states"
+ * counter of heartbeat replies moves, so followers pull it within one
+ * interval and hand it to the cluster's peer health, which skips the peer
+ * until it answers a probe), for member_ttl it is removed (table epoch + 1). If the sweep itself ran late
  * (this thread was not scheduled), the lag is credited to every member first,
  * so a stall of the master is never blamed on them. Voluntary leave: module
  * stop sends discovery.deregister to every target, which removes the node at
@@ -51,6 +53,7 @@
 #include "common/metrics.h"
 #include "common/settings.h"
 #include "modules/modules.h"
+#include "modules/peer_health.h"
 #include "reactor/reactor.h"
 #include "rpc/client.h"
 #include "rpc/peercred.h"
@@ -77,7 +80,8 @@ struct entry {
 struct mlist {
 	struct entry *e;
 	unsigned n;
-	uint64_t epoch;
+	uint64_t epoch;          /* + 1 per member added or removed */
+	uint64_t states;         /* + 1 per suspect / alive flip */
 	char masters[MASTERS_CAP][ADDR_MAX];
 	unsigned nmasters;
 };
@@ -128,6 +132,9 @@ static struct {
 	uint64_t view_ns;                /* when it was adopted */
 	char **applied;                  /* ids last given to the cluster */
 	unsigned napplied;
+	char **suspected;                /* ids last reported suspect */
+	unsigned nsuspected;
+	const struct ph_api *health;
 	met_id changes, heartbeats, hb_failures, removals, late;
 } g;
 
@@ -206,21 +213,59 @@ static int cmp_str(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+static void free_ids(char **ids, unsigned n)
+{
+	for (unsigned i = 0; ids && i < n; i++)
+		free(ids[i]);
+	free(ids);
+}
+
+static bool ids_have(char *const *ids, unsigned n, const char *id)
+{
+	for (unsigned i = 0; i < n; i++)
+		if (strcmp(ids[i], id) == 0)
+			return true;
+	return false;
+}
+
+/* Members the view newly shows suspect become suspect in the cluster's
+ * peer health too (peer_health.h): reads skip them from now on rather
+ * than wait for their removal; a node.health probe that gets an answer
+ * makes one healthy again. Takes sus (n ids). */
+static void report_suspects(char **sus, unsigned n)
+{
+	for (unsigned i = 0; i < n; i++)
+		if (!ids_have(g.suspected, g.nsuspected, sus[i]))
+			g.health->failed(sus[i], -ETIMEDOUT,
+					 "discovery: no heartbeat");
+	free_ids(g.suspected, g.nsuspected);
+	g.suspected = sus;
+	g.nsuspected = n;
+}
+
 /* Give the view's ids to the cluster if they differ from the last ones
- * given (discovery thread, without g.lock: a ring build may take a few ms
- * and discovery.view readers on the node's reactors must not wait). */
+ * given, and its suspects to peer health (discovery thread, without
+ * g.lock: a ring build may take a few ms and discovery.view readers on the
+ * node's reactors must not wait). */
 static void view_apply(void)
 {
 	pthread_mutex_lock(&g.lock);
-	unsigned n = g.view.n;
+	unsigned n = g.view.n, ns = 0;
 	char **ids = calloc(n + 1, sizeof(*ids));
+	char **sus = calloc(n + 1, sizeof(*sus));
 	bool own = !g.view_from[0];
-	for (unsigned i = 0; ids && i < n; i++)
+	for (unsigned i = 0; ids && sus && i < n; i++) {
 		if (!(ids[i] = strdup(g.view.e[i].id)))
 			n = i; /* keep what fits */
+		else if (g.view.e[i].suspect && (sus[ns] = strdup(ids[i])))
+			ns++;
+	}
 	pthread_mutex_unlock(&g.lock);
-	if (!ids)
+	if (!ids || !sus) {
+		free_ids(ids, n);
+		free_ids(sus, ns);
 		return;
+	}
 	qsort(ids, n, sizeof(*ids), cmp_str);
 	bool same = n == g.napplied;
 	for (unsigned i = 0; same && i < n; i++)
@@ -230,17 +275,14 @@ static void view_apply(void)
 					   own ? "discovery, own table"
 					       : "discovery");
 	if (same || ret < 0) { /* busy or refused: the next sweep retries */
-		for (unsigned i = 0; i < n; i++)
-			free(ids[i]);
-		free(ids);
-		return;
+		free_ids(ids, n);
+	} else {
+		free_ids(g.applied, g.napplied);
+		g.applied = ids;
+		g.napplied = n;
+		met_inc(g.changes);
 	}
-	for (unsigned i = 0; i < g.napplied; i++)
-		free(g.applied[i]);
-	free(g.applied);
-	g.applied = ids;
-	g.napplied = n;
-	met_inc(g.changes);
+	report_suspects(sus, ns);
 }
 
 static int list_copy(struct mlist *to, const struct mlist *from)
@@ -366,6 +408,9 @@ static int read_list(struct mp_rd r, struct mlist *l, uint64_t now)
 		if (mp_str_eq(k, kl, "epoch")) {
 			if (mp_rd_uint(&r, &l->epoch) < 0)
 				return -EPROTO;
+		} else if (mp_str_eq(k, kl, "states")) {
+			if (mp_rd_uint(&r, &l->states) < 0)
+				return -EPROTO;
 		} else if (mp_str_eq(k, kl, "masters")) {
 			if (mp_rd_array(&r, &n) < 0)
 				return -EPROTO;
@@ -423,26 +468,37 @@ static int read_list(struct mp_rd r, struct mlist *l, uint64_t now)
 	return 0;
 }
 
-static bool read_bool_key(struct mp_rd r, const char *key, bool *v,
-			  uint64_t *epoch)
+/* A heartbeat's answer: {known, epoch, states, warm}. */
+struct hb_reply {
+	bool known, warm;
+	uint64_t epoch, states;
+};
+
+static int read_hb_reply(struct mp_rd r, struct hb_reply *h)
 {
 	uint32_t nk, kl;
 	const char *k;
-	bool found = false;
+	memset(h, 0, sizeof(*h));
 	if (mp_rd_map(&r, &nk) < 0)
-		return false;
+		return -EPROTO;
 	for (uint32_t i = 0; i < nk; i++) {
+		int ret;
 		if (mp_rd_str(&r, &k, &kl) < 0)
-			return false;
-		if (mp_str_eq(k, kl, key))
-			found = mp_rd_bool(&r, v) == 0;
-		else if (mp_str_eq(k, kl, "epoch")) {
-			if (mp_rd_uint(&r, epoch) < 0)
-				return false;
-		} else if (mp_skip(&r) < 0)
-			return false;
+			return -EPROTO;
+		if (mp_str_eq(k, kl, "known"))
+			ret = mp_rd_bool(&r, &h->known);
+		else if (mp_str_eq(k, kl, "warm"))
+			ret = mp_rd_bool(&r, &h->warm);
+		else if (mp_str_eq(k, kl, "epoch"))
+			ret = mp_rd_uint(&r, &h->epoch);
+		else if (mp_str_eq(k, kl, "states"))
+			ret = mp_rd_uint(&r, &h->states);
+		else
+			ret = mp_skip(&r);
+		if (ret < 0)
+			return -EPROTO;
 	}
-	return found;
+	return 0;
 }
 
 static void leave_done(void);
@@ -484,14 +540,18 @@ static void call_done(void *arg, const struct rpc_result *res)
 	}
 	t->ok_ns = now;
 	if (c->kind == 0) {
-		bool known = false, warm = false;
-		uint64_t epoch = 0;
-		if (read_bool_key(res->result, "known", &known, &epoch))
-			read_bool_key(res->result, "warm", &warm, &epoch);
-		t->warm = warm;
-		if (!known)
+		struct hb_reply h;
+		if (read_hb_reply(res->result, &h) < 0) {
+			PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "master %s: bad "
+				  "heartbeat reply", c->meta);
+			free(c);
+			return;
+		}
+		t->warm = h.warm;
+		if (!h.known)
 			send_call(c->meta, 1);
-		else if (!t->have || epoch != t->list.epoch ||
+		else if (!t->have || h.epoch != t->list.epoch ||
+			 h.states != t->list.states ||
 			 (strcmp(g.view_from, c->meta) == 0 &&
 			  now - t->pulled_ns >= g.ttl_ns / 2))
 			send_call(c->meta, 2); /* news, or fresh ages */
@@ -596,6 +656,7 @@ static void sweep_tick(struct rx_reactor *r, struct rx_timer *tm)
 		}
 		if (!e->suspect && age >= g.ttl_ns / 2) {
 			e->suspect = true;
+			g.table.states++;
 			PC_LOGI(LOG_MOD, "member %s silent for %.1f s: suspect",
 				e->id, (double)age / 1e9);
 		}
@@ -628,9 +689,11 @@ static int read_node(struct mp_rd *p, struct entry *e)
 static void pack_list(msgpack_packer *pk, const struct mlist *l,
 		      uint64_t now, bool with_view)
 {
-	msgpack_pack_map(pk, with_view ? 6 : 4);
+	msgpack_pack_map(pk, with_view ? 7 : 5);
 	mp_pack_cstr(pk, "epoch");
 	msgpack_pack_uint64(pk, l->epoch);
+	mp_pack_cstr(pk, "states");
+	msgpack_pack_uint64(pk, l->states);
 	mp_pack_cstr(pk, "warm");
 	pack_bool(pk, now - g.start_ns >= g.ttl_ns);
 	if (with_view) {
@@ -693,6 +756,7 @@ static void m_register(struct rpc_call *call, struct mp_rd *params)
 		g.table.epoch++;
 		table_masters(&g.table);
 	}
+	g.table.states += e->suspect;
 	e->seen_ns = now;
 	e->suspect = false;
 	pack_list(rpc_reply_begin(call), &g.table, now, false);
@@ -717,18 +781,22 @@ static void m_heartbeat(struct rpc_call *call, struct mp_rd *params)
 	if (e) {
 		if (now - e->seen_ns > 2 * g.hb_ns)
 			met_inc(g.late);
-		if (e->suspect)
+		if (e->suspect) {
 			PC_LOGI(LOG_MOD, "member %s heard again after %.1f s",
 				e->id, (double)(now - e->seen_ns) / 1e9);
+			g.table.states++;
+		}
 		e->seen_ns = now;
 		e->suspect = false;
 	}
 	msgpack_packer *pk = rpc_reply_begin(call);
-	msgpack_pack_map(pk, 3);
+	msgpack_pack_map(pk, 4);
 	mp_pack_cstr(pk, "known");
 	pack_bool(pk, e != NULL);
 	mp_pack_cstr(pk, "epoch");
 	msgpack_pack_uint64(pk, g.table.epoch);
+	mp_pack_cstr(pk, "states");
+	msgpack_pack_uint64(pk, g.table.states);
 	mp_pack_cstr(pk, "warm");
 	pack_bool(pk, now - g.start_ns >= g.ttl_ns);
 	rpc_reply_end(call);
@@ -1020,7 +1088,8 @@ static int d_init(struct pc_ctx *ctx)
 	int ret = parse_seeds(s->discovery_addr);
 	if (ret < 0)
 		return ret;
-	if (!(g.cl = svc_need_cluster(ctx, "discovery")))
+	if (!(g.cl = svc_need_cluster(ctx, "discovery")) ||
+	    !(g.health = svc_need_health(ctx, "discovery")))
 		return -ENOENT;
 	g.max_masters = (unsigned)PC_MIN(s->max_masters, MASTERS_CAP);
 	g.hb_ns = RX_MS(s->heartbeat_interval_ms);
@@ -1139,9 +1208,8 @@ static void d_fini(struct pc_ctx *ctx)
 	rpc_server_free(g.srv);
 	for (unsigned i = 0; i < g.ntargets; i++)
 		free(g.targets[i].list.e);
-	for (unsigned i = 0; i < g.napplied; i++)
-		free(g.applied[i]);
-	free(g.applied);
+	free_ids(g.applied, g.napplied);
+	free_ids(g.suspected, g.nsuspected);
 	free(g.table.e);
 	free(g.view.e);
 	pthread_mutex_destroy(&g.lock);
