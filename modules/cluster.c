@@ -889,7 +889,9 @@ static void m_members(struct rpc_call *call, struct mp_rd *params)
 		mp_pack_cstr(pk, "state");
 		mp_pack_cstr(pk, __atomic_load_n(&v->health[i].state,
 						 __ATOMIC_ACQUIRE) == PH_SUSPECT
-					 ? "suspect" : "static");
+					 ? "suspect"
+				 : *g.ctx->cfg->discovery_addr ? "discovered"
+							       : "static");
 	}
 	rpc_reply_end(call);
 }

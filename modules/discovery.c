@@ -330,10 +330,13 @@ static void view_choose(uint64_t now)
 			}
 			if (!src)
 				continue;
+			/* cand[i] may point into the view being replaced */
+			char from[ADDR_MAX];
+			snprintf(from, sizeof(from), "%s",
+				 src == &g.table ? "" : cand[i]);
 			if (list_copy(&g.view, src) < 0)
 				return;
-			snprintf(g.view_from, sizeof(g.view_from), "%s",
-				 src == &g.table ? "" : cand[i]);
+			memcpy(g.view_from, from, sizeof(from));
 			g.view_ns = now;
 			return;
 		}

@@ -8,10 +8,14 @@ cluster secret cannot register. Loopback only; timings are printed, and the
 deadlines are generous (CI is slow), never a performance assertion.
 """
 import hashlib
+import os
+import subprocess
 import threading
 import time
 
-from conftest import SANITIZED, RpcClient, free_ports, run
+from conftest import BUILD, SANITIZED, RpcClient, free_ports, run
+
+CLI = os.path.join(BUILD, "client", "peercache")
 
 SLACK = 3 if SANITIZED else 1
 SECRET = "discovery-test-secret"
@@ -90,6 +94,19 @@ def test_join_kill_and_leave(node_factory):
     roles = {m["id"]: m["role"] for m in vs[0]["members"]}
     assert roles["127.0.0.1:%d" % rpc[0]] == "head"
     assert sorted(roles.values()).count("master") == 2  # max_masters 3
+    # The ring follows the view; the operator's view names roles.
+    err, res = call(nodes[3], "cluster.members")
+    assert err is None and sorted(x["id"] for x in res) == want, (err, res)
+    assert {x["state"] for x in res} == {"discovered"}, res
+    out = subprocess.run([CLI, "--node", nodes[3].endpoint("socket"),
+                          "members"], capture_output=True, text=True,
+                         timeout=30)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("epoch %d from " % vs[0]["epoch"]), lines
+    assert "4 members" in lines[0] and len(lines) == 5, lines
+    assert sum(" head alive " in x for x in lines) == 1, lines
+    assert sum(x.endswith(" self") for x in lines) == 1, lines
     by_id = dict(zip(["127.0.0.1:%d" % p for p in rpc], nodes))
     gone = sorted(i for i, r in roles.items() if r == "master")[0]
     member = [i for i, r in roles.items() if r == "member"][0]
@@ -176,7 +193,17 @@ def test_head_down_others_serve_and_a_node_joins_via_second_seed(
     four = sorted(rest + ["127.0.0.1:%d" % port_d])
     wait_until(lambda: all(ids(view(x)) == four for x in (b, c, d)), 10,
                "the new node to join through the second seed")
-    for x in (b, c, d):
+    # The head comes back: once warm, everyone follows it again.
+    a = start(node_factory, rpc[0], meta[0], [meta[0]])
+    five = sorted(four + ["127.0.0.1:%d" % rpc[0]])
+    head = "127.0.0.1:%d" % meta[0]
+
+    def follow_head():
+        vs = same_view([a, b, c, d], five)
+        return vs and vs[0]["from"] == head
+
+    wait_until(follow_head, 10, "every node to follow the restarted head")
+    for x in (a, b, c, d):
         assert x.stop() == 0
 
 
