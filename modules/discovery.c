@@ -934,7 +934,15 @@ static void *disc_thread(void *arg)
 	pthread_setname_np(pthread_self(), "pc-discovery");
 	const struct pc_settings *s = g.ctx->cfg;
 	struct rx_params p;
-	rx_params_default(&p); /* small and default: a few connections */
+	rx_params_default(&p);
+	/* Small: one connection per member (a master) plus a few calls each. */
+	p.sq_entries = 256;
+	p.ops_max = 4 * MEMBERS_MAX;
+	p.timers_max = 8 * MEMBERS_MAX;
+	p.buf_count = 256;
+	p.conn_out_max = 8u << 20;
+	p.conn_out_high = 2u << 20;
+	p.conn_out_low = 512u << 10;
 	p.shutdown_grace_ms = LEAVE_MS;
 	int ret = rx_reactor_create(&g.r, g.ctx->threads, &p);
 	if (ret < 0) {
