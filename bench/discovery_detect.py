@@ -8,7 +8,9 @@ Usage: bench/discovery_detect.py [--kills 10] [--nodes 4] [--load-s 10]
 Prints every detection time and min / median / max. Loopback only.
 """
 import argparse
+import datetime
 import os
+import re
 import shutil
 import statistics
 import sys
@@ -42,6 +44,17 @@ def start(tmp, i, rpc, meta, head_meta):
     return n
 
 
+def suspect_after(text, peer, t_kill):
+    """Seconds from t_kill to the log line saying the cluster holds peer
+    suspect (reads skip it from then on), or None."""
+    m = re.search(r"(\S+) WARN  \[[^]]*\] peer %s is suspect \(discovery"
+                  % re.escape(peer), text)
+    if not m:
+        return None
+    t = datetime.datetime.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S.%fZ")
+    return t.replace(tzinfo=datetime.timezone.utc).timestamp() - t_kill
+
+
 def wait(pred, timeout=30):
     t0 = time.time()
     while time.time() - t0 < timeout:
@@ -64,12 +77,13 @@ def main():
     ids = sorted("127.0.0.1:%d" % p for p in rpc)
     try:
         wait(lambda: all(view_ids(n) == ids for n in nodes))
-        times = []
+        times, suspects = [], []
         for k in range(a.kills):
             victim = 1 + k % (a.nodes - 1)
             gone = "127.0.0.1:%d" % rpc[victim]
             # let a heartbeat phase settle at a random point
             time.sleep(0.5 + (k * 0.137) % 0.5)
+            mark = len(nodes[0].text())
             t0 = time.time()
             nodes[victim].proc.kill()
             nodes[victim].proc.wait()
@@ -77,14 +91,24 @@ def main():
             wait(lambda: all(gone not in (view_ids(n) or [gone])
                              for n in others))
             times.append(time.time() - t0)
-            print("kill %d (%s): removed everywhere after %.2f s"
-                  % (k + 1, gone, times[-1]), flush=True)
+            sus = suspect_after(nodes[0].text()[mark:], gone, t0)
+            if sus is not None:
+                suspects.append(sus)
+            print("kill %d (%s): suspect on the head after %s s, removed "
+                  "everywhere after %.2f s" % (
+                      k + 1, gone, "%.2f" % sus if sus is not None else "?",
+                      times[-1]), flush=True)
             nodes[victim] = start(tmp, victim, rpc[victim], meta[victim],
                                   meta[0])
             wait(lambda: all(view_ids(n) == ids for n in nodes))
         print("detection over %d kills: min %.2f / median %.2f / max %.2f s"
               % (len(times), min(times), statistics.median(times),
                  max(times)))
+        if suspects:
+            print("suspect (reads skip it) on the head: min %.2f / median "
+                  "%.2f / max %.2f s" % (min(suspects),
+                                         statistics.median(suspects),
+                                         max(suspects)))
         # Load: every node serves kv.set/get from 4 client threads.
         stop = threading.Event()
         ops = [0]
