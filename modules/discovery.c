@@ -781,6 +781,8 @@ static void m_heartbeat(struct rpc_call *call, struct mp_rd *params)
 	uint64_t now = pc_now_ns();
 	pthread_mutex_lock(&g.lock);
 	struct entry *e = list_find(&g.table, in.id);
+	if (e && (strcmp(e->meta, in.meta) || e->head != in.head))
+		e = NULL; /* restarted with other settings: register again */
 	if (e) {
 		if (now - e->seen_ns > 2 * g.hb_ns)
 			met_inc(g.late);
