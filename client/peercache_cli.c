@@ -643,11 +643,71 @@ static int print_members(struct cli *c, const char *indent, unsigned *count)
 	return CLI_OK;
 }
 
+/* A string field of map m, or "?". */
+static void print_field(struct mp_rd m, const char *key)
+{
+	struct mp_rd v;
+	const char *s = "?";
+	uint32_t len = 1;
+	if (map_find(m, key, &v))
+		mp_rd_str(&v, &s, &len);
+	print_str(s, len);
+}
+
+/* discovery.view: "epoch E from M", then "id role state age" lines. -1
+ * when the node runs no discovery (the caller lists cluster.members then). */
+static int print_view(struct cli *c)
+{
+	static const uint8_t empty[] = {0x90}; /* [] */
+	struct rpc_sync_reply rep;
+	int ret = rpc_sync_call(c->rpc, "discovery.view", empty, 1, NULL, 0,
+				c->timeout_ms, &rep);
+	if (ret < 0 || rep.res.err) {
+		rpc_sync_reply_free(&rep);
+		return -1;
+	}
+	struct mp_rd r = rep.res.result, v, list;
+	uint64_t epoch = 0, age;
+	uint32_t n;
+	const char *self = "", *s;
+	uint32_t selfl = 0, len;
+	if (map_find(r, "epoch", &v))
+		mp_rd_uint(&v, &epoch);
+	if (map_find(r, "self", &v))
+		mp_rd_str(&v, &self, &selfl);
+	if (!map_find(r, "members", &list) || mp_rd_array(&list, &n) < 0)
+		return bad_reply(c, &rep);
+	printf("epoch %llu from ", (unsigned long long)epoch);
+	print_field(r, "from");
+	printf(", %u member%s\n", n, n == 1 ? "" : "s");
+	for (uint32_t i = 0; i < n; i++) {
+		struct mp_rd m = list;
+		if (mp_peek(&list) != MP_T_MAP || mp_skip(&list) < 0)
+			return bad_reply(c, &rep);
+		print_field(m, "id");
+		putchar(' ');
+		print_field(m, "role");
+		putchar(' ');
+		print_field(m, "state");
+		age = 0;
+		if (map_find(m, "age_ms", &v))
+			mp_rd_uint(&v, &age);
+		printf(" %.1fs", (double)age / 1000);
+		if (map_find(m, "id", &v) && mp_rd_str(&v, &s, &len) == 0 &&
+		    len == selfl && memcmp(s, self, len) == 0)
+			fputs(" self", stdout);
+		putchar('\n');
+	}
+	rpc_sync_reply_free(&rep);
+	return CLI_OK;
+}
+
 static int cmd_members(struct cli *c, int argc, char **argv)
 {
 	(void)argc; /* operands: none (checked by the table) */
 	(void)argv;
-	return print_members(c, "", NULL);
+	int rc = print_view(c);
+	return rc < 0 ? print_members(c, "", NULL) : rc;
 }
 
 /* ------------------------------------------------------------- wait-ready */
@@ -978,7 +1038,9 @@ static const struct cli_cmd cli_cmds[] = {
 	 "counters and gauges (\"name value\", sorted) from its\n"
 	 "metrics endpoint when it publishes one",
 	 0, 0, cmd_stats},
-	{"members", "", "cluster members, one \"id [self] state\" line each", 0,
+	{"members", "", "cluster members: with discovery \"epoch E from "
+	 "MASTER\" and one \"id role state last-heartbeat-age [self]\" line "
+	 "each, else one \"id [self] state\" line each", 0,
 	 0, cmd_members},
 	{"wait-ready", "",
 	 "wait until the node answers and says it is ready (every\n"

@@ -82,8 +82,9 @@ static const struct pc_cfg_key keys[] = {
 	 "SIGHUP; cluster.set_peers changes it at run time)"},
 	{"discovery_addr", PC_CFG_STRING, "", 0, 1024, NULL,
 	 OFF(discovery_addr), 0,
-	 "discovery head host:meta_port[,seed...]; empty = this node is its "
-	 "own head"},
+	 "discovery seeds host:meta_port[,seed...] (the first is the head; a "
+	 "node listed first is itself the head); empty = no discovery: "
+	 "membership is the static `peers` (both at once are refused)"},
 	{"protocol", PC_CFG_ENUM, "auto", 0, 0, protocol_choices, OFF(protocol),
 	 0, "data transport: auto (RDMA if a device is up, else TCP), tcp, "
 	 "rdma"},
@@ -97,10 +98,13 @@ static const struct pc_cfg_key keys[] = {
 	 "data channels (RC QPs or TCP sockets) pooled per peer"},
 	{"max_masters", PC_CFG_INT, "3", 1, 16, NULL, OFF(max_masters), 0,
 	 "discovery masters (the head is pinned first)"},
-	{"heartbeat_interval", PC_CFG_DURATION, "2s", 100, 1 * MIN, NULL,
-	 OFF(heartbeat_interval_ms), 0, "discovery heartbeat period"},
-	{"member_ttl", PC_CFG_DURATION, "6s", 500, 10 * MIN, NULL,
-	 OFF(member_ttl_ms), 0, "a member silent this long is dropped"},
+	{"heartbeat_interval", PC_CFG_DURATION, "500ms", 100, 1 * MIN, NULL,
+	 OFF(heartbeat_interval_ms), 0, "discovery heartbeat period (sent "
+	 "from the discovery thread, never delayed by a busy reactor)"},
+	{"member_ttl", PC_CFG_DURATION, "2s", 500, 10 * MIN, NULL,
+	 OFF(member_ttl_ms), 0, "a member silent this long is dropped (suspect "
+	 "from half of it); with 500ms heartbeats a failure is seen "
+	 "everywhere within about 2.6 s"},
 	{"pool_size", PC_CFG_SIZE, "4gb", 1 * MB, 16 * TB, NULL, OFF(pool_size),
 	 0, "publish pool (p2p) or slot region (slotmap) bytes"},
 	{"pool_prefault", PC_CFG_BOOL, "true", 0, 0, NULL, OFF(pool_prefault),
@@ -293,11 +297,6 @@ static const struct {
 	const char *key;
 	const char *feature;
 } inactive[] = {
-	{"meta_port", "discovery"},
-	{"discovery_addr", "discovery"},
-	{"max_masters", "discovery"},
-	{"heartbeat_interval", "discovery"},
-	{"member_ttl", "discovery"},
 	{"slot_max_page_bytes", "slotmap mode"},
 	{"slot_ways", "slotmap mode"},
 	{"slot_num_buckets", "slotmap mode"},
@@ -466,6 +465,21 @@ int pc_settings_validate(const struct pc_settings *s, char *err, size_t errlen)
 			 "same opt-in as bind: a cluster_secret (allowed "
 			 "without it: 127.0.0.0/8, ::1, localhost)",
 			 s->metrics_bind);
+		return -EINVAL;
+	}
+	if (*s->discovery_addr && *s->peers) {
+		snprintf(err, errlen, "peers and discovery_addr are both set: "
+			 "membership is either the static peers list or what "
+			 "discovery finds; set one of them");
+		return -EINVAL;
+	}
+	if (*s->discovery_addr &&
+	    s->member_ttl_ms < 3 * s->heartbeat_interval_ms) {
+		snprintf(err, errlen, "member_ttl (%llu ms) must be at least 3 "
+			 "heartbeat_interval (%llu ms): a member would be "
+			 "dropped after fewer than 3 missed heartbeats",
+			 (unsigned long long)s->member_ttl_ms,
+			 (unsigned long long)s->heartbeat_interval_ms);
 		return -EINVAL;
 	}
 	if (!pc_host_is_loopback(s->bind) && !*s->cluster_secret) {

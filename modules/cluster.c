@@ -13,7 +13,8 @@
  * Views and epochs: the first view (epoch 1) is built on reactor 0 once the
  * RPC and data listeners have their ports (this module starts after them),
  * before the other reactors start. A change — cluster.set_peers (any
- * reactor) or a SIGHUP reload (main thread) — builds a new ring with epoch
+ * reactor), a SIGHUP reload (main thread), or svc_cluster.set_members (the
+ * discovery thread; with discovery on, the first two are refused) — builds a new ring with epoch
  * + 1 and a new health table (states carried over by member id), publishes
  * the view with one release store, announces MB_JOIN / MB_LEAVE, and
  * retires the old view: a message is posted to every reactor, and the view
@@ -524,6 +525,28 @@ static int membership_apply(const struct peer_list *peers, const char *why,
 	return 1;
 }
 
+/* svc_cluster.set_members: the discovery module's path to a new view. */
+static int cl_set_members(const char *const *ids, unsigned n,
+			  const char *why)
+{
+	struct peer_list l = {0};
+	char err[256] = "";
+	int ret = 0;
+	for (unsigned i = 0; i < n && ret == 0; i++)
+		ret = peers_add(&l, ids[i], strlen(ids[i]), err, sizeof(err));
+	if (ret == 0 && pthread_mutex_trylock(&g.change_lock) != 0)
+		ret = -EBUSY; /* never wait: the caller retries */
+	else if (ret == 0) {
+		ret = membership_apply(&l, why, err, sizeof(err));
+		pthread_mutex_unlock(&g.change_lock);
+	}
+	if (ret < 0 && ret != -EBUSY)
+		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "%s: membership not changed: %s",
+			  why, err);
+	peers_free(&l);
+	return ret;
+}
+
 /* --------------------------------------------------------------- health */
 
 /* The entry of a member other than this node in v; NULL for anything
@@ -696,6 +719,7 @@ static int c_init(struct pc_ctx *ctx)
 	pthread_mutex_init(&g.change_lock, NULL);
 	pthread_mutex_init(&g.retire_lock, NULL);
 	g.vnodes = (unsigned)s->vnodes;
+	g.cl.set_members = cl_set_members;
 	g.probe_ms = (unsigned)s->peer_probe_interval_ms;
 	rx_timer_init(&g.probe_timer, probe_tick, NULL); /* stop may run */
 	if ((ret = svc_publish_health(ctx, "cluster", &health_api)) < 0 ||
@@ -806,7 +830,8 @@ static void c_exit(struct rx_reactor *r, struct pc_ctx *ctx)
 /* SIGHUP: the peers of the configuration read again become the members. */
 static int c_reload(struct pc_ctx *ctx, const struct pc_settings *fresh)
 {
-	(void)ctx;
+	if (*ctx->cfg->discovery_addr)
+		return 0; /* discovery owns the membership */
 	struct peer_list l = {0};
 	char err[256];
 	int ret = peers_parse(&l, fresh->peers, err, sizeof(err));
@@ -864,7 +889,9 @@ static void m_members(struct rpc_call *call, struct mp_rd *params)
 		mp_pack_cstr(pk, "state");
 		mp_pack_cstr(pk, __atomic_load_n(&v->health[i].state,
 						 __ATOMIC_ACQUIRE) == PH_SUSPECT
-					 ? "suspect" : "static");
+					 ? "suspect"
+				 : *g.ctx->cfg->discovery_addr ? "discovered"
+							       : "static");
 	}
 	rpc_reply_end(call);
 }
@@ -920,6 +947,11 @@ static int read_peer_params(struct mp_rd *p, struct peer_list *l, char *err,
 
 static void m_set_peers(struct rpc_call *call, struct mp_rd *params)
 {
+	if (*g.ctx->cfg->discovery_addr) {
+		rpc_reply_error(call, RPC_E_FORBIDDEN, "membership is managed by "
+				"discovery on this node (discovery_addr is set)");
+		return;
+	}
 	struct peer_list l = {0};
 	char err[256] = "";
 	int ret = read_peer_params(params, &l, err, sizeof(err));

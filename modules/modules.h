@@ -19,5 +19,6 @@ extern const struct pc_module pc_mod_directory;
 extern const struct pc_module pc_mod_kv;
 extern const struct pc_module pc_mod_republish;
 extern const struct pc_module pc_mod_session;
+extern const struct pc_module pc_mod_discovery;
 
 #endif /* PC_MODULES_MODULES_H */

@@ -56,6 +56,11 @@ struct svc_transport {
 struct svc_cluster {
 	char self_id[160];      /* ring id: "host:rpc_port" */
 	char self_data[160];    /* data endpoint: "host:data_port" */
+	/* Make this node plus ids[0..n) the membership (a new ring epoch and
+	 * MB_JOIN / MB_LEAVE events, as cluster.set_peers), for the discovery
+	 * module. Any thread that may not wait: a change in progress answers
+	 * -EBUSY (retry later). 1 changed, 0 already so, or -errno (logged). */
+	int (*set_members)(const char *const *ids, unsigned n, const char *why);
 };
 
 /* kv module: the publish pool and the key the transport gave it (what a

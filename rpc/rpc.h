@@ -98,6 +98,10 @@ int rpc_server_new(struct rpc_server **out, const struct rpc_limits *lim,
 		   const struct rpc_method *const *tables, unsigned ntables,
 		   const char *secret, long allowed_gid, unsigned nreactors);
 void rpc_server_free(struct rpc_server *s);
+/* Leave this server out of /metrics (a second server, such as discovery's
+ * meta-port one, whose peercache_rpc_* series would repeat the first's).
+ * Main thread, before the server serves. */
+void rpc_server_no_metrics(struct rpc_server *s);
 /* Set the guards; before the first accept (main thread). 0 or -ENOMEM. */
 int rpc_server_set_guard(struct rpc_server *s, const struct rpc_guard *g);
 

@@ -318,6 +318,11 @@ int rpc_server_new(struct rpc_server **out, const struct rpc_limits *lim,
 	return 0;
 }
 
+void rpc_server_no_metrics(struct rpc_server *s)
+{
+	met_unregister_collector(rpc_collector, s);
+}
+
 void rpc_server_free(struct rpc_server *s)
 {
 	if (!s)

@@ -18,6 +18,8 @@ const struct pc_module *const pc_node_modules[] = {
 	&pc_mod_kv,        /* the pool and kv.* */
 	&pc_mod_republish, /* records to new owners after a change (needs kv) */
 	&pc_mod_session,   /* local clients' shared memory (needs kv) */
+	&pc_mod_discovery, /* members found at run time (drives cluster);
+			    * last, so it stops first: deregisters at once */
 };
 
 const size_t pc_node_modules_count =

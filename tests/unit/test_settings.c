@@ -159,7 +159,7 @@ Test(settings, changed_but_inactive_settings_are_warned_about)
 	cr_assert_eq(pipe(pfd), 0);
 	pc_log_set_fd(pfd[1]);
 	char *argv[] = {"peercached", "--disk-enabled", "true",
-			"--max-masters", "5", NULL};
+			"--slot-ways", "5", NULL};
 	char *envp[] = {NULL};
 	struct pc_settings s;
 	cr_assert_eq(pc_settings_load(&s, 5, argv, envp, err, sizeof(err)), 0);
@@ -172,7 +172,7 @@ Test(settings, changed_but_inactive_settings_are_warned_about)
 	cr_assert_gt(n, 0);
 	cr_assert(strstr(out, "disk_enabled is set but has no effect yet"),
 		  "%s", out);
-	cr_assert(strstr(out, "max_masters is set but has no effect yet"),
+	cr_assert(strstr(out, "slot_ways is set but has no effect yet"),
 		  "%s", out);
 	cr_assert_null(strstr(out, "disk_path"), "unchanged keys are quiet");
 	pc_settings_free(&s);

@@ -1,0 +1,1241 @@
+/*
+ * modules/discovery.c — embedded discovery: who is in the cluster, found at
+ * run time instead of a static `peers` list (docs/discovery.md).
+ *
+ * Owns: the meta-port listener and its MessagePack-RPC server (the rpc/
+ * layer, a second server with only the discovery.* methods and the same
+ * cluster-secret authentication as the RPC port), this node's member table
+ * (the nodes that heartbeat to it: authoritative when it is a master), the
+ * view it adopted (the member list of the first reachable master, which
+ * drives the ring through svc_cluster.set_members), the heartbeat client,
+ * and the discovery thread that runs all of it.
+ *
+ * Threading: everything runs on one dedicated thread with a reactor of its
+ * own (never one of the node's reactors), so heartbeats are sent, answered
+ * and timed out on time however busy the data reactors are; the thread does
+ * no other work. The only state another thread reads is the table and the
+ * adopted view, under g.lock (held for a copy or a short walk, never across
+ * I/O): discovery.view on the RPC port and the metrics. The ring is built on
+ * this thread (cluster's set_members never waits: a change in progress
+ * answers -EBUSY and the next sweep retries).
+ *
+ * Protocol (every node runs it; docs/protocol.md "Meta port"): each node
+ * sends discovery.heartbeat every heartbeat_interval to its targets — the
+ * seeds of discovery_addr plus the masters of its view. A master that does
+ * not know it answers known=false and the node registers (this restores a
+ * restarted master within one interval). A reply carrying a table epoch the
+ * node has not seen makes it pull discovery.members. The view is the table
+ * of the first target that answers in master order (the head, pinned first,
+ * then the others by meta address), this node's own table when it comes
+ * first; with no master reachable the last view is kept, so a master outage
+ * never disturbs established reads and writes.
+ *
+ * Failure detection (on every master, a sweep every SWEEP_MS): a member not
+ * heard for member_ttl / 2 is suspect (still in the ring; the "states"
+ * counter of heartbeat replies moves, so followers pull it within one
+ * interval and hand it to the cluster's peer health, which skips the peer
+ * until it answers a probe), for member_ttl it is removed (table epoch + 1). If the sweep itself ran late
+ * (this thread was not scheduled), the lag is credited to every member first,
+ * so a stall of the master is never blamed on them. Voluntary leave: module
+ * stop sends discovery.deregister to every target, which removes the node at
+ * once.
+ *
+ * Invariants: a table has at most MEMBERS_MAX entries, one per id, its own
+ * entry always present and fresh; table epochs only grow.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "common/metrics.h"
+#include "common/settings.h"
+#include "modules/modules.h"
+#include "modules/peer_health.h"
+#include "reactor/reactor.h"
+#include "rpc/client.h"
+#include "rpc/peercred.h"
+#include "rpc/rpc.h"
+
+#define LOG_MOD "discovery"
+#define MEMBERS_MAX 1024
+#define SEEDS_MAX 16
+#define MASTERS_CAP 16
+#define TARGETS_MAX (SEEDS_MAX + MASTERS_CAP)
+#define ADDR_MAX 160
+#define SWEEP_MS 100
+#define LEAVE_MS 500 /* deregister calls get this long at shutdown */
+
+struct entry {
+	char id[ADDR_MAX];   /* ring id: host:rpc_port */
+	char meta[ADDR_MAX]; /* host:meta_port, "" when it serves none */
+	bool head;
+	bool suspect;
+	uint64_t seen_ns;    /* last heartbeat (or register) */
+};
+
+/* A member list: a table, or a copy of a master's. */
+struct mlist {
+	struct entry *e;
+	unsigned n;
+	uint64_t epoch;          /* + 1 per member added or removed */
+	uint64_t states;         /* + 1 per suspect / alive flip */
+	char masters[MASTERS_CAP][ADDR_MAX];
+	unsigned nmasters;
+};
+
+/* A master or seed this node heartbeats (discovery thread only). */
+struct target {
+	char meta[ADDR_MAX];
+	bool busy;           /* a call in flight */
+	bool have;           /* list holds its table */
+	bool warm;           /* it has been up for member_ttl */
+	uint64_t ok_ns;      /* last answer */
+	uint64_t pulled_ns;  /* last member list */
+	struct mlist list;
+};
+
+static struct {
+	struct pc_ctx *ctx;
+	const struct svc_cluster *cl;
+	bool on;                         /* discovery_addr set */
+	char seeds[SEEDS_MAX][ADDR_MAX];
+	unsigned nseeds;
+	char self_meta[ADDR_MAX];        /* "" if the meta port is not served */
+	bool head;
+	unsigned max_masters;
+	uint64_t hb_ns, ttl_ns, start_ns;
+	/* the thread */
+	pthread_t thread;
+	bool thread_on;
+	struct rx_reactor *r;
+	struct rx_listener *listener;
+	struct rpc_server *srv;
+	struct rpc_client *cl_rpc;
+	struct rx_timer hb_timer, sweep_timer, leave_timer;
+	uint64_t last_sweep_ns;
+	bool leaving;
+	bool stop_posted;                /* main / reactor 0 */
+	unsigned leave_calls;
+	pthread_mutex_t start_lock;
+	pthread_cond_t start_cond;
+	int start_ret;                   /* 1 until the thread reports */
+	struct target targets[TARGETS_MAX];
+	unsigned ntargets;
+	/* g.lock: the table and the view */
+	pthread_mutex_t lock;
+	struct mlist table;              /* this node's, as a master */
+	struct mlist view;               /* adopted */
+	char view_from[ADDR_MAX];        /* whose table ("" = own) */
+	uint64_t view_ns;                /* when it was adopted */
+	char **applied;                  /* ids last given to the cluster */
+	unsigned napplied;
+	char **suspected;                /* ids last reported suspect */
+	unsigned nsuspected;
+	const struct ph_api *health;
+	met_id changes, heartbeats, hb_failures, removals, late;
+} g;
+
+/* ------------------------------------------------------------ lists */
+
+static int cmp_entry_meta(const void *a, const void *b)
+{
+	const struct entry *x = a, *y = b;
+	if (x->head != y->head)
+		return x->head ? -1 : 1;
+	return strcmp(x->meta, y->meta);
+}
+
+static struct entry *list_find(struct mlist *l, const char *id)
+{
+	for (unsigned i = 0; i < l->n; i++)
+		if (strcmp(l->e[i].id, id) == 0)
+			return &l->e[i];
+	return NULL;
+}
+
+static void list_remove(struct mlist *l, struct entry *e)
+{
+	*e = l->e[--l->n];
+}
+
+/* The masters of a table: the head(s) first, then by meta address, among
+ * members that serve a meta port, at most max_masters (g.lock held). */
+static void table_masters(struct mlist *t)
+{
+	struct entry *s = malloc(t->n * sizeof(*s) + 1);
+	t->nmasters = 0;
+	if (!s)
+		return;
+	unsigned n = 0;
+	for (unsigned i = 0; i < t->n; i++)
+		if (t->e[i].meta[0])
+			s[n++] = t->e[i];
+	qsort(s, n, sizeof(*s), cmp_entry_meta);
+	for (unsigned i = 0; i < n && t->nmasters < g.max_masters; i++)
+		snprintf(t->masters[t->nmasters++], ADDR_MAX, "%s", s[i].meta);
+	free(s);
+}
+
+static bool is_master(const struct mlist *l, const char *meta)
+{
+	for (unsigned i = 0; meta[0] && i < l->nmasters; i++)
+		if (strcmp(l->masters[i], meta) == 0)
+			return true;
+	return false;
+}
+
+static const char *role_of(const struct mlist *l, const struct entry *e)
+{
+	return e->head ? "head" : is_master(l, e->meta) ? "master" : "member";
+}
+
+/* Check "host:port" (1..ADDR_MAX-1 bytes); copy it NUL-terminated. */
+static bool addr_ok(const char *s, uint32_t len, char *out)
+{
+	if (len == 0 || len >= ADDR_MAX || memchr(s, '\0', len))
+		return false;
+	memcpy(out, s, len);
+	out[len] = '\0';
+	const char *c = strrchr(out, ':');
+	char *end;
+	long port = c ? strtol(c + 1, &end, 10) : 0;
+	return c && c != out && c[1] && !*end && port > 0 && port <= 65535 &&
+	       !strpbrk(out, ", \t\r\n");
+}
+
+/* ------------------------------------------------------------ the view */
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static void free_ids(char **ids, unsigned n)
+{
+	for (unsigned i = 0; ids && i < n; i++)
+		free(ids[i]);
+	free(ids);
+}
+
+static bool ids_have(char *const *ids, unsigned n, const char *id)
+{
+	for (unsigned i = 0; i < n; i++)
+		if (strcmp(ids[i], id) == 0)
+			return true;
+	return false;
+}
+
+/* Members the view newly shows suspect become suspect in the cluster's
+ * peer health too (peer_health.h): reads skip them from now on rather
+ * than wait for their removal; a node.health probe that gets an answer
+ * makes one healthy again. Takes sus (n ids). */
+static void report_suspects(char **sus, unsigned n)
+{
+	for (unsigned i = 0; i < n; i++)
+		if (!ids_have(g.suspected, g.nsuspected, sus[i]))
+			g.health->failed(sus[i], -ETIMEDOUT,
+					 "discovery: no heartbeat");
+	free_ids(g.suspected, g.nsuspected);
+	g.suspected = sus;
+	g.nsuspected = n;
+}
+
+/* Give the view's ids to the cluster if they differ from the last ones
+ * given, and its suspects to peer health (discovery thread, without
+ * g.lock: a ring build may take a few ms and discovery.view readers on the
+ * node's reactors must not wait). */
+static void view_apply(void)
+{
+	pthread_mutex_lock(&g.lock);
+	unsigned n = g.view.n, ns = 0;
+	char **ids = calloc(n + 1, sizeof(*ids));
+	char **sus = calloc(n + 1, sizeof(*sus));
+	bool own = !g.view_from[0];
+	for (unsigned i = 0; ids && sus && i < n; i++) {
+		if (!(ids[i] = strdup(g.view.e[i].id)))
+			n = i; /* keep what fits */
+		else if (g.view.e[i].suspect && (sus[ns] = strdup(ids[i])))
+			ns++;
+	}
+	pthread_mutex_unlock(&g.lock);
+	if (!ids || !sus) {
+		free_ids(ids, n);
+		free_ids(sus, ns);
+		return;
+	}
+	qsort(ids, n, sizeof(*ids), cmp_str);
+	bool same = n == g.napplied;
+	for (unsigned i = 0; same && i < n; i++)
+		same = strcmp(ids[i], g.applied[i]) == 0;
+	int ret = same ? 0
+		       : g.cl->set_members((const char *const *)ids, n,
+					   own ? "discovery, own table"
+					       : "discovery");
+	if (same || ret < 0) { /* busy or refused: the next sweep retries */
+		free_ids(ids, n);
+	} else {
+		free_ids(g.applied, g.napplied);
+		g.applied = ids;
+		g.napplied = n;
+		met_inc(g.changes);
+	}
+	report_suspects(sus, ns);
+}
+
+static int list_copy(struct mlist *to, const struct mlist *from)
+{
+	struct entry *e = malloc((from->n + 1) * sizeof(*e));
+	if (!e)
+		return -ENOMEM;
+	memcpy(e, from->e, from->n * sizeof(*e));
+	free(to->e);
+	*to = *from;
+	to->e = e;
+	return 0;
+}
+
+static struct target *target_find(const char *meta)
+{
+	for (unsigned i = 0; i < g.ntargets; i++)
+		if (strcmp(g.targets[i].meta, meta) == 0)
+			return &g.targets[i];
+	return NULL;
+}
+
+/* Adopt the table of the first reachable candidate, in master order then
+ * seed order: a warm one if any, else any (g.lock held; view_apply gives
+ * it to the ring afterwards). */
+static void view_choose(uint64_t now)
+{
+	const char *cand[TARGETS_MAX];
+	unsigned nc = 0;
+	for (unsigned i = 0; i < g.view.nmasters && nc < TARGETS_MAX; i++)
+		cand[nc++] = g.view.masters[i];
+	for (unsigned i = 0; i < g.nseeds && nc < TARGETS_MAX; i++)
+		cand[nc++] = g.seeds[i];
+	for (int pass = 0; pass < 2; pass++)
+		for (unsigned i = 0; i < nc; i++) {
+			const struct mlist *src = NULL;
+			if (g.self_meta[0] && strcmp(cand[i], g.self_meta) == 0) {
+				if (pass == 1 || now - g.start_ns >= g.ttl_ns)
+					src = &g.table;
+			} else {
+				struct target *t = target_find(cand[i]);
+				if (t && t->have && now - t->ok_ns < g.ttl_ns &&
+				    (t->warm || pass == 1))
+					src = &t->list;
+			}
+			if (!src)
+				continue;
+			/* cand[i] may point into the view being replaced */
+			char from[ADDR_MAX];
+			snprintf(from, sizeof(from), "%s",
+				 src == &g.table ? "" : cand[i]);
+			if (list_copy(&g.view, src) < 0)
+				return;
+			memcpy(g.view_from, from, sizeof(from));
+			g.view_ns = now;
+			return;
+		}
+}
+
+/* The targets: seeds and the view's masters, without this node; a target
+ * kept keeps its state (discovery thread, g.lock held). */
+static void targets_rebuild(void)
+{
+	struct target old[TARGETS_MAX];
+	unsigned nold = g.ntargets;
+	memcpy(old, g.targets, nold * sizeof(*old));
+	g.ntargets = 0;
+	for (unsigned k = 0; k < g.nseeds + g.view.nmasters; k++) {
+		const char *m = k < g.nseeds ? g.seeds[k]
+					     : g.view.masters[k - g.nseeds];
+		if ((g.self_meta[0] && strcmp(m, g.self_meta) == 0) ||
+		    target_find(m) || g.ntargets == TARGETS_MAX)
+			continue;
+		struct target *t = &g.targets[g.ntargets++];
+		unsigned j;
+		for (j = 0; j < nold && strcmp(old[j].meta, m); j++)
+			;
+		if (j < nold) {
+			*t = old[j];
+			old[j].list.e = NULL; /* moved */
+		} else {
+			memset(t, 0, sizeof(*t));
+			snprintf(t->meta, sizeof(t->meta), "%s", m);
+		}
+	}
+	for (unsigned j = 0; j < nold; j++)
+		free(old[j].list.e);
+}
+
+/* ------------------------------------------------------------ client side */
+
+struct call {
+	char meta[ADDR_MAX];
+	int kind; /* 0 heartbeat, 1 register, 2 members, 3 deregister */
+};
+
+static void send_call(const char *meta, int kind);
+
+static void pack_bool(msgpack_packer *pk, bool v)
+{
+	if (v)
+		msgpack_pack_true(pk);
+	else
+		msgpack_pack_false(pk);
+}
+
+static void pack_self(msgpack_packer *pk)
+{
+	mp_pack_cstr(pk, g.cl->self_id);
+	mp_pack_cstr(pk, g.self_meta);
+	pack_bool(pk, g.head);
+}
+
+/* Read {epoch, masters, members: [{id, meta, head, state, age_ms}]}. */
+static int read_list(struct mp_rd r, struct mlist *l, uint64_t now)
+{
+	uint32_t nk, n;
+	const char *k, *s;
+	uint32_t kl, sl;
+	memset(l, 0, sizeof(*l));
+	if (mp_rd_map(&r, &nk) < 0)
+		return -EPROTO;
+	for (uint32_t i = 0; i < nk; i++) {
+		if (mp_rd_str(&r, &k, &kl) < 0)
+			return -EPROTO;
+		if (mp_str_eq(k, kl, "epoch")) {
+			if (mp_rd_uint(&r, &l->epoch) < 0)
+				return -EPROTO;
+		} else if (mp_str_eq(k, kl, "states")) {
+			if (mp_rd_uint(&r, &l->states) < 0)
+				return -EPROTO;
+		} else if (mp_str_eq(k, kl, "masters")) {
+			if (mp_rd_array(&r, &n) < 0)
+				return -EPROTO;
+			for (uint32_t j = 0; j < n; j++) {
+				if (mp_rd_str(&r, &s, &sl) < 0)
+					return -EPROTO;
+				if (l->nmasters < MASTERS_CAP &&
+				    addr_ok(s, sl, l->masters[l->nmasters]))
+					l->nmasters++;
+			}
+		} else if (mp_str_eq(k, kl, "members")) {
+			if (mp_rd_array(&r, &n) < 0 || n > MEMBERS_MAX)
+				return -EPROTO;
+			free(l->e);
+			if (!(l->e = calloc(n + 1, sizeof(*l->e))))
+				return -ENOMEM;
+			for (uint32_t j = 0; j < n; j++) {
+				struct entry *e = &l->e[l->n];
+				uint32_t nf;
+				bool ok = true;
+				if (mp_rd_map(&r, &nf) < 0)
+					return -EPROTO;
+				for (uint32_t f = 0; f < nf; f++) {
+					uint64_t u;
+					if (mp_rd_str(&r, &k, &kl) < 0)
+						return -EPROTO;
+					if (mp_str_eq(k, kl, "id"))
+						ok &= mp_rd_str(&r, &s, &sl) == 0 &&
+						      addr_ok(s, sl, e->id);
+					else if (mp_str_eq(k, kl, "meta"))
+						ok &= mp_rd_str(&r, &s, &sl) == 0 &&
+						      (sl == 0 ||
+						       addr_ok(s, sl, e->meta));
+					else if (mp_str_eq(k, kl, "head"))
+						ok &= mp_rd_bool(&r, &e->head) == 0;
+					else if (mp_str_eq(k, kl, "state"))
+						ok &= mp_rd_str(&r, &s, &sl) == 0 &&
+						      ((e->suspect = mp_str_eq(
+								s, sl, "suspect")),
+						       true);
+					else if (mp_str_eq(k, kl, "age_ms"))
+						ok &= mp_rd_uint(&r, &u) == 0 &&
+						      ((e->seen_ns = now - u * 1000000),
+						       true);
+					else
+						ok &= mp_skip(&r) == 0;
+				}
+				if (ok && e->id[0])
+					l->n++;
+			}
+		} else if (mp_skip(&r) < 0) {
+			return -EPROTO;
+		}
+	}
+	return 0;
+}
+
+/* A heartbeat's answer: {known, epoch, states, warm}. */
+struct hb_reply {
+	bool known, warm;
+	uint64_t epoch, states;
+};
+
+static int read_hb_reply(struct mp_rd r, struct hb_reply *h)
+{
+	uint32_t nk, kl;
+	const char *k;
+	memset(h, 0, sizeof(*h));
+	if (mp_rd_map(&r, &nk) < 0)
+		return -EPROTO;
+	for (uint32_t i = 0; i < nk; i++) {
+		int ret;
+		if (mp_rd_str(&r, &k, &kl) < 0)
+			return -EPROTO;
+		if (mp_str_eq(k, kl, "known"))
+			ret = mp_rd_bool(&r, &h->known);
+		else if (mp_str_eq(k, kl, "warm"))
+			ret = mp_rd_bool(&r, &h->warm);
+		else if (mp_str_eq(k, kl, "epoch"))
+			ret = mp_rd_uint(&r, &h->epoch);
+		else if (mp_str_eq(k, kl, "states"))
+			ret = mp_rd_uint(&r, &h->states);
+		else
+			ret = mp_skip(&r);
+		if (ret < 0)
+			return -EPROTO;
+	}
+	return 0;
+}
+
+static void leave_done(void);
+
+static void call_done(void *arg, const struct rpc_result *res)
+{
+	struct call *c = arg;
+	uint64_t now = pc_now_ns();
+	struct target *t = target_find(c->meta);
+	if (c->kind == 3) {
+		free(c);
+		leave_done();
+		return;
+	}
+	if (t)
+		t->busy = false;
+	if (res->err) {
+		char buf[256];
+		met_inc(g.hb_failures);
+		/* Nobody listens there: follow the next master now rather
+		 * than its last list until member_ttl. */
+		if (t && (res->err == -ECONNREFUSED || res->err == -ECONNRESET))
+			t->ok_ns = 0;
+		if (res->err == -EACCES)
+			PC_LOG_RL(PC_LOG_ERROR, LOG_MOD, "master %s refused "
+				  "this node: %s (check cluster_secret)",
+				  c->meta, rpc_result_str(res, buf, sizeof(buf)));
+		else if (res->err != -ESHUTDOWN)
+			PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "master %s: %s %s",
+				  c->meta, c->kind == 0 ? "heartbeat" :
+				  c->kind == 1 ? "register" : "members",
+				  rpc_result_str(res, buf, sizeof(buf)));
+		free(c);
+		return;
+	}
+	if (!t || g.leaving) {
+		free(c);
+		return;
+	}
+	t->ok_ns = now;
+	if (c->kind == 0) {
+		struct hb_reply h;
+		if (read_hb_reply(res->result, &h) < 0) {
+			PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "master %s: bad "
+				  "heartbeat reply", c->meta);
+			free(c);
+			return;
+		}
+		t->warm = h.warm;
+		if (!h.known)
+			send_call(c->meta, 1);
+		else if (!t->have || h.epoch != t->list.epoch ||
+			 h.states != t->list.states ||
+			 (strcmp(g.view_from, c->meta) == 0 &&
+			  now - t->pulled_ns >= g.ttl_ns / 2))
+			send_call(c->meta, 2); /* news, or fresh ages */
+	} else {
+		struct mlist l;
+		int ret = read_list(res->result, &l, now);
+		if (ret < 0) {
+			free(l.e);
+			PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "master %s: bad member "
+				  "list: %s", c->meta, strerror(-ret));
+		} else {
+			pthread_mutex_lock(&g.lock);
+			free(t->list.e);
+			t->list = l;
+			t->have = true;
+			t->pulled_ns = now;
+			view_choose(now);
+			targets_rebuild();
+			pthread_mutex_unlock(&g.lock);
+			view_apply();
+		}
+	}
+	free(c);
+}
+
+static void send_call(const char *meta, int kind)
+{
+	static const char *const methods[] = {
+		"discovery.heartbeat", "discovery.register",
+		"discovery.members", "discovery.deregister"};
+	static const uint32_t nparams[] = {3, 3, 0, 1};
+	struct call *c = malloc(sizeof(*c));
+	if (!c)
+		return;
+	snprintf(c->meta, sizeof(c->meta), "%s", meta);
+	c->kind = kind;
+	unsigned timeout = kind == 3 ? LEAVE_MS
+				     : (unsigned)(g.hb_ns / 1000000) * 2;
+	struct rpc_req *q = rpc_req_new(g.cl_rpc, meta, methods[kind],
+					nparams[kind], timeout, call_done, c);
+	if (!q) {
+		free(c);
+		return;
+	}
+	msgpack_packer *pk = rpc_req_packer(q);
+	if (kind == 0 || kind == 1)
+		pack_self(pk);
+	else if (kind == 3)
+		mp_pack_cstr(pk, g.cl->self_id);
+	struct target *t = target_find(meta);
+	if (t && kind != 3)
+		t->busy = true;
+	if (kind == 3)
+		g.leave_calls++;
+	else
+		met_inc(g.heartbeats);
+	rpc_req_send(q);
+}
+
+static void hb_tick(struct rx_reactor *r, struct rx_timer *tm)
+{
+	(void)r;
+	(void)tm;
+	for (unsigned i = 0; i < g.ntargets; i++)
+		if (!g.targets[i].busy)
+			send_call(g.targets[i].meta, 0);
+}
+
+/* ------------------------------------------------------------ master side */
+
+static void sweep_tick(struct rx_reactor *r, struct rx_timer *tm)
+{
+	(void)r;
+	(void)tm;
+	uint64_t now = pc_now_ns();
+	uint64_t lag = now - g.last_sweep_ns;
+	lag = lag > 2 * SWEEP_MS * 1000000ull ? lag - SWEEP_MS * 1000000ull : 0;
+	g.last_sweep_ns = now;
+	pthread_mutex_lock(&g.lock);
+	if (lag)
+		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "the discovery thread ran %.0f "
+			  "ms late: members are credited that time",
+			  (double)lag / 1e6);
+	bool changed = false;
+	for (unsigned i = 0; i < g.table.n;) {
+		struct entry *e = &g.table.e[i];
+		if (strcmp(e->id, g.cl->self_id) == 0) {
+			e->seen_ns = now;
+			i++;
+			continue;
+		}
+		e->seen_ns += lag;
+		uint64_t age = now > e->seen_ns ? now - e->seen_ns : 0;
+		if (age >= g.ttl_ns) {
+			PC_LOGW(LOG_MOD, "member %s silent for %.1f s: removed "
+				"(table epoch %llu)", e->id, (double)age / 1e9,
+				(unsigned long long)g.table.epoch + 1);
+			met_inc(g.removals);
+			list_remove(&g.table, e);
+			changed = true;
+			continue;
+		}
+		if (!e->suspect && age >= g.ttl_ns / 2) {
+			e->suspect = true;
+			g.table.states++;
+			PC_LOGI(LOG_MOD, "member %s silent for %.1f s: suspect",
+				e->id, (double)age / 1e9);
+		}
+		i++;
+	}
+	if (changed) {
+		g.table.epoch++;
+		table_masters(&g.table);
+	}
+	view_choose(now);
+	targets_rebuild();
+	pthread_mutex_unlock(&g.lock);
+	view_apply();
+}
+
+/* The id and meta of a register/heartbeat: [id, meta, head]. */
+static int read_node(struct mp_rd *p, struct entry *e)
+{
+	const char *s;
+	uint32_t len;
+	memset(e, 0, sizeof(*e));
+	if (mp_rd_str(p, &s, &len) < 0 || !addr_ok(s, len, e->id))
+		return -EINVAL;
+	if (mp_rd_str(p, &s, &len) < 0 ||
+	    (len && !addr_ok(s, len, e->meta)))
+		return -EINVAL;
+	return mp_rd_bool(p, &e->head) < 0 ? -EINVAL : 0;
+}
+
+static void pack_list(msgpack_packer *pk, const struct mlist *l,
+		      uint64_t now, bool with_view)
+{
+	msgpack_pack_map(pk, with_view ? 7 : 5);
+	mp_pack_cstr(pk, "epoch");
+	msgpack_pack_uint64(pk, l->epoch);
+	mp_pack_cstr(pk, "states");
+	msgpack_pack_uint64(pk, l->states);
+	mp_pack_cstr(pk, "warm");
+	pack_bool(pk, now - g.start_ns >= g.ttl_ns);
+	if (with_view) {
+		mp_pack_cstr(pk, "from");
+		mp_pack_cstr(pk, g.view_from[0] ? g.view_from : g.self_meta);
+		mp_pack_cstr(pk, "self");
+		mp_pack_cstr(pk, g.cl->self_id);
+	}
+	mp_pack_cstr(pk, "masters");
+	msgpack_pack_array(pk, l->nmasters);
+	for (unsigned i = 0; i < l->nmasters; i++)
+		mp_pack_cstr(pk, l->masters[i]);
+	mp_pack_cstr(pk, "members");
+	msgpack_pack_array(pk, l->n);
+	for (unsigned i = 0; i < l->n; i++) {
+		const struct entry *e = &l->e[i];
+		msgpack_pack_map(pk, 6);
+		mp_pack_cstr(pk, "id");
+		mp_pack_cstr(pk, e->id);
+		mp_pack_cstr(pk, "meta");
+		mp_pack_cstr(pk, e->meta);
+		mp_pack_cstr(pk, "head");
+		pack_bool(pk, e->head);
+		mp_pack_cstr(pk, "role");
+		mp_pack_cstr(pk, role_of(l, e));
+		mp_pack_cstr(pk, "state");
+		mp_pack_cstr(pk, e->suspect ? "suspect" : "alive");
+		mp_pack_cstr(pk, "age_ms");
+		msgpack_pack_uint64(pk, now > e->seen_ns
+					       ? (now - e->seen_ns) / 1000000 : 0);
+	}
+}
+
+static void m_register(struct rpc_call *call, struct mp_rd *params)
+{
+	struct entry in;
+	if (read_node(params, &in) < 0) {
+		rpc_reply_error(call, RPC_E_BAD_PARAMS, "expected [id "
+				"\"host:rpc_port\", meta \"host:meta_port\" or "
+				"\"\", head bool]");
+		return;
+	}
+	uint64_t now = pc_now_ns();
+	pthread_mutex_lock(&g.lock);
+	struct entry *e = list_find(&g.table, in.id);
+	if (!e && g.table.n >= MEMBERS_MAX) {
+		pthread_mutex_unlock(&g.lock);
+		rpc_reply_error(call, RPC_E_TOO_LARGE, "%d members already",
+				MEMBERS_MAX);
+		return;
+	}
+	if (!e || strcmp(e->meta, in.meta) || e->head != in.head) {
+		if (!e) {
+			e = &g.table.e[g.table.n++];
+			PC_LOGI(LOG_MOD, "member %s registered from %s (table "
+				"epoch %llu)", in.id, rpc_call_peer(call),
+				(unsigned long long)g.table.epoch + 1);
+		}
+		*e = in;
+		g.table.epoch++;
+		table_masters(&g.table);
+	}
+	g.table.states += e->suspect;
+	e->seen_ns = now;
+	e->suspect = false;
+	pack_list(rpc_reply_begin(call), &g.table, now, false);
+	rpc_reply_end(call);
+	view_choose(now);
+	targets_rebuild();
+	pthread_mutex_unlock(&g.lock);
+	view_apply();
+}
+
+static void m_heartbeat(struct rpc_call *call, struct mp_rd *params)
+{
+	struct entry in;
+	if (read_node(params, &in) < 0) {
+		rpc_reply_error(call, RPC_E_BAD_PARAMS, "expected [id, meta, "
+				"head] as for discovery.register");
+		return;
+	}
+	uint64_t now = pc_now_ns();
+	pthread_mutex_lock(&g.lock);
+	struct entry *e = list_find(&g.table, in.id);
+	if (e && (strcmp(e->meta, in.meta) || e->head != in.head))
+		e = NULL; /* restarted with other settings: register again */
+	if (e) {
+		if (now - e->seen_ns > 2 * g.hb_ns)
+			met_inc(g.late);
+		if (e->suspect) {
+			PC_LOGI(LOG_MOD, "member %s heard again after %.1f s",
+				e->id, (double)(now - e->seen_ns) / 1e9);
+			g.table.states++;
+		}
+		e->seen_ns = now;
+		e->suspect = false;
+	}
+	msgpack_packer *pk = rpc_reply_begin(call);
+	msgpack_pack_map(pk, 4);
+	mp_pack_cstr(pk, "known");
+	pack_bool(pk, e != NULL);
+	mp_pack_cstr(pk, "epoch");
+	msgpack_pack_uint64(pk, g.table.epoch);
+	mp_pack_cstr(pk, "states");
+	msgpack_pack_uint64(pk, g.table.states);
+	mp_pack_cstr(pk, "warm");
+	pack_bool(pk, now - g.start_ns >= g.ttl_ns);
+	rpc_reply_end(call);
+	pthread_mutex_unlock(&g.lock);
+}
+
+static void m_members(struct rpc_call *call, struct mp_rd *params)
+{
+	(void)params;
+	pthread_mutex_lock(&g.lock);
+	pack_list(rpc_reply_begin(call), &g.table, pc_now_ns(), false);
+	rpc_reply_end(call);
+	pthread_mutex_unlock(&g.lock);
+}
+
+static void m_deregister(struct rpc_call *call, struct mp_rd *params)
+{
+	const char *s;
+	uint32_t len;
+	char id[ADDR_MAX];
+	if (mp_rd_str(params, &s, &len) < 0 || !addr_ok(s, len, id)) {
+		rpc_reply_error(call, RPC_E_BAD_PARAMS, "expected [id]");
+		return;
+	}
+	pthread_mutex_lock(&g.lock);
+	struct entry *e = list_find(&g.table, id);
+	bool found = e && strcmp(id, g.cl->self_id) != 0;
+	if (found) {
+		list_remove(&g.table, e);
+		g.table.epoch++;
+		table_masters(&g.table);
+		PC_LOGI(LOG_MOD, "member %s left (table epoch %llu)", id,
+			(unsigned long long)g.table.epoch);
+	}
+	rpc_reply_bool(call, found);
+	view_choose(pc_now_ns());
+	targets_rebuild();
+	pthread_mutex_unlock(&g.lock);
+	view_apply();
+}
+
+/* RPC port (any reactor): the view this node adopted. */
+static void m_view(struct rpc_call *call, struct mp_rd *params)
+{
+	(void)params;
+	if (!g.on) {
+		rpc_reply_error(call, RPC_E_UNSUPPORTED, "discovery is off on "
+				"this node (discovery_addr is empty): the "
+				"membership is the static peers list");
+		return;
+	}
+	pthread_mutex_lock(&g.lock);
+	pack_list(rpc_reply_begin(call), &g.view, pc_now_ns(), true);
+	rpc_reply_end(call);
+	pthread_mutex_unlock(&g.lock);
+}
+
+static const struct rpc_method meta_methods[] = {
+	{"discovery.register", m_register, 0,
+	 "[id, meta, head] -> {epoch, warm, masters, members}: join"},
+	{"discovery.heartbeat", m_heartbeat, 0,
+	 "[id, meta, head] -> {known, epoch, warm}"},
+	{"discovery.members", m_members, 0,
+	 "-> {epoch, warm, masters, members: [{id, meta, head, role, state, "
+	 "age_ms}]}: this master's table"},
+	{"discovery.deregister", m_deregister, 0, "[id] -> bool: leave now"},
+	{NULL, NULL, 0, NULL},
+};
+
+static const struct rpc_method rpc_methods[] = {
+	{"discovery.view", m_view, 0,
+	 "-> {epoch, from, self, masters, members}: the membership this node "
+	 "follows"},
+	{NULL, NULL, 0, NULL},
+};
+
+/* ------------------------------------------------------------ the thread */
+
+static void on_meta(struct rx_listener *l, int fd, void *arg)
+{
+	(void)arg;
+	rpc_server_accept(g.srv, rx_listener_reactor(l), fd, false);
+}
+
+static void leave_stop(struct rx_reactor *r, struct rx_timer *tm)
+{
+	(void)tm;
+	rx_reactor_stop(r);
+}
+
+static void leave_done(void)
+{
+	if (g.leave_calls && --g.leave_calls == 0 && g.leaving)
+		rx_reactor_stop(g.r);
+}
+
+/* Posted at shutdown: deregister everywhere, then stop this reactor. */
+static void leave_start(struct rx_reactor *r, void *arg)
+{
+	(void)arg;
+	if (rx_reactor_stopping(r) || g.leaving)
+		return;
+	g.leaving = true;
+	rx_timer_stop(r, &g.hb_timer);
+	rx_timer_stop(r, &g.sweep_timer);
+	if (g.listener) {
+		rx_listener_close(g.listener);
+		g.listener = NULL;
+	}
+	for (unsigned i = 0; i < g.ntargets; i++)
+		send_call(g.targets[i].meta, 3);
+	if (!g.leave_calls) {
+		rx_reactor_stop(r);
+		return;
+	}
+	PC_LOGI(LOG_MOD, "leaving: deregistering from %u master%s",
+		g.leave_calls, g.leave_calls == 1 ? "" : "s");
+	rx_timer_start(r, &g.leave_timer, RX_MS(LEAVE_MS + 100), 0);
+}
+
+static void started(int ret)
+{
+	pthread_mutex_lock(&g.start_lock);
+	g.start_ret = ret;
+	pthread_cond_signal(&g.start_cond);
+	pthread_mutex_unlock(&g.start_lock);
+}
+
+static void *disc_thread(void *arg)
+{
+	(void)arg;
+	pthread_setname_np(pthread_self(), "pc-discovery");
+	const struct pc_settings *s = g.ctx->cfg;
+	struct rx_params p;
+	rx_params_default(&p);
+	/* Small: one connection per member (a master) plus a few calls each. */
+	p.sq_entries = 256;
+	p.ops_max = 4 * MEMBERS_MAX;
+	p.timers_max = 8 * MEMBERS_MAX;
+	p.buf_count = 256;
+	p.conn_out_max = 8u << 20;
+	p.conn_out_high = 2u << 20;
+	p.conn_out_low = 512u << 10;
+	p.shutdown_grace_ms = LEAVE_MS;
+	int ret = rx_reactor_create(&g.r, g.ctx->threads, &p);
+	if (ret < 0) {
+		started(ret);
+		return NULL;
+	}
+	const char *host = *s->advertise_host ? s->advertise_host : s->bind;
+	int err = 0;
+	g.listener = rx_listen_tcp(g.r, s->bind, (uint16_t)s->meta_port, false,
+				   256, on_meta, NULL, &err);
+	if (g.listener) {
+		snprintf(g.self_meta, sizeof(g.self_meta), "%s:%u", host,
+			 rx_listener_port(g.listener));
+		pc_ctx_publish(g.ctx, "meta", g.self_meta);
+		g.head |= strcmp(g.seeds[0], g.self_meta) == 0;
+	} else if (g.head) {
+		PC_LOGE(LOG_MOD, "cannot listen on the meta port %s:%lld: %s "
+			"(this node is the discovery head)", s->bind,
+			(long long)s->meta_port, strerror(-err));
+	} else {
+		PC_LOGW(LOG_MOD, "cannot listen on the meta port %s:%lld: %s; "
+			"this node joins as a member only (never a master)",
+			s->bind, (long long)s->meta_port, strerror(-err));
+	}
+	if (!g.listener && g.head) {
+		started(err);
+		rx_reactor_destroy(g.r);
+		g.r = NULL;
+		return NULL;
+	}
+	struct rpc_client_opts o;
+	rpc_client_opts_default(&o);
+	o.secret = s->cluster_secret;
+	o.conns_per_endpoint = 1;
+	o.connect_timeout_ms = (unsigned)s->heartbeat_interval_ms;
+	o.backoff_max_ms = (unsigned)s->heartbeat_interval_ms;
+	g.cl_rpc = rpc_client_new(g.r, &o);
+	uint64_t now = pc_now_ns();
+	pthread_mutex_lock(&g.lock);
+	struct entry *me = &g.table.e[g.table.n++];
+	snprintf(me->id, sizeof(me->id), "%s", g.cl->self_id);
+	snprintf(me->meta, sizeof(me->meta), "%s", g.self_meta);
+	me->head = g.head;
+	me->seen_ns = now;
+	g.table.epoch = 1;
+	table_masters(&g.table);
+	view_choose(now); /* the head follows itself from the start */
+	targets_rebuild();
+	pthread_mutex_unlock(&g.lock);
+	g.last_sweep_ns = now;
+	rx_timer_init(&g.hb_timer, hb_tick, NULL);
+	rx_timer_init(&g.sweep_timer, sweep_tick, NULL);
+	rx_timer_init(&g.leave_timer, leave_stop, NULL);
+	if (!g.cl_rpc ||
+	    rx_timer_start(g.r, &g.hb_timer, 1, g.hb_ns) < 0 ||
+	    rx_timer_start(g.r, &g.sweep_timer, RX_MS(SWEEP_MS),
+			   RX_MS(SWEEP_MS)) < 0) {
+		started(-ENOMEM);
+	} else {
+		PC_LOGI(LOG_MOD, "discovery on: %s, meta port %s, heartbeat "
+			"every %llu ms, members dropped after %llu ms silent",
+			g.head ? "this node is the head" : "joining through the "
+			"seeds", g.self_meta[0] ? g.self_meta : "(none)",
+			(unsigned long long)(g.hb_ns / 1000000),
+			(unsigned long long)(g.ttl_ns / 1000000));
+		started(0);
+		rx_reactor_run(g.r);
+	}
+	if (g.listener)
+		rx_listener_close(g.listener);
+	g.listener = NULL;
+	rpc_client_free(g.cl_rpc);
+	g.cl_rpc = NULL;
+	rx_reactor_destroy(g.r);
+	g.r = NULL;
+	return NULL;
+}
+
+/* ------------------------------------------------------------ lifecycle */
+
+static double view_size_fn(void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&g.lock);
+	double v = g.view.n;
+	pthread_mutex_unlock(&g.lock);
+	return v;
+}
+
+static double view_epoch_fn(void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&g.lock);
+	double v = (double)g.view.epoch;
+	pthread_mutex_unlock(&g.lock);
+	return v;
+}
+
+static double suspects_fn(void *arg)
+{
+	(void)arg;
+	unsigned n = 0;
+	pthread_mutex_lock(&g.lock);
+	for (unsigned i = 0; i < g.view.n; i++)
+		n += g.view.e[i].suspect;
+	pthread_mutex_unlock(&g.lock);
+	return n;
+}
+
+static double table_size_fn(void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&g.lock);
+	double v = g.table.n;
+	pthread_mutex_unlock(&g.lock);
+	return v;
+}
+
+static int parse_seeds(const char *list)
+{
+	const char *sep = ", \t";
+	for (const char *p = list; *p;) {
+		p += strspn(p, sep);
+		size_t len = strcspn(p, sep);
+		if (len == 0)
+			break;
+		if (g.nseeds == SEEDS_MAX) {
+			PC_LOGE(LOG_MOD, "discovery_addr: more than %d seeds",
+				SEEDS_MAX);
+			return -E2BIG;
+		}
+		if (!addr_ok(p, (uint32_t)len, g.seeds[g.nseeds])) {
+			PC_LOGE(LOG_MOD, "discovery_addr: '%.*s' is not "
+				"host:meta_port", (int)PC_MIN(len, 64), p);
+			return -EINVAL;
+		}
+		g.nseeds++;
+		p += len;
+	}
+	return 0;
+}
+
+static int d_init(struct pc_ctx *ctx)
+{
+	const struct pc_settings *s = ctx->cfg;
+	memset(&g, 0, sizeof(g));
+	g.ctx = ctx;
+	pthread_mutex_init(&g.lock, NULL);
+	pthread_mutex_init(&g.start_lock, NULL);
+	pthread_cond_init(&g.start_cond, NULL);
+	g.on = *s->discovery_addr != '\0';
+	if (!g.on)
+		return 0;
+	int ret = parse_seeds(s->discovery_addr);
+	if (ret < 0)
+		return ret;
+	if (!(g.cl = svc_need_cluster(ctx, "discovery")) ||
+	    !(g.health = svc_need_health(ctx, "discovery")))
+		return -ENOENT;
+	g.max_masters = (unsigned)PC_MIN(s->max_masters, MASTERS_CAP);
+	g.hb_ns = RX_MS(s->heartbeat_interval_ms);
+	g.ttl_ns = RX_MS(s->member_ttl_ms);
+	if (!(g.table.e = calloc(MEMBERS_MAX + 1, sizeof(*g.table.e))))
+		return -ENOMEM;
+	struct rpc_limits lim = {
+		.max_message_bytes = 1u << 20,
+		.max_elements = 64 * 1024,
+		.max_depth = 8,
+		.max_inflight = 64,
+		.max_connections = 4096,
+		.max_fds = 0,
+	};
+	/* The RPC port's guards, scaled to a port that carries heartbeats. */
+	struct rpc_guard gd = {
+		.max_preauth = (uint32_t)s->rpc_max_preauth_connections,
+		.max_per_host = (uint32_t)s->rpc_max_connections_per_host,
+		.preauth_max_bytes = s->rpc_preauth_max_bytes,
+		.handshake_timeout_ms = (uint32_t)s->rpc_handshake_timeout_ms,
+		.message_timeout_ms = (uint32_t)s->rpc_message_timeout_ms,
+		.idle_timeout_ms = (uint32_t)s->rpc_idle_timeout_ms,
+		.write_stall_ms = (uint32_t)s->rpc_write_stall_timeout_ms,
+		.max_buffered_bytes = 16u << 20,
+		.max_reply_bytes = 16u << 20,
+		.conn_reply_bytes = 2u << 20,
+	};
+	const struct rpc_method *tables[] = {meta_methods};
+	if ((ret = rpc_server_new(&g.srv, &lim, tables, 1, s->cluster_secret,
+				  rpc_group_id(s->socket_group),
+				  ctx->threads + 1)) < 0)
+		return ret;
+	rpc_server_no_metrics(g.srv);
+	if ((ret = rpc_server_set_guard(g.srv, &gd)) < 0)
+		return ret;
+	met_register_fn("peercache_discovery_members", "members of the "
+			"discovery view this node follows", NULL, view_size_fn,
+			NULL);
+	met_register_fn("peercache_discovery_epoch", "table epoch of the "
+			"view this node follows (the same on every node that "
+			"follows the same master)", NULL, view_epoch_fn, NULL);
+	met_register_fn("peercache_discovery_suspects", "members of the view "
+			"not heard for member_ttl / 2", NULL, suspects_fn, NULL);
+	met_register_fn("peercache_discovery_table_members", "members that "
+			"heartbeat to this node (a master)", NULL,
+			table_size_fn, NULL);
+	g.changes = met_register(MET_COUNTER,
+				 "peercache_discovery_changes_total",
+				 "membership changes discovery gave the ring",
+				 NULL);
+	g.heartbeats = met_register(MET_COUNTER,
+				    "peercache_discovery_calls_total",
+				    "heartbeat, register and members calls "
+				    "sent to masters", NULL);
+	g.hb_failures = met_register(MET_COUNTER,
+				     "peercache_discovery_call_failures_total",
+				     "of those, calls that got no answer",
+				     NULL);
+	g.late = met_register(MET_COUNTER,
+			      "peercache_discovery_late_heartbeats_total",
+			      "heartbeats this master received more than two "
+			      "intervals after the member's previous one", NULL);
+	g.removals = met_register(MET_COUNTER,
+				  "peercache_discovery_expired_total",
+				  "members this master removed for silence",
+				  NULL);
+	return 0;
+}
+
+static int d_start(struct rx_reactor *r, struct pc_ctx *ctx)
+{
+	(void)ctx;
+	if (!g.on || rx_reactor_id(r) != 0)
+		return 0;
+	/* The head names itself first: compare with its own meta address
+	 * (the configured port here; the thread checks the bound one). */
+	const struct pc_settings *s = ctx->cfg;
+	const char *host = *s->advertise_host ? s->advertise_host : s->bind;
+	char me[ADDR_MAX];
+	snprintf(me, sizeof(me), "%s:%lld", host, (long long)s->meta_port);
+	g.head = strcmp(g.seeds[0], me) == 0;
+	g.start_ns = pc_now_ns();
+	g.start_ret = 1;
+	int ret = pthread_create(&g.thread, NULL, disc_thread, NULL);
+	if (ret != 0)
+		return -ret;
+	g.thread_on = true;
+	/* Start-up only: wait for the thread's listener (bounded: it binds
+	 * a socket and arms two timers). */
+	pthread_mutex_lock(&g.start_lock);
+	while (g.start_ret == 1)
+		pthread_cond_wait(&g.start_cond, &g.start_lock);
+	ret = g.start_ret;
+	pthread_mutex_unlock(&g.start_lock);
+	if (ret < 0) { /* the thread has ended */
+		pthread_join(g.thread, NULL);
+		g.thread_on = false;
+	}
+	return ret;
+}
+
+static void d_stop(struct rx_reactor *r, struct pc_ctx *ctx)
+{
+	(void)ctx;
+	if (rx_reactor_id(r) == 0 && g.thread_on && !g.stop_posted)
+		g.stop_posted = rx_post(g.r, leave_start, NULL) == 0;
+}
+
+static void d_fini(struct pc_ctx *ctx)
+{
+	(void)ctx;
+	if (g.thread_on && !g.stop_posted)
+		g.stop_posted = rx_post(g.r, leave_start, NULL) == 0;
+	if (g.thread_on)
+		pthread_join(g.thread, NULL);
+	rpc_server_free(g.srv);
+	for (unsigned i = 0; i < g.ntargets; i++)
+		free(g.targets[i].list.e);
+	free_ids(g.applied, g.napplied);
+	free_ids(g.suspected, g.nsuspected);
+	free(g.table.e);
+	free(g.view.e);
+	pthread_mutex_destroy(&g.lock);
+	pthread_mutex_destroy(&g.start_lock);
+	pthread_cond_destroy(&g.start_cond);
+	memset(&g, 0, sizeof(g));
+}
+
+const struct pc_module pc_mod_discovery = {
+	.name = "discovery",
+	.init = d_init,
+	.start = d_start,
+	.stop = d_stop,
+	.fini = d_fini,
+	.rpc_methods = rpc_methods,
+};
