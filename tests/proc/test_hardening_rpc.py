@@ -297,6 +297,22 @@ def test_connections_that_each_ask_one_challenge_cannot_lock_newcomers_out(node_
     assert n.stop() == 0
 
 
+def scrape_during_flood(node, tries=3):
+    """A scrape while the flood's dropped SYNs are still being retried by
+    the kernel (the listen backlog is far below 2,000): on a loaded host the
+    scrape's own connection can be the oldest idle one from its address
+    before the node has read its request, and be dropped for a newcomer. A
+    scraper tries again (Prometheus does, next interval); an idle flood that
+    locked scrapes out would fail every try."""
+    for i in range(tries):
+        try:
+            return metrics_of(node)
+        except (ConnectionResetError, BrokenPipeError, IndexError):
+            if i == tries - 1:
+                raise
+            time.sleep(0.2)
+
+
 def test_metrics_scrape_gets_through_idle_floods(node_factory):
     """The metrics port (64 connections) refused a scrape while 2,000 idle
     connections sat on it."""
@@ -310,7 +326,7 @@ def test_metrics_scrape_gets_through_idle_floods(node_factory):
             flood += open_idle(target, 2000)
         time.sleep(0.5)
         for _ in range(3):
-            m = metrics_of(n)
+            m = scrape_during_flood(n)
             assert "peercache_uptime_seconds" in m
         assert m["peercache_http_connections_evicted_total"] > 0
         assert RpcClient(n.endpoint("rpc")).call("node.health")[0] is None
