@@ -41,7 +41,9 @@ BASE_BUILD (a build tree of the base revision), PEERCACHE_BUILD_DIR
 PROBES [6], WAIT_PREFAULT [1; 0: load starts at ready, during the pool
 prefault], REACTOR_NICE [unset; N: the "after" node runs with
 --reactor-nice N — with BASE_BUILD set to the same tree, this compares the
-reactors at the default priority with the reactors at nice N side by side]. JSON of every run goes to $BUILD/bench-results/local-<ts>.json.
+reactors at the default priority with the reactors at nice N side by side],
+AFTER_ARGS [unset; more peercached options for the "after" node only, e.g.
+"--copy-slice-bytes 256kb" with BASE_BUILD set to the same tree]. JSON of every run goes to $BUILD/bench-results/local-<ts>.json.
 """
 import ctypes
 import json
@@ -72,6 +74,7 @@ PAGE = int(float(os.environ.get("PAGE_MB", "4")) * (1 << 20))
 PROBES = int(os.environ.get("PROBES", "6"))
 WAIT_PREFAULT = os.environ.get("WAIT_PREFAULT", "1") != "0"
 REACTOR_NICE = os.environ.get("REACTOR_NICE", "")
+AFTER_ARGS = os.environ.get("AFTER_ARGS", "").split()
 CLK = os.sysconf("SC_CLK_TCK")
 
 
@@ -224,6 +227,8 @@ def one_run(build, name):
     extra = ["--reactor-stall-cpu-clock", "true"] if has_cpu_clock(build) else []
     if REACTOR_NICE and name == "after":
         extra += ["--reactor-nice", REACTOR_NICE]
+    if name == "after":
+        extra += AFTER_ARGS
     node = Node(build, name, extra)
     try:
         m0 = node.metrics()
