@@ -240,11 +240,8 @@ def cluster(node_factory):
     return start
 
 
-def metrics_of(node):
-    """The node's /metrics as {name{labels}: value} (labels without node)."""
-    host, port = node.endpoint("metrics").rsplit(":", 1)
-    s = socket.create_connection((host, int(port)), timeout=5)
-    s.sendall(b"GET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n")
+def recv_all(s):
+    """Everything s receives until the peer closes; s is closed after."""
     data = b""
     while True:
         chunk = s.recv(65536)
@@ -252,6 +249,15 @@ def metrics_of(node):
             break
         data += chunk
     s.close()
+    return data
+
+
+def metrics_of(node):
+    """The node's /metrics as {name{labels}: value} (labels without node)."""
+    host, port = node.endpoint("metrics").rsplit(":", 1)
+    s = socket.create_connection((host, int(port)), timeout=5)
+    s.sendall(b"GET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n")
+    data = recv_all(s)
     out = {}
     for line in data.split(b"\r\n\r\n", 1)[1].decode().splitlines():
         if not line or line.startswith("#"):

@@ -6,21 +6,14 @@ costs nothing; many scrapes on many connections at once all complete whole.
 import socket
 import threading
 
-from conftest import RpcClient
+from conftest import RpcClient, recv_all
 
 
 def http(addr, raw, timeout=10.0):
     host, port = addr.rsplit(":", 1)
     s = socket.create_connection((host, int(port)), timeout=timeout)
     s.sendall(raw)
-    out = b""
-    while True:
-        chunk = s.recv(65536)
-        if not chunk:
-            break
-        out += chunk
-    s.close()
-    return out
+    return recv_all(s)
 
 
 def responses(raw, heads=()):
@@ -128,13 +121,7 @@ def test_half_closed_client_still_gets_its_scrape(node_factory):
         s = socket.create_connection((host, int(port)), timeout=10)
         s.sendall(req)
         s.shutdown(socket.SHUT_WR)
-        raw = b""
-        while True:
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            raw += chunk
-        s.close()
+        raw = recv_all(s)
         (status, body), = responses(raw)[:1]
         assert status == 200
         whole(body)
@@ -154,14 +141,7 @@ def test_queued_scrapes_whose_clients_leave_do_not_block_the_others(node_factory
         s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
         s.close()
     for s in socks[0::2]:
-        raw = b""
-        while True:
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            raw += chunk
-        s.close()
-        (status, body), = responses(raw)
+        (status, body), = responses(recv_all(s))
         assert status == 200
         whole(body)
     assert n.stop() == 0
