@@ -39,11 +39,10 @@ and clients are stopped by PID however the script ends. Environment:
 BASE_BUILD (a build tree of the base revision), PEERCACHE_BUILD_DIR
 [build], RUNS [3], DURATION [6], SHIMS [2], BATCH [32], PAGE_MB [4],
 PROBES [6], WAIT_PREFAULT [1; 0: load starts at ready, during the pool
-prefault], REACTOR_NICE [unset; N: the "after" node runs with
---reactor-nice N — with BASE_BUILD set to the same tree, this compares the
-reactors at the default priority with the reactors at nice N side by side],
-AFTER_ARGS [unset; more peercached options for the "after" node only, e.g.
-"--copy-slice-bytes 256kb" with BASE_BUILD set to the same tree]. JSON of every run goes to $BUILD/bench-results/local-<ts>.json.
+prefault], AFTER_ARGS [unset; more peercached options for the "after"
+node only — with BASE_BUILD set to the same tree this compares a setting
+with its default side by side, e.g. "--reactor-nice -5" or
+"--copy-slice-bytes 256kb"]. JSON of every run goes to $BUILD/bench-results/local-<ts>.json.
 """
 import ctypes
 import json
@@ -73,7 +72,6 @@ BATCH = int(os.environ.get("BATCH", "32"))
 PAGE = int(float(os.environ.get("PAGE_MB", "4")) * (1 << 20))
 PROBES = int(os.environ.get("PROBES", "6"))
 WAIT_PREFAULT = os.environ.get("WAIT_PREFAULT", "1") != "0"
-REACTOR_NICE = os.environ.get("REACTOR_NICE", "")
 AFTER_ARGS = os.environ.get("AFTER_ARGS", "").split()
 CLK = os.sysconf("SC_CLK_TCK")
 
@@ -225,8 +223,6 @@ def one_run(build, name):
     # Callbacks are also timed in CPU time, to tell stalls a reactor worked
     # through from preemptions, in each tree that has that setting.
     extra = ["--reactor-stall-cpu-clock", "true"] if has_cpu_clock(build) else []
-    if REACTOR_NICE and name == "after":
-        extra += ["--reactor-nice", REACTOR_NICE]
     if name == "after":
         extra += AFTER_ARGS
     node = Node(build, name, extra)
