@@ -38,7 +38,10 @@ node:
   dir       sum of peercache_directory_records over the members (records
             held by all directory shards; the ideal is KEYS x R: one per
             owner per key, stale ones removed)
-  removes   sum of peercache_directory_removes_total deltas
+  removed   sum of peercache_republish_removed_total deltas (records of
+            producers' pages removed from owners that lost them)
+  removes   sum of peercache_directory_removes_total deltas (removals
+            asked for, of any cause)
 Finally one kv.get sweep checks every page's bytes (wrong = 0 expected).
 
 The ideal (consistent hashing, each key owned by the R distinct successors
@@ -95,6 +98,7 @@ M_STORED = "peercache_republish_stored_total"
 M_WALKS = "peercache_republish_walks_total"
 M_DIR = "peercache_directory_records"
 M_REMOVES = "peercache_directory_removes_total"
+M_MOVED_OUT = "peercache_republish_removed_total"
 M_FALLBACKS = "peercache_directory_fallbacks_total"
 
 
@@ -278,6 +282,7 @@ def change(name, members, walkers, reader, do_change, epoch_after,
     c.close()
     moved = after[M_MOVED] - before[M_MOVED]
     stored = after[M_STORED] - before[M_STORED]
+    removed = after.get(M_MOVED_OUT, 0) - before.get(M_MOVED_OUT, 0)
     r = {
         "change": name,
         "set_peers_s": t_set,
@@ -286,7 +291,9 @@ def change(name, members, walkers, reader, do_change, epoch_after,
         "moved_over_ideal": moved / ideal_moved if ideal_moved else None,
         "stored": stored,
         # stored records that added nothing: the owner already held one
-        "already_held": stored - (after[M_DIR] - before_kept),
+        # (the members' records grew by stored - removed otherwise)
+        "already_held": stored - (after[M_DIR] - before_kept + removed),
+        "removed": removed,
         "walks": after[M_WALKS] - before[M_WALKS],
         "dir_records_before": before[M_DIR],
         "dir_records_after": after[M_DIR],
@@ -405,8 +412,10 @@ FIELDS = [  # (key, label, format)
     ("stored", "of those stored by an owner", "%.0f"),
     ("already_held", "  of those, to an owner that already held it",
      "%.0f"),
-    ("removes", "records removed (directory_removes_total)", "%.0f"),
+    ("removed", "records removed from displaced owners "
+     "(republish_removed_total)", "%.0f"),
     ("ideal_removed", "  ideal: displaced owners' records", "%.0f"),
+    ("removes", "records removed in all (directory_removes_total)", "%.0f"),
     ("dir_records_after", "directory records held after (sum)", "%.0f"),
     ("dir_records_ideal", "  ideal K x R", "%.0f"),
     ("stale_records", "  excess (stale records left)", "%.0f"),

@@ -1370,6 +1370,118 @@ static int api_remove(struct rx_reactor *r, const struct dir_keys *k,
 	return job_start(j);
 }
 
+/*
+ * A move (pl_ops.move): a publish job to the gained owners, then a remove
+ * job to the lost ones for the keys whose publish worked. Both jobs are
+ * built inside the call, against the same ring; the second starts when the
+ * first is done.
+ */
+struct move {
+	struct job *rem;
+	bool *ok;
+	uint64_t deadline_ns; /* as given: 0 gives the remove its own */
+	pl_done_fn done;
+	void *arg;
+	bool gained_any[]; /* per key: the publish had an owner to ask */
+};
+
+static void move_removed(void *arg)
+{
+	struct move *m = arg;
+	if (m->done)
+		m->done(m->arg);
+	free(m);
+}
+
+static void move_published(void *arg)
+{
+	struct move *m = arg;
+	struct job *rem = m->rem;
+	bool any = false;
+	unsigned removes = 0;
+	for (unsigned k = 0; k < rem->nkeys; k++) {
+		if (!m->gained_any[k])
+			m->ok[k] = true; /* nothing to send: it is there */
+		if (!m->ok[k])
+			rem->nowners[k] = 0; /* keep the old owners' record */
+		any |= rem->nowners[k] > 0;
+		removes += rem->nowners[k] > 0;
+	}
+	met_add(g.removes, removes);
+	if (!m->deadline_ns)
+		rem->deadline_ns = pc_now_ns() + RX_MS(g.timeout_ms);
+	if (!any || job_start(rem) < 0) { /* job_start freed it on error */
+		if (any)
+			PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "cannot remove moved "
+				  "records from their old owners; they stay "
+				  "until evicted");
+		else
+			job_free(rem);
+		move_removed(m);
+	}
+}
+
+static int api_move(struct rx_reactor *r, const struct dir_keys *k,
+		    const struct dir_rec *recs, bool *ok, bool *removed,
+		    struct ring *const *from, unsigned nfrom,
+		    uint64_t deadline_ns, pl_done_fn done, void *arg)
+{
+	if (k->n == 0 || k->n > DIR_BATCH_MAX)
+		return -EINVAL;
+	uint64_t *gens = malloc(k->n * sizeof(*gens));
+	struct move *m = malloc(sizeof(*m) + k->n * sizeof(m->gained_any[0]));
+	struct job *pub = NULL, *rem = NULL;
+	int ret = -ENOMEM;
+	if (!gens || !m)
+		goto fail;
+	for (unsigned i = 0; i < k->n; i++) {
+		PC_DASSERT(recs[i].found && recs[i].gen != 0);
+		gens[i] = recs[i].gen;
+	}
+	pub = job_new(JOB_PUBLISH, r, k, NULL, NULL, deadline_ns,
+		      move_published, m);
+	rem = job_new(JOB_REMOVE, r, k, g.cl->self_id, gens, deadline_ns,
+		      move_removed, m);
+	free(gens);
+	gens = NULL;
+	if (!pub || !rem) {
+		ret = -EINVAL; /* a bad key, or no ring yet */
+		goto fail;
+	}
+	/* job_new gave both the current owners; keep the moved ones */
+	for (unsigned i = 0; i < k->n; i++) {
+		uint64_t point = ring_key_point(k->keys[i], k->klens[i]);
+		ring_owner_moves(pub->ring, from, nfrom, point, g.replicas,
+				 pub->owners[i], &pub->nowners[i],
+				 rem->owners[i], &rem->nowners[i],
+				 DIR_REPLICAS_MAX);
+		m->gained_any[i] = pub->nowners[i] > 0;
+	}
+	memset(ok, 0, k->n * sizeof(*ok));
+	if (removed)
+		memset(removed, 0, k->n * sizeof(*removed));
+	pub->recs = (struct dir_rec *)(uintptr_t)recs;
+	pub->flags = ok;
+	rem->flags = removed;
+	*m = (struct move){.rem = rem, .ok = ok, .deadline_ns = deadline_ns,
+			   .done = done, .arg = arg};
+	met_add(g.puts, k->n);
+	ret = job_start(pub);
+	if (ret < 0) {
+		job_free(rem);
+		free(m);
+	}
+	return ret;
+fail:
+	free(gens);
+	if (pub)
+		job_free(pub);
+	if (rem)
+		job_free(rem);
+	free(m);
+	return ret;
+}
+
 /* Is the page here: the record names this node as its producer. */
 static bool api_is_here(const struct dir_rec *rec)
 {
@@ -1381,6 +1493,7 @@ static const struct pl_ops api = {
 	.lookup = api_lookup,
 	.publish = api_publish,
 	.unpublish = api_remove,
+	.move = api_move,
 	.is_here = api_is_here,
 };
 

@@ -1,29 +1,37 @@
 /*
- * modules/republish.c — after a membership change, this node publishes the
- * records of its own pages again where their directory owners changed
- * (module "republish").
+ * modules/republish.c — after a membership change, this node moves the
+ * records of its own pages to their new directory owners (module
+ * "republish").
  *
  * Owns: one walk at a time over the publish pool (storage/pool.h
- * pool_scan), on reactor 0, and the two rings it compares, each held by a
- * reference: `base`, the ring this node's records were last placed
- * against, and `target`, the ring of the walk in progress. Thread: reactor
- * 0 only (events for other reactors are ignored; the directory job's
- * callback comes back to reactor 0).
+ * pool_scan), on reactor 0, and the rings it compares, each held by a
+ * reference: `placed`, the rings this node's records may have been placed
+ * against (one after a finished walk; a change that interrupts a walk adds
+ * the interrupted target, since the pages walked so far were moved to it),
+ * and `target`, the ring of the walk in progress. Thread: reactor 0 only
+ * (events for other reactors are ignored; the placement's callback comes
+ * back to reactor 0).
  *
- * What moves: a page whose owner set under target contains an owner that
- * was not an owner under base (that owner has no record of it). Pages whose
- * owners only shrank or stayed are left alone: the remaining owners still
- * hold their records. Departed owners keep stale records until evicted;
- * nobody asks them.
+ * What moves (storage/ring.h ring_owner_moves): a page with an owner under
+ * target that was not its owner under every placed ring (it may lack the
+ * record: the record is sent there, and only there), or with an owner under
+ * a placed ring that is still a member but no longer an owner (it holds a
+ * record nobody asks it for: after the new owners have the record, this
+ * node's record of that generation is removed there — a conditional
+ * remove, so a newer record is never touched). Owners that left keep their
+ * records; nobody asks them. Pages whose owners did not change are not
+ * touched, so a join moves about replicas x K/(N+1) records of K pages.
  *
  * Bounded work: each step examines at most REPUB_BATCH pool entries under
- * their stripe's lock (copies only) and sends at most REPUB_BATCH records as
- * one directory publish; one publish is in flight at a time and the next
- * step waits REPUB_GAP_MS after it completes, so a walk never holds the
- * reactor for more than one slice and its network rate is bounded by the
- * owners' round trips. A change during a walk restarts it against the
- * newest ring, keeping base (a page already re-published is published once
- * more, harmless). When the walk ends, target becomes base.
+ * their stripe's lock (copies only) and hands at most REPUB_BATCH records
+ * to placement's move; one move is in flight at a time and the next step
+ * waits REPUB_GAP_MS after it completes, so a walk never holds the reactor
+ * for more than one slice and its network rate is bounded by the owners'
+ * round trips. A change during a walk restarts it against the newest ring.
+ * More than REPUB_PLACED_MAX interrupted walks in a row fold the oldest
+ * ones into "placed anywhere": every owner is then sent the record (a
+ * superset, never a miss), and records at owners only those rings had are
+ * left to eviction. When a walk ends, target is the one placed ring.
  *
  * Never wrong: a page replaced or evicted while its record is in flight is
  * published with its old generation; readers validate (key, generation,
@@ -46,6 +54,7 @@
 #define REPUB_BATCH 64      /* entries examined, records sent, per step */
 #define REPUB_GAP_MS 1      /* between steps */
 #define REPUB_REPLICAS_MAX 8
+#define REPUB_PLACED_MAX 4  /* rings the records may have been placed on */
 
 static struct {
 	struct pc_ctx *ctx;
@@ -53,12 +62,19 @@ static struct {
 	struct pool *pool;
 	uint32_t rkey;
 	unsigned replicas;
-	struct ring *base;       /* reference: records placed against it */
+	/* references: rings the records may have been placed against;
+	 * placed[nplaced] is the empty ring `none` when older interrupted
+	 * walks were folded (every owner counts as gained) */
+	struct ring *placed[REPUB_PLACED_MAX + 1];
+	unsigned nplaced;
+	struct ring *none;       /* an empty ring, for the fold */
+	bool folded;
 	struct ring *target;     /* reference: the walk's ring; NULL: idle */
 	uint64_t cursor;         /* pool_scan position */
 	bool busy;               /* a publish is in flight */
 	bool stopping;
 	uint64_t walk_sent;      /* records sent in this walk */
+	uint64_t walk_removed;   /* records removed from old owners */
 	struct rx_timer step;
 	/* the batch being collected / in flight */
 	unsigned n;
@@ -67,28 +83,27 @@ static struct {
 	size_t klens[REPUB_BATCH];
 	struct dir_rec recs[REPUB_BATCH];
 	bool ok[REPUB_BATCH];
-	met_id sent, stored, walks;
+	bool removed[REPUB_BATCH];
+	met_id sent, stored, removes, walks;
 	const struct svc_cluster *cl;     /* services, looked up in init */
 	const struct pl_ops *pl;
 	const struct mb_api *mb;
 } g;
 
-/* Does key have an owner under target that it did not have under base? */
-static bool owners_gained(const void *key, size_t klen)
+/* The rings placed[] as ring_owner_moves takes them. */
+static unsigned placed_rings(void)
 {
-	unsigned ob[REPUB_REPLICAS_MAX], ot[REPUB_REPLICAS_MAX];
-	uint64_t point = ring_key_point(key, klen);
-	unsigned nb = ring_owners_at(g.base, point, g.replicas, ob);
-	unsigned nt = ring_owners_at(g.target, point, g.replicas, ot);
-	for (unsigned i = 0; i < nt; i++) {
-		const char *id = ring_member(g.target, ot[i]);
-		bool had = false;
-		for (unsigned j = 0; j < nb && !had; j++)
-			had = strcmp(id, ring_member(g.base, ob[j])) == 0;
-		if (!had)
-			return true;
-	}
-	return false;
+	return g.nplaced + g.folded;
+}
+
+/* Does the key gain an owner, or lose one that is still a member? */
+static bool key_moves(const void *key, size_t klen)
+{
+	unsigned gained[REPUB_REPLICAS_MAX], lost[1], ng, nl;
+	unsigned all = ring_owner_moves(g.target, g.placed, placed_rings(),
+					ring_key_point(key, klen), g.replicas,
+					gained, &ng, lost, &nl, 1);
+	return ng > 0 || all > 0;
 }
 
 /* pool_scan callback, stripe lock held: copy the record if it moves. */
@@ -96,7 +111,7 @@ static void collect(void *arg, const struct pool_entry_info *e)
 {
 	(void)arg;
 	if (e->keylen == 0 || e->keylen > DIR_KEY_MAX || e->len > UINT32_MAX ||
-	    g.n == REPUB_BATCH || !owners_gained(e->key, e->keylen))
+	    g.n == REPUB_BATCH || !key_moves(e->key, e->keylen))
 		return;
 	unsigned i = g.n++;
 	memcpy(g.keys[i], e->key, e->keylen);
@@ -113,14 +128,41 @@ static void collect(void *arg, const struct pool_entry_info *e)
 	r->gen = e->gen;
 }
 
+/* Forget the placed rings (and the fold). */
+static void placed_clear(void)
+{
+	for (unsigned i = 0; i < g.nplaced; i++)
+		ring_unref(g.placed[i]);
+	g.nplaced = 0;
+	g.folded = false;
+}
+
+/* The records may also have been placed against r (a reference, kept). */
+static void placed_add(struct ring *r)
+{
+	if (g.nplaced == REPUB_PLACED_MAX) {
+		/* fold the oldest interrupted ring: its owners all count as
+		 * gained from now on (g.none sits after the last one) */
+		ring_unref(g.placed[1]);
+		memmove(&g.placed[1], &g.placed[2],
+			(REPUB_PLACED_MAX - 2) * sizeof(g.placed[0]));
+		g.nplaced--;
+		g.folded = true;
+	}
+	g.placed[g.nplaced++] = r;
+	g.placed[g.nplaced] = g.none;
+}
+
 static void walk_end(void)
 {
 	PC_LOGI(LOG_MOD, "placement for epoch %llu done: %llu record%s of "
-		"this node's pages sent to their new owners",
+		"this node's pages sent to their new owners, %llu removed "
+		"from owners that lost them",
 		(unsigned long long)ring_epoch(g.target),
-		(unsigned long long)g.walk_sent, g.walk_sent == 1 ? "" : "s");
-	ring_unref(g.base);
-	g.base = g.target;
+		(unsigned long long)g.walk_sent, g.walk_sent == 1 ? "" : "s",
+		(unsigned long long)g.walk_removed);
+	placed_clear();
+	placed_add(g.target);
 	g.target = NULL;
 }
 
@@ -130,10 +172,14 @@ static void published(void *arg)
 	g.busy = false;
 	if (g.stopping)
 		return;
-	unsigned stored = 0;
-	for (unsigned i = 0; i < g.n; i++)
+	unsigned stored = 0, removed = 0;
+	for (unsigned i = 0; i < g.n; i++) {
 		stored += g.ok[i];
+		removed += g.removed[i];
+	}
 	met_add(g.stored, stored);
+	met_add(g.removes, removed);
+	g.walk_removed += removed;
 	g.n = 0;
 	if (g.target)
 		rx_timer_start(g.r0, &g.step, RX_MS(REPUB_GAP_MS), 0);
@@ -154,8 +200,8 @@ static void step(struct rx_reactor *r, struct rx_timer *t)
 		met_add(g.sent, g.n);
 		g.walk_sent += g.n;
 		g.busy = true;
-		if (g.pl->publish(r, &k, g.recs, g.ok, 0, published,
-					    NULL) < 0) {
+		if (g.pl->move(r, &k, g.recs, g.ok, g.removed, g.placed,
+				placed_rings(), 0, published, NULL) < 0) {
 			g.busy = false;
 			PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "cannot publish %u "
 				  "records again; their new owners miss them "
@@ -180,18 +226,22 @@ static void on_change(struct rx_reactor *r, enum mb_event ev,
 	(void)ev;
 	(void)peer;
 	(void)arg;
-	if (rx_reactor_id(r) != 0 || !g.base)
+	if (rx_reactor_id(r) != 0 || !g.nplaced)
 		return;
 	struct ring *now = g.mb->ring();
 	if (!now || ring_epoch(now) < epoch ||
 	    (g.target && ring_epoch(g.target) == ring_epoch(now)) ||
-	    (!g.target && ring_epoch(g.base) == ring_epoch(now)))
+	    (!g.target && g.nplaced == 1 && !g.folded &&
+	     ring_epoch(g.placed[0]) == ring_epoch(now)))
 		return; /* already walking (or placed) for this ring */
 	if (!g.target) {
 		g.walk_sent = 0;
+		g.walk_removed = 0;
 		met_inc(g.walks);
+	} else {
+		/* the pages walked so far were moved to the old target */
+		placed_add(g.target);
 	}
-	ring_unref(g.target);
 	g.target = ring_ref(now);
 	g.cursor = 0;
 	if (!g.busy)
@@ -212,6 +262,15 @@ static int rp_init(struct pc_ctx *ctx)
 	g.rkey = ps->rkey; /* what kv's own records carry */
 	g.replicas = (unsigned)PC_MIN(ctx->cfg->directory_replicas,
 				      (int64_t)REPUB_REPLICAS_MAX);
+	if (!g.pl->move) {
+		PC_LOGI(LOG_MOD, "placement \"%s\" does not place records by "
+			"owner: nothing to move on membership changes",
+			g.pl->mode);
+		return 0;
+	}
+	int ret = ring_build(&g.none, NULL, 0, 1);
+	if (ret < 0)
+		return ret;
 	rx_timer_init(&g.step, step, NULL);
 	g.sent = met_register(MET_COUNTER, "peercache_republish_records_total",
 			      "records of this node's pages published again "
@@ -220,6 +279,11 @@ static int rp_init(struct pc_ctx *ctx)
 	g.stored = met_register(MET_COUNTER,
 				"peercache_republish_stored_total",
 				"of those, records an owner stored", NULL);
+	g.removes = met_register(MET_COUNTER,
+				 "peercache_republish_removed_total",
+				 "records of this node's pages removed from "
+				 "owners that lost them after a membership "
+				 "change", NULL);
 	g.walks = met_register(MET_COUNTER, "peercache_republish_walks_total",
 			       "walks over the pool after membership changes",
 			       NULL);
@@ -236,7 +300,8 @@ static int rp_start(struct rx_reactor *r, struct pc_ctx *ctx)
 	if (!now)
 		return -EINVAL; /* the cluster module starts first */
 	g.r0 = r;
-	g.base = ring_ref(now);
+	if (g.none)
+		placed_add(ring_ref(now));
 	return 0;
 }
 
@@ -257,8 +322,10 @@ static void rp_exit(struct rx_reactor *r, struct pc_ctx *ctx)
 	g.stopping = true;
 	rx_timer_stop(r, &g.step);
 	ring_unref(g.target);
-	ring_unref(g.base);
-	g.target = g.base = NULL;
+	g.target = NULL;
+	placed_clear();
+	ring_unref(g.none);
+	g.none = NULL;
 }
 
 const struct pc_module pc_mod_republish = {

@@ -421,6 +421,60 @@ unsigned ring_owners(const struct ring *r, const void *key, size_t keylen,
 	return ring_owners_at(r, ring_key_point(key, keylen), n, out);
 }
 
+static bool ring_idx_in(const unsigned *a, unsigned n, unsigned x)
+{
+	for (unsigned i = 0; i < n; i++)
+		if (a[i] == x)
+			return true;
+	return false;
+}
+
+unsigned ring_owner_moves(const struct ring *to, struct ring *const *from,
+			  unsigned nfrom, uint64_t point, unsigned n,
+			  unsigned *gained, unsigned *ngained, unsigned *lost,
+			  unsigned *nlost, unsigned lost_cap)
+{
+	unsigned now[RING_MOVES_MAX], was[RING_MOVES_MAX];
+	unsigned nnow, ng = 0, nl = 0, all_lost = 0;
+
+	PC_ASSERT(n <= RING_MOVES_MAX);
+	nnow = ring_owners_at(to, point, n, now);
+	/* an owner is gained unless every candidate ring had it */
+	bool keep[RING_MOVES_MAX] = {false};
+	for (unsigned i = 0; i < nnow; i++)
+		keep[i] = nfrom > 0;
+	for (unsigned f = 0; f < nfrom; f++) {
+		unsigned nwas = ring_owners_at(from[f], point, n, was);
+
+		for (unsigned i = 0; i < nnow; i++) {
+			const char *id = ring_member(to, now[i]);
+			bool had = false;
+
+			for (unsigned j = 0; j < nwas && !had; j++)
+				had = strcmp(id, ring_member(from[f],
+							     was[j])) == 0;
+			keep[i] = keep[i] && had;
+		}
+		for (unsigned j = 0; j < nwas; j++) {
+			int m = ring_find(to, ring_member(from[f], was[j]));
+
+			if (m < 0 || ring_idx_in(now, nnow, (unsigned)m) ||
+			    ring_idx_in(lost, nl, (unsigned)m))
+				continue; /* left, still an owner, or seen */
+			if (nl < lost_cap)
+				lost[nl++] = (unsigned)m;
+			else
+				all_lost++;
+		}
+	}
+	for (unsigned i = 0; i < nnow; i++)
+		if (!keep[i])
+			gained[ng++] = now[i];
+	*ngained = ng;
+	*nlost = nl;
+	return nl + all_lost;
+}
+
 size_t ring_bytes(const struct ring *r)
 {
 	return sizeof(*r) + (size_t)r->n_points * RING_BYTES_PER_VNODE +

@@ -130,6 +130,27 @@ unsigned ring_owners(const struct ring *r, const void *key, size_t keylen,
 unsigned ring_owners_at(const struct ring *r, uint64_t point, unsigned n,
 			unsigned *out);
 
+/*
+ * How a key's owners moved between rings. The key (at point) may have been
+ * placed against any ring of from[0..nfrom) (a change that came during an
+ * earlier move leaves several candidates). gained: the first n owners under
+ * `to` that are not among the first n owners under every ring of from — the
+ * owners that may lack the key's record. lost: members of `to` that were
+ * among the first n owners under some ring of from but are not owners under
+ * `to` — they may hold a record nobody asks them for. Both are indexes in
+ * `to`, without repeats; gained has room for n (at most min(n, size of to)
+ * are written), lost for lost_cap (extra ones are dropped; the return value
+ * counts them all). Members that left (not in `to`) are never lost: nobody
+ * can reach them. n is at most RING_MOVES_MAX. Returns *nlost plus the
+ * lost members dropped for want of room (one dropped member may count once
+ * per ring of from): more than *nlost means some were not reported.
+ */
+#define RING_MOVES_MAX 16u
+unsigned ring_owner_moves(const struct ring *to, struct ring *const *from,
+			  unsigned nfrom, uint64_t point, unsigned n,
+			  unsigned *gained, unsigned *ngained, unsigned *lost,
+			  unsigned *nlost, unsigned lost_cap);
+
 /* Heap bytes this ring holds (points, indexes, ids and bookkeeping), for
  * the memory metric. */
 size_t ring_bytes(const struct ring *r);

@@ -213,6 +213,24 @@ def free_ports(n):
     return ports
 
 
+def start_joiner(node_factory, members, *args):
+    """A node on a free port whose --peers are members plus itself: returns
+    (node, members + [its id]) once it is ready (a port taken meanwhile is
+    retried)."""
+    for attempt in range(3):
+        port = free_ports(1)[0]
+        ids = list(members) + ["127.0.0.1:%d" % port]
+        d = node_factory("--rpc-port", str(port), "--peers", ",".join(ids),
+                         *args)
+        try:
+            d.wait_for("ready")
+            return d, ids
+        except AssertionError:
+            if "Address already in use" not in d.text() or attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
 @pytest.fixture
 def cluster(node_factory):
     """start(n, *args): n nodes that name each other in --peers."""

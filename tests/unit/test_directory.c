@@ -340,6 +340,17 @@ static void own_drop(unsigned i, const char *key)
 	pthread_mutex_unlock(&own[i].mu);
 }
 
+/* Records owner i holds. */
+static unsigned own_count(unsigned i)
+{
+	unsigned n = 0;
+	pthread_mutex_lock(&own[i].mu);
+	for (unsigned j = 0; j < OWN_RECS; j++)
+		n += own[i].recs[j].used;
+	pthread_mutex_unlock(&own[i].mu);
+	return n;
+}
+
 static unsigned own_calls(unsigned i, unsigned kind)
 {
 	pthread_mutex_lock(&own[i].mu);
@@ -419,7 +430,7 @@ static struct owners_q owners(const char *key)
 	return q;
 }
 
-/* Placement calls: kind 0 publish, 1 lookup, 2 unpublish. */
+/* Placement calls: kind 0 publish, 1 lookup, 2 unpublish, 3 move. */
 #define N 64
 
 struct plc {
@@ -433,6 +444,9 @@ struct plc {
 	const char *node;
 	uint64_t gens[N];
 	bool use_gens;
+	struct ring *from[2]; /* move: the rings placed against */
+	unsigned nfrom;
+	bool removed[N];
 	uint64_t deadline_ns;
 	int ret;
 	int calls;
@@ -456,6 +470,9 @@ static void plc_run(struct rx_reactor *r, void *arg)
 				     plc_done, c);
 	else if (c->kind == 1)
 		c->ret = pl->lookup(r, &k, c->rec, c->deadline_ns, plc_done, c);
+	else if (c->kind == 3)
+		c->ret = pl->move(r, &k, c->rec, c->flags, c->removed, c->from,
+				  c->nfrom, c->deadline_ns, plc_done, c);
 	else
 		c->ret = pl->unpublish(r, &k, c->node,
 				       c->use_gens ? c->gens : NULL, c->flags,
@@ -764,6 +781,93 @@ Test(directory, a_member_leaving_moves_ownership_and_ends_its_calls)
 			      "owner", k);
 	}
 	free(l);
+	teardown();
+}
+
+/* The current ring, with a reference the caller drops. */
+static void ring_take_run(struct rx_reactor *r, void *arg)
+{
+	(void)r;
+	*(struct ring **)arg = ring_ref(svc_find_membership(&nf.ctx)->ring());
+	nf_done();
+}
+
+static struct ring *ring_take(void)
+{
+	struct ring *ring = NULL;
+	nf_on_reactor(ring_take_run, &ring, 10000);
+	return ring;
+}
+
+static void peers_set(char *peers)
+{
+	struct pc_settings fresh = nf.s;
+	fresh.peers = peers;
+	cr_assert_eq(pc_modules_reload(&nf.ctx, &fresh), 0);
+}
+
+/* Does owner who (0, 1: fakes; 2: self) hold key's record? */
+static bool holds(unsigned who, const char *key)
+{
+	uint64_t gen;
+	return who == 2 ? self_has(key, &gen) : own_has(who, key, NULL);
+}
+
+/*
+ * A join (owner 1 comes into a ring of owner 0 and this node): move sends
+ * each record to the owner it gained and only there, then removes it from
+ * the owner it lost; records whose owner did not change are not sent.
+ */
+Test(directory, a_move_publishes_at_gained_owners_and_removes_at_lost_ones)
+{
+	setup(1);
+	peers_set(own[0].id);
+	struct plc *c = plc_new(0, "mvj", N);
+	for (unsigned i = 0; i < N; i++)
+		c->rec[i] = rec_of(i, 500 + i);
+	plc_do(c);
+	unsigned before[N];
+	for (unsigned i = 0; i < N; i++) {
+		struct owners_q q = owners(c->kb[i]);
+		cr_assert_eq(q.n, 1);
+		before[i] = q.who[0];
+		cr_assert(holds(before[i], c->kb[i]), "%s", c->kb[i]);
+	}
+	struct ring *old = ring_take();
+	unsigned puts1 = own_calls(1, 1), moved = 0;
+	char both[200];
+	snprintf(both, sizeof(both), "%s,%s", own[0].id, own[1].id);
+	peers_set(both);
+	struct plc *m = plc_new(3, "mvj", N);
+	for (unsigned i = 0; i < N; i++)
+		m->rec[i] = c->rec[i];
+	m->from[0] = old;
+	m->nfrom = 1;
+	plc_do(m);
+	for (unsigned i = 0; i < N; i++) {
+		unsigned now = owners(m->kb[i]).who[0];
+		cr_assert(m->flags[i], "%s not placed", m->kb[i]);
+		cr_assert(holds(now, m->kb[i]), "%s not on its owner",
+			  m->kb[i]);
+		if (now == before[i]) {
+			cr_assert(!m->removed[i], "%s", m->kb[i]);
+			continue;
+		}
+		moved++;
+		cr_assert_eq(now, 1u, "%s moved to a member that was there",
+			     m->kb[i]);
+		cr_assert(m->removed[i], "%s", m->kb[i]);
+		cr_assert(!holds(before[i], m->kb[i]), "%s still on %u",
+			  m->kb[i], before[i]);
+	}
+	cr_assert_gt(moved, 0u);
+	cr_assert_lt(moved, N);
+	/* one dir.put to owner 1, with only the moved keys */
+	cr_assert_eq(own_calls(1, 1), puts1 + 1);
+	cr_assert_eq(own_count(1), moved);
+	ring_unref(old);
+	free(c);
+	free(m);
 	teardown();
 }
 

@@ -632,3 +632,102 @@ Test(ring, vnode_and_size_bounds)
 	}
 	ring_free(r);
 }
+
+/* Is id among the first n owners of key under r? */
+static bool owns(const struct ring *r, const char *key, size_t len, unsigned n,
+		 const char *id)
+{
+	unsigned o[8], k = ring_owners(r, key, len, n, o);
+
+	for (unsigned i = 0; i < k; i++)
+		if (strcmp(ring_member(r, o[i]), id) == 0)
+			return true;
+	return false;
+}
+
+/*
+ * ring_owner_moves against the set definition, member by member: 3 -> 4 (a
+ * join), 4 -> 3 (a leave) and {3, 4} -> 4 minus another (a change during a
+ * move). Also: a join moves about replicas/(n+1) of the keys' records and
+ * gives every moved key exactly the new member.
+ */
+Test(ring, owner_moves_match_the_set_definition)
+{
+	struct ids ids;
+	const char *three_b[3];
+	struct ring *r3, *r4, *r3b;
+	const unsigned n = 2, keys = 4000;
+	unsigned join_gained = 0, join_lost = 0;
+
+	ids_make(&ids, 4);
+	r3 = build_ok(ids.ptr, 3, RING_VNODES_DEFAULT);
+	r4 = build_ok(ids.ptr, 4, RING_VNODES_DEFAULT);
+	three_b[0] = ids.ptr[0];
+	three_b[1] = ids.ptr[2];
+	three_b[2] = ids.ptr[3];
+	r3b = build_ok(three_b, 3, RING_VNODES_DEFAULT);
+	struct {
+		struct ring *to;
+		struct ring *from[2];
+		unsigned nfrom;
+	} cases[] = {
+		{r4, {r3}, 1}, {r3, {r4}, 1}, {r3b, {r3, r4}, 2}, {r4, {r4}, 1},
+	};
+	for (unsigned c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		for (unsigned i = 0; i < keys; i++) {
+			char key[32];
+			size_t len = key_make(key, sizeof(key), i);
+			unsigned g[8], l[8], ng, nl, all;
+			struct ring *to = cases[c].to;
+
+			all = ring_owner_moves(to, cases[c].from,
+					       cases[c].nfrom,
+					       ring_key_point(key, len), n, g,
+					       &ng, l, &nl, 8);
+			cr_assert_eq(all, nl);
+			for (unsigned m = 0; m < ring_size(to); m++) {
+				const char *id = ring_member(to, m);
+				bool now = owns(to, key, len, n, id);
+				bool every = true, some = false;
+				bool in_g = false, in_l = false;
+
+				for (unsigned f = 0; f < cases[c].nfrom; f++) {
+					bool had = owns(cases[c].from[f], key,
+							len, n, id);
+					every = every && had;
+					some = some || had;
+				}
+				for (unsigned x = 0; x < ng; x++)
+					in_g |= g[x] == m;
+				for (unsigned x = 0; x < nl; x++)
+					in_l |= l[x] == m;
+				cr_assert_eq(in_g, now && !every,
+					     "case %u key %s member %s", c,
+					     key, id);
+				cr_assert_eq(in_l, !now && some,
+					     "case %u key %s member %s", c,
+					     key, id);
+			}
+			if (c == 0) {
+				join_gained += ng;
+				join_lost += nl;
+				for (unsigned x = 0; x < ng; x++)
+					cr_assert_str_eq(ring_member(to, g[x]),
+							 ids.ptr[3]);
+			}
+			if (c == 3)
+				cr_assert(ng == 0 && nl == 0);
+		}
+	}
+	/* a join gives the new member about n/(N+1) of the records and takes
+	 * as many from the old owners */
+	double share = (double)join_gained / keys, ideal = (double)n / 4;
+	fprintf(stderr, "ring: join 3 -> 4, %u replicas: %.4f records per "
+		"key gained (ideal %.4f), %.4f lost\n", n, share, ideal,
+		(double)join_lost / keys);
+	cr_assert(share > ideal * 0.6 && share < ideal * 1.4, "%.4f", share);
+	cr_assert_eq(join_gained, join_lost);
+	ring_free(r3);
+	ring_free(r4);
+	ring_free(r3b);
+}
