@@ -8,6 +8,13 @@
  * reactor of its connection; every step of a move completes there.
  *
  * Lifetime (a client may vanish at any point of any call):
+ *  - session.register maps the region on the offload thread (rx_offload:
+ *    an mmap waits for the process's mmap lock) and replies when that is
+ *    done; the slot is reserved meanwhile, and the open call keeps the
+ *    connection's cleanup from running; unmapping a region is offloaded too
+ *    (tearing down a large region's page tables takes milliseconds). The
+ *    detach below stays on the reactor: it must be complete before the
+ *    unregister reply or the close returns;
  *  - a move (session.set/get) holds a reference on its region and one on
  *    the session; the region stays mapped until its last move ended, and the
  *    session is freed only when the connection's cleanup ran and no move is
@@ -58,6 +65,7 @@
 
 struct region {
 	uint32_t id;
+	bool mapping;       /* session.register's mmap is under way */
 	bool live;          /* registered; false once unregistered */
 	bool detached;      /* client pages swapped for node memory */
 	unsigned refs;      /* moves using it */
@@ -81,10 +89,45 @@ static struct {
 	uint64_t slice_bytes; /* session_slice_bytes */
 } g;
 
-static void region_unmap(struct region *rg)
+/* An unmap handed to the offload thread: tearing down the page tables of
+ * a region of gigabytes takes milliseconds, too long for a reactor. */
+struct unmap_job {
+	struct rx_offload o;
+	void *base;
+	uint64_t size;
+};
+
+static void unmap_work(struct rx_offload *o)
+{
+	struct unmap_job *u = (struct unmap_job *)o;
+	munmap(u->base, u->size);
+}
+
+static void unmap_done(struct rx_reactor *r, struct rx_offload *o)
+{
+	(void)r;
+	free(o);
+}
+
+/* Unmap base..size off the reactor (inline if that cannot be). */
+static void unmap_off(struct rx_reactor *r, void *base, uint64_t size)
+{
+	struct unmap_job *u = malloc(sizeof(*u));
+	if (u) {
+		*u = (struct unmap_job){.o = {.work = unmap_work,
+					      .done = unmap_done},
+					.base = base, .size = size};
+		if (rx_offload(r, &u->o) == 0)
+			return;
+		free(u);
+	}
+	munmap(base, size);
+}
+
+static void region_unmap(struct rx_reactor *r, struct region *rg)
 {
 	PC_DASSERT(rg->refs == 0 && !rg->live && rg->base);
-	munmap(rg->base, rg->size);
+	unmap_off(r, rg->base, rg->size);
 	met_gauge_add(g.regions, -1);
 	met_gauge_add(g.region_bytes, -(int64_t)rg->size);
 	memset(rg, 0, sizeof(*rg));
@@ -123,16 +166,16 @@ static void region_drop(struct session *s, struct region *rg)
 {
 	rg->live = false;
 	if (rg->refs == 0)
-		region_unmap(rg);
+		region_unmap(s->r, rg);
 	else
 		region_detach(s, rg);
 }
 
-static void region_put(struct region *rg)
+static void region_put(struct session *s, struct region *rg)
 {
 	PC_ASSERT(rg->refs > 0);
 	if (--rg->refs == 0 && !rg->live)
-		region_unmap(rg);
+		region_unmap(s->r, rg);
 }
 
 /* The client left (connection closed; calls may still be in flight). */
@@ -214,6 +257,76 @@ static int check_fd(int fd, uint64_t size, bool *sealed, char *why,
 	return 0;
 }
 
+/*
+ * session.register's mmap, on the offload thread: mapping waits for the
+ * process's mmap lock, which page faults elsewhere (the pool's prefault, a
+ * big copy) hold for milliseconds. The slot is reserved (mapping) and the
+ * call stays open until done; the connection cannot be released before.
+ */
+struct map_job {
+	struct rx_offload o;
+	struct rpc_call *call;
+	struct session *s;
+	struct region *slot;
+	int fd;
+	uint64_t size;
+	bool sealed;
+	void *base;
+	int err;
+};
+
+static void map_work(struct rx_offload *o)
+{
+	struct map_job *mj = (struct map_job *)o;
+	mj->base = mmap(NULL, mj->size, PROT_READ | PROT_WRITE, MAP_SHARED,
+			mj->fd, 0);
+	mj->err = mj->base == MAP_FAILED ? -errno : 0;
+	close(mj->fd); /* the mapping keeps the memory */
+}
+
+static void register_refused(struct rpc_call *call, const char *why)
+{
+	met_inc(g.refused);
+	PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "%s: region refused: %s",
+		  rpc_call_peer(call), why);
+	rpc_reply_error(call, RPC_E_BAD_PARAMS, "%s", why);
+}
+
+static void map_done(struct rx_reactor *r, struct rx_offload *o)
+{
+	struct map_job *mj = (struct map_job *)o;
+	struct region *slot = mj->slot;
+	struct rpc_call *call = mj->call;
+	slot->mapping = false;
+	if (mj->err) {
+		char why[160];
+		snprintf(why, sizeof(why), "mmap: %s", strerror(-mj->err));
+		register_refused(call, why);
+	} else if (mj->s->gone) {
+		/* the client left meanwhile: its reply is dropped */
+		unmap_off(r, mj->base, mj->size);
+		rpc_reply_error(call, RPC_E_BAD_PARAMS, "the client left");
+	} else {
+		*slot = (struct region){.id = slot->id, .live = true,
+					.base = mj->base, .size = mj->size};
+		met_gauge_add(g.regions, 1);
+		met_gauge_add(g.region_bytes, (int64_t)mj->size);
+		PC_LOGD(LOG_MOD, "%s: region %u of %llu bytes mapped%s",
+			rpc_call_peer(call), slot->id,
+			(unsigned long long)mj->size,
+			mj->sealed ? " (sealed)" : "");
+		msgpack_packer *pk = rpc_reply_begin(call);
+		msgpack_pack_map(pk, 1);
+		mp_pack_cstr(pk, "sealed");
+		if (mj->sealed)
+			msgpack_pack_true(pk);
+		else
+			msgpack_pack_false(pk);
+		rpc_reply_end(call);
+	}
+	free(mj);
+}
+
 /* session.register [region_id, size] + one descriptor */
 static void m_register(struct rpc_call *call, struct mp_rd *p)
 {
@@ -235,11 +348,17 @@ static void m_register(struct rpc_call *call, struct mp_rd *p)
 	struct session *s = session_of(call, true);
 	bool sealed = false;
 	int ret = !s ? -ENOMEM : check_fd(fd, size, &sealed, why, sizeof(why));
+	if (!s)
+		snprintf(why, sizeof(why), "out of memory");
 	struct region *slot = NULL;
-	for (unsigned i = 0; s && i < REGIONS_MAX && !slot; i++)
-		if (!s->regions[i].base)
-			slot = &s->regions[i];
-	if (ret == 0 && region_find(s, id)) {
+	bool dup = false;
+	for (unsigned i = 0; s && i < REGIONS_MAX; i++) {
+		struct region *rg = &s->regions[i];
+		if (!slot && !rg->base && !rg->mapping)
+			slot = rg;
+		dup |= (rg->live || rg->mapping) && rg->id == id;
+	}
+	if (ret == 0 && dup) {
 		snprintf(why, sizeof(why), "region %llu is already registered",
 			 (unsigned long long)id);
 		ret = -EEXIST;
@@ -248,37 +367,24 @@ static void m_register(struct rpc_call *call, struct mp_rd *p)
 			 REGIONS_MAX);
 		ret = -ENOSPC;
 	}
-	void *base = MAP_FAILED;
-	if (ret == 0) {
-		base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
-			    0);
-		if (base == MAP_FAILED) {
-			ret = -errno;
-			snprintf(why, sizeof(why), "mmap: %s", strerror(errno));
-		}
+	struct map_job *mj = ret == 0 ? malloc(sizeof(*mj)) : NULL;
+	if (ret == 0 && !mj) {
+		snprintf(why, sizeof(why), "out of memory");
+		ret = -ENOMEM;
 	}
-	close(fd); /* the mapping keeps the memory */
 	if (ret < 0) {
-		met_inc(g.refused);
-		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "%s: region refused: %s",
-			  rpc_call_peer(call), why);
-		rpc_reply_error(call, RPC_E_BAD_PARAMS, "%s", why);
+		close(fd);
+		register_refused(call, why);
 		return;
 	}
-	*slot = (struct region){(uint32_t)id, true, false, 0, base, size};
-	met_gauge_add(g.regions, 1);
-	met_gauge_add(g.region_bytes, (int64_t)size);
-	PC_LOGD(LOG_MOD, "%s: region %llu of %llu bytes mapped%s",
-		rpc_call_peer(call), (unsigned long long)id,
-		(unsigned long long)size, sealed ? " (sealed)" : "");
-	msgpack_packer *pk = rpc_reply_begin(call);
-	msgpack_pack_map(pk, 1);
-	mp_pack_cstr(pk, "sealed");
-	if (sealed)
-		msgpack_pack_true(pk);
-	else
-		msgpack_pack_false(pk);
-	rpc_reply_end(call);
+	*mj = (struct map_job){.o = {.work = map_work, .done = map_done},
+			       .call = call, .s = s, .slot = slot, .fd = fd,
+			       .size = size, .sealed = sealed};
+	*slot = (struct region){.id = (uint32_t)id, .mapping = true};
+	if (rx_offload(rpc_call_reactor(call), &mj->o) < 0) {
+		map_work(&mj->o); /* no offload thread: map here */
+		map_done(rpc_call_reactor(call), &mj->o);
+	}
 }
 
 /* session.unregister [region_id] -> bool */
@@ -347,7 +453,7 @@ static void move_finish(struct move *m)
 	/* Pages of a get that the client gave up meanwhile landed in node
 	 * memory, not in its region: none of them is the client's. */
 	bool lost = !m->set && m->rg->detached;
-	region_put(m->rg);
+	region_put(s, m->rg);
 	if (m->first_err) {
 		rpc_reply_error(m->call, RPC_E_BUSY, "%s",
 				strerror(-m->first_err));

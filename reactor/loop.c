@@ -444,7 +444,7 @@ static void check_drain(struct rx_reactor *r)
 	 * the stop, reported from a zero-delay timer): the loop runs it, and
 	 * whatever it finishes, before it may end. */
 	if (r->conns || r->listeners || r->watches || r->pend_head ||
-	    rx_timers_due(r))
+	    r->offloads || rx_timers_due(r))
 		return;
 	uint64_t msg_live = r->msg_op != RX_NO_OP ? 1 : 0;
 	if (r->st.ops_in_use > msg_live)
@@ -526,6 +526,17 @@ void rx_reactor_destroy(struct rx_reactor *r)
 	 * carry; they see rx_reactor_stopping() == true. */
 	r->state = RX_DONE;
 	msg_run_list(r, msg_take_all(r));
+	/* A forced stop may leave offloads running: their done comes as a
+	 * message, and must not find the reactor freed. */
+	while (r->offloads) {
+		struct pollfd pfd = {.fd = r->efd, .events = POLLIN};
+		uint64_t v;
+		if (poll(&pfd, 1, 100) > 0) {
+			ssize_t n = read(r->efd, &v, sizeof(v));
+			(void)n; /* EAGAIN: taken by a stale read op */
+		}
+		msg_run_list(r, msg_take_all(r));
+	}
 	while (r->stop_hooks) {
 		struct rx_stop_hook *h = r->stop_hooks;
 		r->stop_hooks = h->next;

@@ -137,6 +137,28 @@ int rx_post(struct rx_reactor *target, void (*fn)(struct rx_reactor *r,
 						  void *arg),
 	    void *arg);
 
+/* ------------------------------------------------------------------ offloads */
+
+/*
+ * A blocking system call made off the reactor (reactor/offload.c): work(o)
+ * runs on the process's offload thread, then done(r, o) on the reactor that
+ * submitted it. Embed it in what it works on; it must stay valid until done
+ * runs. For calls that can take milliseconds and have no io_uring form
+ * (mmap/munmap of large regions, memory registration), not per-request
+ * work. The reactor's shutdown waits for its offloads.
+ */
+struct rx_offload {
+	void (*work)(struct rx_offload *o);                       /* worker */
+	void (*done)(struct rx_reactor *r, struct rx_offload *o); /* reactor */
+	struct rx_reactor *r_;   /* private */
+	struct rx_offload *next_;
+};
+
+/* Queue o. Own thread only. 0, or -ESHUTDOWN (the reactor is being
+ * destroyed) or -EAGAIN (no offload thread): then nothing runs and the
+ * caller makes the call itself. */
+int rx_offload(struct rx_reactor *r, struct rx_offload *o);
+
 /* ------------------------------------------------------------------- timers */
 
 /* A timer is owned by the caller (embed it); the reactor only links it. */

@@ -236,6 +236,7 @@ struct rx_reactor {
 	int efd;
 	uint64_t efd_val;
 	uint32_t msg_op;
+	unsigned offloads;            /* rx_offload calls not yet done */
 };
 
 /* ops.c — the op table and completion dispatch */

@@ -767,3 +767,69 @@ Test(reactor, two_part_reads_split_header_and_payload)
 	cr_assert_eq(tu_check_pattern(mr_dst, 1u << 20, 12, 0), -1);
 	free(mr_dst);
 }
+
+/* ----------------------------------------------------------------- offload */
+
+struct off {
+	struct rx_offload o;
+	pthread_t worker, done_on;
+	unsigned order, delay_ms;
+	bool done;
+};
+
+static unsigned off_seq;
+
+static void off_work(struct rx_offload *o)
+{
+	struct off *f = (struct off *)o;
+	f->worker = pthread_self();
+	usleep(f->delay_ms * 1000);
+}
+
+static void off_done(struct rx_reactor *r, struct rx_offload *o)
+{
+	(void)r;
+	struct off *f = (struct off *)o;
+	f->done_on = pthread_self();
+	f->order = off_seq++;
+	f->done = true;
+}
+
+static void off_stop(struct rx_reactor *r, struct rx_timer *t)
+{
+	(void)t;
+	rx_reactor_stop(r);
+}
+
+/*
+ * Work runs on another thread, done on the reactor's, in submission order;
+ * a stop right after the submissions waits for every done (the reactor
+ * counts them like ops), even one whose work takes 300 ms.
+ */
+Test(reactor, offloads_run_off_the_loop_and_shutdown_waits_for_them)
+{
+	struct rx_params p;
+	rx_params_default(&p);
+	struct rx_reactor *r = tu_reactor(&p);
+	struct off f[3];
+	off_seq = 0;
+	for (unsigned i = 0; i < 3; i++) {
+		f[i] = (struct off){.o = {.work = off_work, .done = off_done},
+				    .delay_ms = i == 2 ? 300 : 10};
+		cr_assert_eq(rx_offload(r, &f[i].o), 0);
+	}
+	struct rx_timer stop;
+	rx_timer_init(&stop, off_stop, NULL);
+	rx_timer_start(r, &stop, 0, 0);
+	uint64_t ms = tu_run(r, 10000);
+	for (unsigned i = 0; i < 3; i++) {
+		cr_assert(f[i].done, "offload %u never came back", i);
+		cr_assert_eq(f[i].order, i);
+		cr_assert(!pthread_equal(f[i].worker, pthread_self()));
+		cr_assert(pthread_equal(f[i].done_on, pthread_self()));
+	}
+	cr_assert_geq(ms, 300, "the loop ended after %llu ms, before the "
+		      "last offload", (unsigned long long)ms);
+	cr_assert_eq(rx_reactor_stats(r)->ops_in_use, 0);
+	rx_reactor_destroy(r);
+}
