@@ -203,7 +203,8 @@ def verify(client):
 def totals(nodes):
     ms = [metrics_of(n) for n in nodes]
     return {k: sum(m.get(k, 0) for m in ms)
-            for k in (M_MOVED, M_STORED, M_WALKS, M_DIR, M_REMOVES)}
+            for k in (M_MOVED, M_STORED, M_WALKS, M_DIR, M_REMOVES,
+                      M_MOVED_OUT)}
 
 
 def until(pred, what, timeout):
