@@ -15,7 +15,8 @@
  * and timed out on time however busy the data reactors are; the thread does
  * no other work. The only state another thread reads is the table and the
  * adopted view, under g.lock (held for a copy or a short walk, never across
- * I/O): discovery.view on the RPC port and the metrics. The ring is built on
+ * I/O): discovery.view on the RPC port and the metrics; two byte counters
+ * are atomics the thread refreshes every sweep. The ring is built on
  * this thread (cluster's set_members never waits: a change in progress
  * answers -EBUSY and the next sweep retries).
  *
@@ -136,6 +137,7 @@ static struct {
 	unsigned nsuspected;
 	const struct ph_api *health;
 	met_id changes, heartbeats, hb_failures, removals, late;
+	uint64_t bytes_in, bytes_out;    /* the thread's reactor, per sweep */
 } g;
 
 /* ------------------------------------------------------------ lists */
@@ -627,8 +629,14 @@ static void hb_tick(struct rx_reactor *r, struct rx_timer *tm)
 
 static void sweep_tick(struct rx_reactor *r, struct rx_timer *tm)
 {
-	(void)r;
 	(void)tm;
+	/* Membership traffic for the metrics: this reactor carries nothing
+	 * else (meta-port server and heartbeat client, handshakes included). */
+	const struct rx_stats *st = rx_reactor_stats(r);
+	__atomic_store_n(&g.bytes_in, RX_STAT_READ(st->bytes_in),
+			 __ATOMIC_RELAXED);
+	__atomic_store_n(&g.bytes_out, RX_STAT_READ(st->bytes_out),
+			 __ATOMIC_RELAXED);
 	uint64_t now = pc_now_ns();
 	uint64_t lag = now - g.last_sweep_ns;
 	lag = lag > 2 * SWEEP_MS * 1000000ull ? lag - SWEEP_MS * 1000000ull : 0;
@@ -1063,6 +1071,11 @@ static double table_size_fn(void *arg)
 	return v;
 }
 
+static double bytes_fn(void *arg)
+{
+	return (double)__atomic_load_n((const uint64_t *)arg, __ATOMIC_RELAXED);
+}
+
 static int parse_seeds(const char *list)
 {
 	const char *sep = ", \t";
@@ -1149,6 +1162,16 @@ static int d_init(struct pc_ctx *ctx)
 	met_register_fn("peercache_discovery_table_members", "members that "
 			"heartbeat to this node (a master)", NULL,
 			table_size_fn, NULL);
+	met_register_counter_fn("peercache_discovery_received_bytes_total",
+				"bytes the discovery thread received (meta "
+				"port and heartbeat replies; TCP payload, "
+				"updated every 100 ms)", NULL, bytes_fn,
+				&g.bytes_in);
+	met_register_counter_fn("peercache_discovery_sent_bytes_total",
+				"bytes the discovery thread sent (heartbeats, "
+				"pulls and meta-port replies; TCP payload, "
+				"updated every 100 ms)", NULL, bytes_fn,
+				&g.bytes_out);
 	g.changes = met_register(MET_COUNTER,
 				 "peercache_discovery_changes_total",
 				 "membership changes discovery gave the ring",
