@@ -15,8 +15,9 @@
  * and timed out on time however busy the data reactors are; the thread does
  * no other work. The only state another thread reads is the table and the
  * adopted view, under g.lock (held for a copy or a short walk, never across
- * I/O): discovery.view on the RPC port and the metrics; two byte counters
- * are atomics the thread refreshes every sweep. The ring is built on
+ * I/O): discovery.view on the RPC port, /discovery/view.json on the
+ * metrics port (the dashboard) and the metrics; two byte counters are
+ * atomics the thread refreshes every sweep. The ring is built on
  * this thread (cluster's set_members never waits: a change in progress
  * answers -EBUSY and the next sweep retries).
  *
@@ -53,6 +54,7 @@
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/settings.h"
+#include "modules/http.h"
 #include "modules/modules.h"
 #include "modules/peer_health.h"
 #include "reactor/reactor.h"
@@ -886,6 +888,62 @@ static const struct rpc_method rpc_methods[] = {
 	{NULL, NULL, 0, NULL},
 };
 
+/* Metrics port (any reactor): the same view as JSON for the dashboard,
+ * read-only; at most MEMBERS_MAX members of bounded addresses. */
+static void json_str(struct pc_wbuf *b, const char *s)
+{
+	pc_wbuf_append(b, "\"", 1);
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+		if (c == '"' || c == '\\')
+			pc_wbuf_printf(b, "\\%c", c);
+		else if (c < 0x20 || c == 0x7f)
+			pc_wbuf_printf(b, "\\u%04x", c);
+		else
+			pc_wbuf_append(b, s, 1);
+	}
+	pc_wbuf_append(b, "\"", 1);
+}
+
+static void r_view_json(const struct http_request *req,
+			struct http_response *r)
+{
+	(void)req;
+	if (!g.on) {
+		r->status = 404;
+		pc_wbuf_printf(&r->body, "discovery is off on this node "
+			       "(discovery_addr is empty)\n");
+		return;
+	}
+	r->content_type = "application/json";
+	struct pc_wbuf *b = &r->body;
+	pthread_mutex_lock(&g.lock);
+	uint64_t now = pc_now_ns();
+	pc_wbuf_printf(b, "{\"epoch\":%llu,\"from\":",
+		       (unsigned long long)g.view.epoch);
+	json_str(b, g.view_from[0] ? g.view_from : g.self_meta);
+	pc_wbuf_printf(b, ",\"self\":");
+	json_str(b, g.cl->self_id);
+	pc_wbuf_printf(b, ",\"members\":[");
+	for (unsigned i = 0; i < g.view.n; i++) {
+		const struct entry *e = &g.view.e[i];
+		pc_wbuf_printf(b, "%s{\"id\":", i ? "," : "");
+		json_str(b, e->id);
+		pc_wbuf_printf(b, ",\"role\":\"%s\",\"state\":\"%s\","
+			       "\"age_ms\":%llu}", role_of(&g.view, e),
+			       e->suspect ? "suspect" : "alive",
+			       (unsigned long long)(now > e->seen_ns
+				       ? (now - e->seen_ns) / 1000000 : 0));
+	}
+	pc_wbuf_printf(b, "]}\n");
+	pthread_mutex_unlock(&g.lock);
+}
+
+static const struct http_route http_routes[] = {
+	{"/discovery/view.json", r_view_json},
+	{NULL, NULL},
+};
+
 /* ------------------------------------------------------------ the thread */
 
 static void on_meta(struct rx_listener *l, int fd, void *arg)
@@ -1261,4 +1319,5 @@ const struct pc_module pc_mod_discovery = {
 	.stop = d_stop,
 	.fini = d_fini,
 	.rpc_methods = rpc_methods,
+	.http_routes = http_routes,
 };
