@@ -29,9 +29,11 @@ One round, for one N:
   traffic   1 s after that, every node's peercache_discovery_sent_bytes_total
             and _received_bytes_total are read, again RATE_S later: bytes/s
             per node (sent + received), by role in the view (head, the other
-            masters, plain members). The discovery thread's reactor carries
-            nothing else, so this is all of membership: heartbeats, member
-            list pulls and their answers, handshakes, TCP payload only.
+            masters, plain members), and the CPU time of each node's
+            discovery thread (/proc, % of one core) over the same window.
+            The discovery thread's reactor carries nothing else, so this is
+            all of membership: heartbeats, member list pulls and their
+            answers, handshakes, TCP payload only.
   keys      min(KEYS, N x KEYS_PER_NODE) values written with kv.set, key i
             on node i % N (none is evicted: a pool's records would go); then the
             directory: records per node (peercache_directory_records),
@@ -155,14 +157,30 @@ def rss_mb(nodes):
     return [n.rss_kb() / 1024.0 for n in nodes if n.proc.poll() is None]
 
 
+def disc_cpu_s(node):
+    """CPU seconds the node's discovery thread ("pc-discovery") used."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    task = "/proc/%d/task" % node.proc.pid
+    for tid in os.listdir(task):
+        try:
+            with open("%s/%s/stat" % (task, tid)) as f:
+                st = f.read()
+        except OSError:
+            continue
+        if st[st.index("(") + 1:st.rindex(")")] == "pc-discovery":
+            f = st[st.rindex(")") + 2:].split()
+            return (int(f[11]) + int(f[12])) / ticks  # utime + stime
+    return 0.0
+
+
 def traffic(nodes, roles):
-    """Bytes/s per node over RATE_S, grouped by role."""
+    """Bytes/s and discovery-thread CPU per node over RATE_S, by role."""
     def sample():
         out = []
         for n in nodes:
             m = metrics_of(n)
             out.append((time.time(), m[M_SENT] + m[M_RECV], m[M_SENT],
-                        m[M_RECV]))
+                        m[M_RECV], disc_cpu_s(n)))
         return out
     s0 = sample()
     time.sleep(RATE_S)
@@ -172,7 +190,8 @@ def traffic(nodes, roles):
         dt = b[0] - a[0]
         by[roles[i]].append({"total": (b[1] - a[1]) / dt,
                              "sent": (b[2] - a[2]) / dt,
-                             "received": (b[3] - a[3]) / dt})
+                             "received": (b[3] - a[3]) / dt,
+                             "cpu_pct": 100.0 * (b[4] - a[4]) / dt})
     return by
 
 
@@ -248,6 +267,8 @@ def one_round(n, run):
             if rows:
                 out["bps_%s" % r] = statistics.median(x["total"] for x in rows)
                 out["bps_%s_max" % r] = max(x["total"] for x in rows)
+                out["cpu_%s" % r] = statistics.median(x["cpu_pct"]
+                                                      for x in rows)
         out["bps_all_median"] = statistics.median(
             x["total"] for rows in tr.values() for x in rows)
         out["traffic"] = tr
@@ -302,6 +323,9 @@ FIELDS = [  # (key, label, format)
     ("bps_member", "membership bytes/s, plain member (median)", "%.0f"),
     ("bps_member_max", "  plain member, max", "%.0f"),
     ("keys", "keys written (K)", "%.0f"),
+    ("cpu_head", "discovery thread CPU %, head", "%.1f"),
+    ("cpu_master", "  other masters (median)", "%.1f"),
+    ("cpu_member", "  plain member (median)", "%.1f"),
     ("dir_bytes_per_record", "directory bytes per record", "%.1f"),
     ("records_per_node_mean", "directory records per node, mean", "%.0f"),
     ("ring_max_over_mean", "ring load max / mean (records per node)",

@@ -10,6 +10,7 @@ deadlines are generous (CI is slow), never a performance assertion: the
 figures for 3 to 100 nodes come from bench/discovery_scale.sh.
 """
 import re
+import signal
 import time
 
 from conftest import RpcClient, free_ports
@@ -97,6 +98,9 @@ def test_ten_nodes_converge_drop_and_join(node_factory):
         c.close()
     assert err is None and sorted(x["id"] for x in res) == sorted(
         want + [addr(rpc[N])]), (err, res)
+    # A clean exit (leak-checked in the sanitized build) deregisters.
+    assert joiner.stop(signal.SIGTERM) == 0
+    converge(rest, want, 10, "SIGTERM of %s" % addr(rpc[N]))
     # No false removal: the head removed the victim and nobody else.
     removed = re.findall(r"member (\S+) silent for [0-9.]+ s: removed",
                          nodes[0].text())
