@@ -65,13 +65,10 @@ failure).
 """
 import datetime
 import hashlib
-import json
 import os
 import re
 import shutil
 import signal
-import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -80,6 +77,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "tests", "proc"))
 from conftest import BUILD, Node, RpcClient, free_ports, metrics_of  # noqa: E402
+import bench_results  # noqa: E402  (this directory: the script's own)
 
 ENV = os.environ
 NODES = int(ENV.get("NODES", "4"))
@@ -437,42 +435,21 @@ FIELDS = [  # (key, label, format)
 def main():
     if NODES < 1 or KEYS < 1 or RUNS < 1 or REPLICAS < 1:
         raise SystemExit("NODES, KEYS, RUNS and REPLICAS must be >= 1")
-    ts = datetime.datetime.now(datetime.timezone.utc).strftime(
-        "%Y%m%dT%H%M%SZ")
-    load0 = open("/proc/loadavg").read().split()[:3]
+    ts = bench_results.stamp()
+    load0 = bench_results.loadavg()
     results = []
     for run in range(1, RUNS + 1):
         results.append(one_run(run))
-    load1 = open("/proc/loadavg").read().split()[:3]
-    summary = {}
-    for ci, name in enumerate(CHANGES):
-        rows = [r[ci] for r in results]
-        summary[name] = {}
-        for k, _, _ in FIELDS:
-            vals = [r[k] for r in rows if r.get(k) is not None]
-            if vals:
-                summary[name][k] = {"min": min(vals),
-                                    "median": statistics.median(vals),
-                                    "max": max(vals)}
-    try:
-        rev = subprocess.run(["git", "-C", os.path.dirname(
-            os.path.abspath(__file__)), "describe", "--always", "--dirty"],
-            capture_output=True, text=True).stdout.strip() or "unknown"
-    except OSError:
-        rev = "unknown"
-    doc = {"bench": "republish", "timestamp": ts, "git_rev": rev,
-           "host": {"kernel": os.uname().release, "cpus": os.cpu_count(),
-                    "loadavg_start": " ".join(load0),
-                    "loadavg_end": " ".join(load1)},
-           "params": {"nodes": NODES, "keys": KEYS, "page": PAGE,
-                      "replicas": REPLICAS, "runs": RUNS, "pool": POOL,
-                      "membership": "static, cluster.set_peers"},
-           "runs": results, "summary": summary}
-    os.makedirs(RESULTS_DIR, exist_ok=True)
-    out = os.path.join(RESULTS_DIR, "republish-%s.json" % ts)
-    with open(out, "w") as f:
-        json.dump(doc, f, indent=2)
-        f.write("\n")
+    load1 = bench_results.loadavg()
+    summary = {name: bench_results.spread([r[ci] for r in results],
+                                          [k for k, _, _ in FIELDS])
+               for ci, name in enumerate(CHANGES)}
+    out = bench_results.write(
+        RESULTS_DIR, "republish", "republish", ts, (load0, load1),
+        {"nodes": NODES, "keys": KEYS, "page": PAGE, "replicas": REPLICAS,
+         "runs": RUNS, "pool": POOL,
+         "membership": "static, cluster.set_peers"},
+        runs=results, summary=summary)
     print("Re-publication, N=%d -> %d -> %d, K=%d pages of %d B, R=%d, "
           "%d runs, membership by cluster.set_peers; load average %s -> %s"
           % (NODES, NODES + 1, NODES, KEYS, PAGE, REPLICAS, RUNS, load0[0],

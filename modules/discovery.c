@@ -15,7 +15,9 @@
  * and timed out on time however busy the data reactors are; the thread does
  * no other work. The only state another thread reads is the table and the
  * adopted view, under g.lock (held for a copy or a short walk, never across
- * I/O): discovery.view on the RPC port and the metrics. The ring is built on
+ * I/O): discovery.view on the RPC port, /discovery/view.json on the
+ * metrics port (the dashboard) and the metrics; two byte counters are
+ * atomics the thread refreshes every sweep. The ring is built on
  * this thread (cluster's set_members never waits: a change in progress
  * answers -EBUSY and the next sweep retries).
  *
@@ -52,6 +54,7 @@
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/settings.h"
+#include "modules/http.h"
 #include "modules/modules.h"
 #include "modules/peer_health.h"
 #include "reactor/reactor.h"
@@ -136,6 +139,7 @@ static struct {
 	unsigned nsuspected;
 	const struct ph_api *health;
 	met_id changes, heartbeats, hb_failures, removals, late;
+	uint64_t bytes_in, bytes_out;    /* the thread's reactor, per sweep */
 } g;
 
 /* ------------------------------------------------------------ lists */
@@ -627,8 +631,14 @@ static void hb_tick(struct rx_reactor *r, struct rx_timer *tm)
 
 static void sweep_tick(struct rx_reactor *r, struct rx_timer *tm)
 {
-	(void)r;
 	(void)tm;
+	/* Membership traffic for the metrics: this reactor carries nothing
+	 * else (meta-port server and heartbeat client, handshakes included). */
+	const struct rx_stats *st = rx_reactor_stats(r);
+	__atomic_store_n(&g.bytes_in, RX_STAT_READ(st->bytes_in),
+			 __ATOMIC_RELAXED);
+	__atomic_store_n(&g.bytes_out, RX_STAT_READ(st->bytes_out),
+			 __ATOMIC_RELAXED);
 	uint64_t now = pc_now_ns();
 	uint64_t lag = now - g.last_sweep_ns;
 	lag = lag > 2 * SWEEP_MS * 1000000ull ? lag - SWEEP_MS * 1000000ull : 0;
@@ -878,6 +888,62 @@ static const struct rpc_method rpc_methods[] = {
 	{NULL, NULL, 0, NULL},
 };
 
+/* Metrics port (any reactor): the same view as JSON for the dashboard,
+ * read-only; at most MEMBERS_MAX members of bounded addresses. */
+static void json_str(struct pc_wbuf *b, const char *s)
+{
+	pc_wbuf_append(b, "\"", 1);
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+		if (c == '"' || c == '\\')
+			pc_wbuf_printf(b, "\\%c", c);
+		else if (c < 0x20 || c == 0x7f)
+			pc_wbuf_printf(b, "\\u%04x", c);
+		else
+			pc_wbuf_append(b, s, 1);
+	}
+	pc_wbuf_append(b, "\"", 1);
+}
+
+static void r_view_json(const struct http_request *req,
+			struct http_response *r)
+{
+	(void)req;
+	if (!g.on) {
+		r->status = 404;
+		pc_wbuf_printf(&r->body, "discovery is off on this node "
+			       "(discovery_addr is empty)\n");
+		return;
+	}
+	r->content_type = "application/json";
+	struct pc_wbuf *b = &r->body;
+	pthread_mutex_lock(&g.lock);
+	uint64_t now = pc_now_ns();
+	pc_wbuf_printf(b, "{\"epoch\":%llu,\"from\":",
+		       (unsigned long long)g.view.epoch);
+	json_str(b, g.view_from[0] ? g.view_from : g.self_meta);
+	pc_wbuf_printf(b, ",\"self\":");
+	json_str(b, g.cl->self_id);
+	pc_wbuf_printf(b, ",\"members\":[");
+	for (unsigned i = 0; i < g.view.n; i++) {
+		const struct entry *e = &g.view.e[i];
+		pc_wbuf_printf(b, "%s{\"id\":", i ? "," : "");
+		json_str(b, e->id);
+		pc_wbuf_printf(b, ",\"role\":\"%s\",\"state\":\"%s\","
+			       "\"age_ms\":%llu}", role_of(&g.view, e),
+			       e->suspect ? "suspect" : "alive",
+			       (unsigned long long)(now > e->seen_ns
+				       ? (now - e->seen_ns) / 1000000 : 0));
+	}
+	pc_wbuf_printf(b, "]}\n");
+	pthread_mutex_unlock(&g.lock);
+}
+
+static const struct http_route http_routes[] = {
+	{"/discovery/view.json", r_view_json},
+	{NULL, NULL},
+};
+
 /* ------------------------------------------------------------ the thread */
 
 static void on_meta(struct rx_listener *l, int fd, void *arg)
@@ -1063,6 +1129,11 @@ static double table_size_fn(void *arg)
 	return v;
 }
 
+static double bytes_fn(void *arg)
+{
+	return (double)__atomic_load_n((const uint64_t *)arg, __ATOMIC_RELAXED);
+}
+
 static int parse_seeds(const char *list)
 {
 	const char *sep = ", \t";
@@ -1149,6 +1220,16 @@ static int d_init(struct pc_ctx *ctx)
 	met_register_fn("peercache_discovery_table_members", "members that "
 			"heartbeat to this node (a master)", NULL,
 			table_size_fn, NULL);
+	met_register_counter_fn("peercache_discovery_received_bytes_total",
+				"bytes the discovery thread received (meta "
+				"port and heartbeat replies; TCP payload, "
+				"updated every 100 ms)", NULL, bytes_fn,
+				&g.bytes_in);
+	met_register_counter_fn("peercache_discovery_sent_bytes_total",
+				"bytes the discovery thread sent (heartbeats, "
+				"pulls and meta-port replies; TCP payload, "
+				"updated every 100 ms)", NULL, bytes_fn,
+				&g.bytes_out);
 	g.changes = met_register(MET_COUNTER,
 				 "peercache_discovery_changes_total",
 				 "membership changes discovery gave the ring",
@@ -1238,4 +1319,5 @@ const struct pc_module pc_mod_discovery = {
 	.stop = d_stop,
 	.fini = d_fini,
 	.rpc_methods = rpc_methods,
+	.http_routes = http_routes,
 };

@@ -183,7 +183,8 @@ static void r_dashboard(const struct http_request *req,
 	r->content_type = "text/html; charset=utf-8";
 	r->static_body = pc_dashboard_html;
 	r->static_len = pc_dashboard_html_len;
-	/* Defence in depth: the page fetches /metrics and nothing else. */
+	/* Defence in depth: the page fetches /metrics and (discovery on)
+	 * /discovery/view.json, nothing else. */
 	r->extra_headers =
 		"Content-Security-Policy: default-src 'none'; "
 		"script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
