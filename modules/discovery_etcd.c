@@ -21,7 +21,9 @@
  * with a range (its header revision is the view's epoch), then watch the
  * prefix from the next revision; every watch message with events triggers a
  * new range (the watch is a doorbell, the range the truth, so no event is
- * ever applied out of order). A killed node's key goes when its lease
+ * ever applied out of order); a range also runs every RESYNC_MS without
+ * events, and the watch socket has TCP keepalives, so a watch that died
+ * silently is not trusted for long. A killed node's key goes when its lease
  * expires; a stopping node revokes its lease (key removed at once).
  *
  * Failures: any failed call closes the watch, moves to the next endpoint
@@ -38,6 +40,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -59,6 +63,8 @@
 #define CALL_MS 1000         /* one unary call, connect to last byte */
 #define REVOKE_MS 500        /* the revoke at shutdown */
 #define TICK_MS 200          /* the loop wakes at least this often */
+#define RESYNC_MS 10000      /* a range even without events (a watch that
+				silently died is not trusted for long) */
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 1000  /* below a lease TTL: keepalives get through */
 #define BODY_MAX (8u << 20)  /* a reply body (1024 members are ~300 KB) */
@@ -98,7 +104,7 @@ static struct {
 	atomic_bool stop;
 	/* the thread's */
 	int64_t lease;
-	uint64_t ka_at, retry_at, backoff_ms;
+	uint64_t ka_at, retry_at, backoff_ms, resync_at;
 	unsigned fails;            /* calls failed in a row */
 	int64_t rev;               /* of the last range adopted */
 	struct hconn watch;        /* fd -1: none */
@@ -539,6 +545,7 @@ static int do_range(void)
 		PC_LOGD(LOG_MOD, "etcd %s: %u members at revision %lld",
 			e.eps[e.ep], n, (long long)rev);
 	e.rev = rev;
+	e.resync_at = pc_now_ns() + (uint64_t)RESYNC_MS * 1000000;
 	disc_view_adopt((const char (*)[DISC_ADDR_MAX])e.ids, n,
 			(uint64_t)rev, from);
 	return 0;
@@ -559,6 +566,13 @@ static int do_sync(void)
 		failed("watch", strerror(-ret));
 		return ret;
 	}
+	/* a peer that vanished without a FIN is noticed within ~11 s */
+	int on = 1, idle = 5, intvl = 2, cnt = 3;
+	setsockopt(e.watch.fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
+	setsockopt(e.watch.fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+	setsockopt(e.watch.fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl,
+		   sizeof(intvl));
+	setsockopt(e.watch.fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
 	return 0;
 }
 
@@ -658,6 +672,8 @@ static void *etcd_thread(void *arg)
 		if (now >= e.retry_at && (!e.lease || e.watch.fd < 0) &&
 		    (e.lease || do_register() == 0) && do_sync() == 0)
 			backoff_reset();
+		else if (e.watch.fd >= 0 && now >= e.resync_at)
+			do_range();
 		disc_view_reapply(); /* the ring was busy: try again */
 		now = pc_now_ns();
 		uint64_t until = now + (uint64_t)TICK_MS * 1000000;
