@@ -628,7 +628,13 @@ static void watch_read(void)
 		struct etcd_json tmp;
 		if (!nl && etcd_json_parse(c->body, len, &tmp) < 0)
 			break; /* the rest of the message is still coming */
-		int k = watch_message(c->body, len, why, sizeof(why));
+		size_t blank = 0;
+		while (blank < len && (c->body[blank] == ' ' ||
+				       c->body[blank] == '\r'))
+			blank++;
+		int k = blank == len ? 0 /* an empty line: nothing */
+				     : watch_message(c->body, len, why,
+						     sizeof(why));
 		if (k < 0) {
 			ret = k;
 			break;

@@ -5,6 +5,7 @@ scripts/deps.sh test) on loopback with free ports and a temporary data dir,
 and stops it by PID. The same join / kill -9 / SIGTERM checks as
 test_discovery.py runs for the embedded backend, then: an etcd outage and
 restart leaves the nodes their last member list and their reads and writes;
+a node frozen past its lease is dropped and registers again when it wakes;
 a wrong endpoint is a logged error, not a crash; bad settings are refused at
 start. Timings are printed; deadlines are generous (CI is slow).
 """
@@ -18,7 +19,7 @@ import time
 
 import pytest
 
-from conftest import RpcClient, free_ports, metrics_of, run
+from conftest import RpcClient, free_ports, freeze, metrics_of, run
 from test_discovery import CLI, call, ids, page, view, wait_until
 
 ETCD = shutil.which("etcd") or "/usr/bin/etcd"
@@ -235,6 +236,26 @@ def test_etcd_outage_keeps_the_view_and_the_data(node_factory, etcd):
     err, res = call(d, "kv.get", [keys])
     assert err is None and all(v in (None, page(k)) for k, v in zip(keys, res))
     for x in nodes + [d]:
+        assert x.stop() == 0
+
+
+def test_a_frozen_node_expires_and_registers_again(node_factory, etcd):
+    nodes, want, _ = start_cluster(node_factory, etcd, 3)
+    a, b, c = nodes
+    frozen = addr_of(c)
+    freeze(c.proc.pid)  # no keepalive: etcd expires its lease
+    try:
+        rest = [x for x in want if x != frozen]
+        wait_until(lambda: all(ids(view(x)) == rest for x in (a, b)), 8,
+                   "the frozen node's lease to expire")
+    finally:
+        os.kill(c.proc.pid, signal.SIGCONT)
+    # Its next keepalive finds the lease gone: a new lease, the key again.
+    c.wait_for("registering again", 10)
+    wait_until(lambda: agree(nodes, want), 10,
+               "the woken node to be back in every view")
+    assert metrics_of(c)["peercache_discovery_etcd_lease_lost_total"] >= 1
+    for x in nodes:
         assert x.stop() == 0
 
 
