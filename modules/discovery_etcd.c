@@ -662,6 +662,7 @@ static void *etcd_thread(void *arg)
 {
 	(void)arg;
 	pthread_setname_np(pthread_self(), "pc-etcd");
+	pc_log_set_thread("etcd"); /* its log lines read [etcd/discovery] */
 	met_bind_thread(0); /* the shared shard: counters from any thread */
 	while (!atomic_load(&e.stop)) {
 		uint64_t now = pc_now_ns();
