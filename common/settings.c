@@ -37,6 +37,8 @@
 
 static const char *const mode_choices[] = {"p2p", "slotmap", NULL};
 static const char *const protocol_choices[] = {"auto", "tcp", "rdma", NULL};
+static const char *const disc_backend_choices[] = {"embedded", "etcd",
+						  NULL};
 static const char *const level_choices[] = {"error", "warn", "info", "debug",
 					    "trace", NULL};
 
@@ -105,6 +107,18 @@ static const struct pc_cfg_key keys[] = {
 	 OFF(member_ttl_ms), 0, "a member silent this long is dropped (suspect "
 	 "from half of it); with 500ms heartbeats a failure is seen "
 	 "everywhere within about 2.6 s"},
+	{"discovery_backend", PC_CFG_ENUM, "embedded", 0, 0,
+	 disc_backend_choices, OFF(discovery_backend), 0,
+	 "where membership is kept: embedded (masters on the meta port, "
+	 "discovery_addr) or etcd (keys with a lease under etcd_prefix)"},
+	{"etcd_endpoints", PC_CFG_STRING, "", 0, 1024, NULL,
+	 OFF(etcd_endpoints), 0,
+	 "etcd v3 HTTP/JSON endpoints host:port[,host:port...], tried in "
+	 "order (discovery_backend = etcd)"},
+	{"etcd_prefix", PC_CFG_STRING, "/peercache/", 1, 255, NULL,
+	 OFF(etcd_prefix), 0,
+	 "etcd key prefix of this cluster's members (<prefix>members/<id>, "
+	 "each with a lease of member_ttl rounded up to seconds)"},
 	{"pool_size", PC_CFG_SIZE, "4gb", 1 * MB, 16 * TB, NULL, OFF(pool_size),
 	 0, "publish pool (p2p) or slot region (slotmap) bytes"},
 	{"pool_prefault", PC_CFG_BOOL, "true", 0, 0, NULL, OFF(pool_prefault),
@@ -421,6 +435,11 @@ int pc_settings_load(struct pc_settings *s, int argc, char *const *argv,
 	return load_secret_file(s, err, errlen);
 }
 
+bool pc_settings_discovery_on(const struct pc_settings *s)
+{
+	return *s->discovery_addr || s->discovery_backend == PC_DISC_ETCD;
+}
+
 bool pc_host_is_loopback(const char *host)
 {
 	struct in_addr a4;
@@ -471,6 +490,27 @@ int pc_settings_validate(const struct pc_settings *s, char *err, size_t errlen)
 		snprintf(err, errlen, "peers and discovery_addr are both set: "
 			 "membership is either the static peers list or what "
 			 "discovery finds; set one of them");
+		return -EINVAL;
+	}
+	if (s->discovery_backend == PC_DISC_ETCD) {
+		const char *why = !*s->etcd_endpoints
+			? "discovery_backend = etcd needs etcd_endpoints "
+			  "(host:port of etcd's client URL, comma-separated)"
+			: *s->peers ? "discovery_backend = etcd and peers are "
+				      "both set: set one of them"
+			: *s->discovery_addr
+			? "discovery_addr names the embedded backend's "
+			  "masters; with discovery_backend = etcd leave it "
+			  "empty"
+			: NULL;
+		if (why) {
+			snprintf(err, errlen, "%s", why);
+			return -EINVAL;
+		}
+	} else if (*s->etcd_endpoints) {
+		snprintf(err, errlen, "etcd_endpoints is set but "
+			 "discovery_backend is embedded: set "
+			 "discovery_backend = etcd (or clear etcd_endpoints)");
 		return -EINVAL;
 	}
 	if (*s->discovery_addr &&

@@ -20,6 +20,7 @@
 
 enum pc_mode { PC_MODE_P2P = 0, PC_MODE_SLOTMAP = 1 };
 enum pc_protocol { PC_PROTO_AUTO = 0, PC_PROTO_TCP = 1, PC_PROTO_RDMA = 2 };
+enum pc_disc_backend { PC_DISC_EMBEDDED = 0, PC_DISC_ETCD = 1 };
 
 struct pc_settings {
 	/* node */
@@ -44,6 +45,9 @@ struct pc_settings {
 	int64_t max_masters;
 	uint64_t heartbeat_interval_ms;
 	uint64_t member_ttl_ms;
+	int discovery_backend;    /* enum pc_disc_backend */
+	char *etcd_endpoints;
+	char *etcd_prefix;
 	uint64_t pool_size;
 	bool pool_prefault;
 	bool page_checksums;
@@ -135,6 +139,8 @@ void pc_settings_warn_inactive(const struct pc_settings *s);
 
 /* True when host is a loopback address (127.0.0.0/8, ::1, "localhost"). */
 bool pc_host_is_loopback(const char *host);
+/* Membership comes from discovery (embedded or etcd), not static peers. */
+bool pc_settings_discovery_on(const struct pc_settings *s);
 
 void pc_settings_free(struct pc_settings *s);
 

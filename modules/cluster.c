@@ -830,7 +830,7 @@ static void c_exit(struct rx_reactor *r, struct pc_ctx *ctx)
 /* SIGHUP: the peers of the configuration read again become the members. */
 static int c_reload(struct pc_ctx *ctx, const struct pc_settings *fresh)
 {
-	if (*ctx->cfg->discovery_addr)
+	if (pc_settings_discovery_on(ctx->cfg))
 		return 0; /* discovery owns the membership */
 	struct peer_list l = {0};
 	char err[256];
@@ -890,8 +890,9 @@ static void m_members(struct rpc_call *call, struct mp_rd *params)
 		mp_pack_cstr(pk, __atomic_load_n(&v->health[i].state,
 						 __ATOMIC_ACQUIRE) == PH_SUSPECT
 					 ? "suspect"
-				 : *g.ctx->cfg->discovery_addr ? "discovered"
-							       : "static");
+				 : pc_settings_discovery_on(g.ctx->cfg)
+					 ? "discovered"
+					 : "static");
 	}
 	rpc_reply_end(call);
 }
@@ -947,9 +948,10 @@ static int read_peer_params(struct mp_rd *p, struct peer_list *l, char *err,
 
 static void m_set_peers(struct rpc_call *call, struct mp_rd *params)
 {
-	if (*g.ctx->cfg->discovery_addr) {
+	if (pc_settings_discovery_on(g.ctx->cfg)) {
 		rpc_reply_error(call, RPC_E_FORBIDDEN, "membership is managed by "
-				"discovery on this node (discovery_addr is set)");
+				"discovery on this node (discovery_addr or "
+				"discovery_backend = etcd is set)");
 		return;
 	}
 	struct peer_list l = {0};

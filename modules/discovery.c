@@ -44,6 +44,12 @@
  *
  * Invariants: a table has at most MEMBERS_MAX entries, one per id, its own
  * entry always present and fresh; table epochs only grow.
+ *
+ * Backends: with discovery_backend = etcd none of the above runs (no meta
+ * port, no table): the etcd backend (discovery_etcd.c, through
+ * discovery_int.h) adopts its member lists with disc_view_adopt, and the
+ * view, its metrics, discovery.view and the path to the ring are this
+ * file's, shared by both.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -54,6 +60,7 @@
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/settings.h"
+#include "modules/discovery_int.h"
 #include "modules/http.h"
 #include "modules/modules.h"
 #include "modules/peer_health.h"
@@ -63,11 +70,11 @@
 #include "rpc/rpc.h"
 
 #define LOG_MOD "discovery"
-#define MEMBERS_MAX 1024
+#define MEMBERS_MAX DISC_MEMBERS_MAX
 #define SEEDS_MAX 16
 #define MASTERS_CAP 16
 #define TARGETS_MAX (SEEDS_MAX + MASTERS_CAP)
-#define ADDR_MAX 160
+#define ADDR_MAX DISC_ADDR_MAX
 #define SWEEP_MS 100
 #define LEAVE_MS 500 /* deregister calls get this long at shutdown */
 
@@ -103,7 +110,8 @@ struct target {
 static struct {
 	struct pc_ctx *ctx;
 	const struct svc_cluster *cl;
-	bool on;                         /* discovery_addr set */
+	bool on;                         /* discovery_addr set, or etcd */
+	bool etcd;                       /* discovery_backend = etcd */
 	char seeds[SEEDS_MAX][ADDR_MAX];
 	unsigned nseeds;
 	char self_meta[ADDR_MAX];        /* "" if the meta port is not served */
@@ -702,7 +710,7 @@ static int read_node(struct mp_rd *p, struct entry *e)
 static void pack_list(msgpack_packer *pk, const struct mlist *l,
 		      uint64_t now, bool with_view)
 {
-	msgpack_pack_map(pk, with_view ? 7 : 5);
+	msgpack_pack_map(pk, with_view ? 8 : 5);
 	mp_pack_cstr(pk, "epoch");
 	msgpack_pack_uint64(pk, l->epoch);
 	mp_pack_cstr(pk, "states");
@@ -714,6 +722,8 @@ static void pack_list(msgpack_packer *pk, const struct mlist *l,
 		mp_pack_cstr(pk, g.view_from[0] ? g.view_from : g.self_meta);
 		mp_pack_cstr(pk, "self");
 		mp_pack_cstr(pk, g.cl->self_id);
+		mp_pack_cstr(pk, "backend");
+		mp_pack_cstr(pk, g.etcd ? "etcd" : "embedded");
 	}
 	mp_pack_cstr(pk, "masters");
 	msgpack_pack_array(pk, l->nmasters);
@@ -859,7 +869,8 @@ static void m_view(struct rpc_call *call, struct mp_rd *params)
 	(void)params;
 	if (!g.on) {
 		rpc_reply_error(call, RPC_E_UNSUPPORTED, "discovery is off on "
-				"this node (discovery_addr is empty): the "
+				"this node (discovery_addr is empty and "
+				"discovery_backend is embedded): the "
 				"membership is the static peers list");
 		return;
 	}
@@ -883,8 +894,8 @@ static const struct rpc_method meta_methods[] = {
 
 static const struct rpc_method rpc_methods[] = {
 	{"discovery.view", m_view, 0,
-	 "-> {epoch, from, self, masters, members}: the membership this node "
-	 "follows"},
+	 "-> {epoch, from, self, backend, masters, members}: the membership "
+	 "this node follows"},
 	{NULL, NULL, 0, NULL},
 };
 
@@ -912,7 +923,8 @@ static void r_view_json(const struct http_request *req,
 	if (!g.on) {
 		r->status = 404;
 		pc_wbuf_printf(&r->body, "discovery is off on this node "
-			       "(discovery_addr is empty)\n");
+			       "(no discovery_addr, and discovery_backend is "
+			       "not etcd)\n");
 		return;
 	}
 	r->content_type = "application/json";
@@ -1089,6 +1101,44 @@ static void *disc_thread(void *arg)
 	return NULL;
 }
 
+/* ------------------------------------------------------------ backends */
+
+bool disc_addr_ok(const char *s, uint32_t len, char *out)
+{
+	return addr_ok(s, len, out);
+}
+
+int disc_view_adopt(const char (*ids)[DISC_ADDR_MAX], unsigned n,
+		    uint64_t epoch, const char *from)
+{
+	if (n > MEMBERS_MAX)
+		return -E2BIG;
+	struct entry *e = calloc(n + 1, sizeof(*e));
+	if (!e)
+		return -ENOMEM;
+	uint64_t now = pc_now_ns();
+	for (unsigned i = 0; i < n; i++) {
+		memcpy(e[i].id, ids[i], ADDR_MAX);
+		e[i].seen_ns = now; /* when the backend last listed it */
+	}
+	pthread_mutex_lock(&g.lock);
+	free(g.view.e);
+	memset(&g.view, 0, sizeof(g.view));
+	g.view.e = e;
+	g.view.n = n;
+	g.view.epoch = epoch;
+	snprintf(g.view_from, sizeof(g.view_from), "%s", from);
+	g.view_ns = now;
+	pthread_mutex_unlock(&g.lock);
+	view_apply();
+	return 0;
+}
+
+void disc_view_reapply(void)
+{
+	view_apply();
+}
+
 /* ------------------------------------------------------------ lifecycle */
 
 static double view_size_fn(void *arg)
@@ -1134,7 +1184,27 @@ static double bytes_fn(void *arg)
 	return (double)__atomic_load_n((const uint64_t *)arg, __ATOMIC_RELAXED);
 }
 
-static int parse_seeds(const char *list)
+/* The metrics of the view: both backends. */
+static void view_metrics(void)
+{
+	met_register_fn("peercache_discovery_members", "members of the "
+			"discovery view this node follows", NULL, view_size_fn,
+			NULL);
+	met_register_fn("peercache_discovery_epoch", "table epoch of the "
+			"view this node follows (the same on every node that "
+			"follows the same master; the etcd revision with "
+			"discovery_backend = etcd)", NULL, view_epoch_fn, NULL);
+	met_register_fn("peercache_discovery_suspects", "members of the view "
+			"not heard for member_ttl / 2", NULL, suspects_fn, NULL);
+	g.changes = met_register(MET_COUNTER,
+				 "peercache_discovery_changes_total",
+				 "membership changes discovery gave the ring",
+				 NULL);
+}
+
+int disc_parse_addrs(const char *list, const char *setting,
+		     const char *what, char (*out)[DISC_ADDR_MAX],
+		     unsigned max, unsigned *n)
 {
 	const char *sep = ", \t";
 	for (const char *p = list; *p;) {
@@ -1142,17 +1212,17 @@ static int parse_seeds(const char *list)
 		size_t len = strcspn(p, sep);
 		if (len == 0)
 			break;
-		if (g.nseeds == SEEDS_MAX) {
-			PC_LOGE(LOG_MOD, "discovery_addr: more than %d seeds",
-				SEEDS_MAX);
+		if (*n == max) {
+			PC_LOGE(LOG_MOD, "%s: more than %u addresses", setting,
+				max);
 			return -E2BIG;
 		}
-		if (!addr_ok(p, (uint32_t)len, g.seeds[g.nseeds])) {
-			PC_LOGE(LOG_MOD, "discovery_addr: '%.*s' is not "
-				"host:meta_port", (int)PC_MIN(len, 64), p);
+		if (!addr_ok(p, (uint32_t)len, out[*n])) {
+			PC_LOGE(LOG_MOD, "%s: '%.*s' is not %s", setting,
+				(int)PC_MIN(len, 64), p, what);
 			return -EINVAL;
 		}
-		g.nseeds++;
+		(*n)++;
 		p += len;
 	}
 	return 0;
@@ -1166,10 +1236,14 @@ static int d_init(struct pc_ctx *ctx)
 	pthread_mutex_init(&g.lock, NULL);
 	pthread_mutex_init(&g.start_lock, NULL);
 	pthread_cond_init(&g.start_cond, NULL);
-	g.on = *s->discovery_addr != '\0';
+	g.on = pc_settings_discovery_on(s);
 	if (!g.on)
 		return 0;
-	int ret = parse_seeds(s->discovery_addr);
+	g.etcd = s->discovery_backend == PC_DISC_ETCD;
+	int ret = g.etcd ? 0
+			 : disc_parse_addrs(s->discovery_addr, "discovery_addr",
+					    "host:meta_port", g.seeds,
+					    SEEDS_MAX, &g.nseeds);
 	if (ret < 0)
 		return ret;
 	if (!(g.cl = svc_need_cluster(ctx, "discovery")) ||
@@ -1178,6 +1252,12 @@ static int d_init(struct pc_ctx *ctx)
 	g.max_masters = (unsigned)PC_MIN(s->max_masters, MASTERS_CAP);
 	g.hb_ns = RX_MS(s->heartbeat_interval_ms);
 	g.ttl_ns = RX_MS(s->member_ttl_ms);
+	view_metrics();
+	if (g.etcd) {
+		snprintf(g.view_from, sizeof(g.view_from), "etcd (not "
+			 "reached yet)");
+		return disc_etcd_init(ctx);
+	}
 	if (!(g.table.e = calloc(MEMBERS_MAX + 1, sizeof(*g.table.e))))
 		return -ENOMEM;
 	struct rpc_limits lim = {
@@ -1209,14 +1289,6 @@ static int d_init(struct pc_ctx *ctx)
 	rpc_server_no_metrics(g.srv);
 	if ((ret = rpc_server_set_guard(g.srv, &gd)) < 0)
 		return ret;
-	met_register_fn("peercache_discovery_members", "members of the "
-			"discovery view this node follows", NULL, view_size_fn,
-			NULL);
-	met_register_fn("peercache_discovery_epoch", "table epoch of the "
-			"view this node follows (the same on every node that "
-			"follows the same master)", NULL, view_epoch_fn, NULL);
-	met_register_fn("peercache_discovery_suspects", "members of the view "
-			"not heard for member_ttl / 2", NULL, suspects_fn, NULL);
 	met_register_fn("peercache_discovery_table_members", "members that "
 			"heartbeat to this node (a master)", NULL,
 			table_size_fn, NULL);
@@ -1230,10 +1302,6 @@ static int d_init(struct pc_ctx *ctx)
 				"pulls and meta-port replies; TCP payload, "
 				"updated every 100 ms)", NULL, bytes_fn,
 				&g.bytes_out);
-	g.changes = met_register(MET_COUNTER,
-				 "peercache_discovery_changes_total",
-				 "membership changes discovery gave the ring",
-				 NULL);
 	g.heartbeats = met_register(MET_COUNTER,
 				    "peercache_discovery_calls_total",
 				    "heartbeat, register and members calls "
@@ -1258,6 +1326,10 @@ static int d_start(struct rx_reactor *r, struct pc_ctx *ctx)
 	(void)ctx;
 	if (!g.on || rx_reactor_id(r) != 0)
 		return 0;
+	if (g.etcd) {
+		g.start_ns = pc_now_ns();
+		return disc_etcd_start(g.cl->self_id, g.cl->self_data);
+	}
 	/* The head names itself first: compare with its own meta address
 	 * (the configured port here; the thread checks the bound one). */
 	const struct pc_settings *s = ctx->cfg;
@@ -1288,6 +1360,8 @@ static int d_start(struct rx_reactor *r, struct pc_ctx *ctx)
 static void d_stop(struct rx_reactor *r, struct pc_ctx *ctx)
 {
 	(void)ctx;
+	if (g.etcd && rx_reactor_id(r) == 0)
+		disc_etcd_stop();
 	if (rx_reactor_id(r) == 0 && g.thread_on && !g.stop_posted)
 		g.stop_posted = rx_post(g.r, leave_start, NULL) == 0;
 }
@@ -1295,6 +1369,8 @@ static void d_stop(struct rx_reactor *r, struct pc_ctx *ctx)
 static void d_fini(struct pc_ctx *ctx)
 {
 	(void)ctx;
+	if (g.etcd)
+		disc_etcd_fini();
 	if (g.thread_on && !g.stop_posted)
 		g.stop_posted = rx_post(g.r, leave_start, NULL) == 0;
 	if (g.thread_on)

@@ -78,6 +78,8 @@ prefixes_of() { # object path (relative to the build dir) -> allowed prefixes
 	modules/*/copier.c.o) echo "copier_" ;;
 	modules/*/session_req.c.o) echo "sess_req_" ;;
 	modules/*/spread.c.o) echo "pc_spread_" ;;
+	modules/*/discovery*.c.o) echo "pc_mod_ disc_" ;;
+	modules/*/etcd_wire.c.o) echo "etcd_" ;;
 	modules/*/transport*.c.o) echo "tp_ pc_mod_" ;;
 	modules/*) echo "pc_mod_" ;;
 	server/*) echo "pc_ main" ;;

@@ -4,7 +4,8 @@
 # Usage: scripts/deps.sh build|test|bench
 #   build  compiler, CMake and the libraries peercached links
 #   test   build + Criterion, pytest and msgpack for Python, clang (fuzzing),
-#          promtool (prometheus), headless Chromium (dashboard tests), and
+#          promtool (prometheus), headless Chromium (dashboard tests), etcd
+#          (etcd-server: the etcd discovery backend's tests), and
 #          torch, numpy, pip and setuptools (the SGLang shim's tests)
 #   bench  build + redis and memcached (side-by-side baselines)
 # Only missing packages are installed (apt-get, as root or through sudo);
@@ -15,7 +16,8 @@ build_pkgs=(build-essential cmake pkg-config git liburing-dev libibverbs-dev
             librdmacm-dev libmsgpack-dev libxxhash-dev)
 test_pkgs=(libcriterion-dev python3 python3-pytest python3-msgpack clang
            llvm libclang-rt-14-dev prometheus chromium fonts-dejavu-core curl
-           python3-torch python3-numpy python3-pip python3-setuptools)
+           python3-torch python3-numpy python3-pip python3-setuptools
+           etcd-server)
 bench_pkgs=(redis-server redis-tools memcached)
 
 case "${1:-build}" in
