@@ -102,6 +102,13 @@ class Cluster:
             return False
         return vs
 
+    def stop_clean(self):
+        """Stop every running node (SIGINT: it deregisters); each must exit
+        0 (in the sanitizer tree: no leak, no error report)."""
+        codes = {i: n.stop() for i, n in self.nodes.items()
+                 if n.proc.poll() is None}
+        assert all(c == 0 for c in codes.values()), codes
+
     def stop_all(self):
         for n in self.nodes.values():
             if n.proc.poll() is None:
@@ -369,6 +376,7 @@ def test_join(net):
     time.sleep(1.0)
     assert not flaps(cl, m), flaps(cl, m)
     o.check("join")
+    cl.stop_clean()
 
 
 def test_kill_non_head(net):
@@ -395,6 +403,7 @@ def test_kill_non_head(net):
     assert sorted(roles.values()) == ["head", "master", "master"], roles
     time.sleep(0.5)
     o.check("kill -9 non-head")
+    cl.stop_clean()
 
 
 def test_kill_head_then_join_through_second_seed(net):
@@ -423,6 +432,7 @@ def test_kill_head_then_join_through_second_seed(net):
     print("%s: reads hit again, no miss for 1 s, %.2f s later"
           % (cl.net.kind, o.recovered(10)))
     o.check("kill head + join")
+    cl.stop_clean()
 
 
 def test_link_down_up(net):
@@ -452,6 +462,7 @@ def test_link_down_up(net):
     print("%s link up: reads hit again, no miss for 1 s, %.2f s after "
           "convergence" % (cl.net.kind, o.recovered(10)))
     o.check("link down/up")
+    cl.stop_clean()
 
 
 def partition_heal(cl, n, far, label):
@@ -506,6 +517,7 @@ def partition_heal(cl, n, far, label):
     print("%s %s heal: reads hit again, no miss for 1 s, %.2f s after "
           "convergence" % (cl.net.kind, label, o.recovered(10)))
     o.check("partition/heal " + label)
+    cl.stop_clean()
 
 
 def test_partition_and_heal(net):
@@ -558,5 +570,6 @@ def test_joiner_does_not_keep_its_own_table(tmp_path):
         time.sleep(0.5)
         # its ring only grew: it never followed its own one-member table
         assert not flaps(cl, {4: 0}), flaps(cl, {4: 0})
+        cl.stop_clean()
     finally:
         cl.stop_all()
