@@ -103,6 +103,7 @@ struct target {
 	bool have;           /* list holds its table */
 	bool warm;           /* it has been up for member_ttl */
 	uint64_t ok_ns;      /* last answer */
+	uint64_t up_ns;      /* answering again since (after a silence) */
 	uint64_t pulled_ns;  /* last member list */
 	struct mlist list;
 };
@@ -317,9 +318,23 @@ static struct target *target_find(const char *meta)
 	return NULL;
 }
 
+/* A target that answers again after a silence of member_ttl (a partition
+ * healed, a link came back) is not followed until it has answered for
+ * member_ttl, unless this node has followed it since: its table still
+ * misses the members that have not re-registered there yet, and following
+ * it (or, meanwhile, a candidate ranked after it) would drop live members
+ * from the ring for a moment (a flap: MB_LEAVE, handles closed, records
+ * moved for nothing). Until then the view stays. */
+static bool target_settled(const struct target *t, uint64_t now)
+{
+	return now - t->up_ns >= g.ttl_ns ||
+	       (strcmp(t->meta, g.view_from) == 0 && g.view_ns >= t->up_ns);
+}
+
 /* Adopt the table of the first reachable candidate, in master order then
- * seed order: a warm one if any, else any (g.lock held; view_apply gives
- * it to the ring afterwards). */
+ * seed order: a warm one if any, else any (this node's own table only once
+ * warm, unless it is the head); none, or the first one not settled: the
+ * last view stays (g.lock held; view_apply gives it to the ring after). */
 static void view_choose(uint64_t now)
 {
 	const char *cand[TARGETS_MAX];
@@ -332,13 +347,19 @@ static void view_choose(uint64_t now)
 		for (unsigned i = 0; i < nc; i++) {
 			const struct mlist *src = NULL;
 			if (g.self_meta[0] && strcmp(cand[i], g.self_meta) == 0) {
-				if (pass == 1 || now - g.start_ns >= g.ttl_ns)
+				/* cold, only the head's own: another node's
+				 * holds just the members that found it so far */
+				if (now - g.start_ns >= g.ttl_ns ||
+				    (pass == 1 && g.head))
 					src = &g.table;
 			} else {
 				struct target *t = target_find(cand[i]);
 				if (t && t->have && now - t->ok_ns < g.ttl_ns &&
-				    (t->warm || pass == 1))
+				    (t->warm || pass == 1)) {
+					if (!target_settled(t, now))
+						return;
 					src = &t->list;
+				}
 			}
 			if (!src)
 				continue;
@@ -553,6 +574,8 @@ static void call_done(void *arg, const struct rpc_result *res)
 		free(c);
 		return;
 	}
+	if (t->ok_ns && now - t->ok_ns >= g.ttl_ns)
+		t->up_ns = now; /* back from a silence */
 	t->ok_ns = now;
 	if (c->kind == 0) {
 		struct hb_reply h;
