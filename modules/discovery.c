@@ -77,6 +77,11 @@
 #define ADDR_MAX DISC_ADDR_MAX
 #define SWEEP_MS 100
 #define LEAVE_MS 500 /* deregister calls get this long at shutdown */
+/* The followed master's list is pulled when its epoch or states move, and
+ * otherwise only this often (only the members' ages change then): every
+ * node pulls the whole table from the master it follows, so this period
+ * sets most of the head's traffic (docs/scale.md). */
+#define VIEW_REFRESH_MS 10000
 
 struct entry {
 	char id[ADDR_MAX];   /* ring id: host:rpc_port */
@@ -591,7 +596,8 @@ static void call_done(void *arg, const struct rpc_result *res)
 		else if (!t->have || h.epoch != t->list.epoch ||
 			 h.states != t->list.states ||
 			 (strcmp(g.view_from, c->meta) == 0 &&
-			  now - t->pulled_ns >= g.ttl_ns / 2))
+			  now - t->pulled_ns >= PC_MAX(g.ttl_ns / 2,
+					       RX_MS(VIEW_REFRESH_MS))))
 			send_call(c->meta, 2); /* news, or fresh ages */
 	} else {
 		struct mlist l;
@@ -730,10 +736,12 @@ static int read_node(struct mp_rd *p, struct entry *e)
 	return mp_rd_bool(p, &e->head) < 0 ? -EINVAL : 0;
 }
 
+/* A member list; ages are taken at age_ns (now for a table; for the view,
+ * when it was adopted: the ages it was pulled with). */
 static void pack_list(msgpack_packer *pk, const struct mlist *l,
-		      uint64_t now, bool with_view)
+		      uint64_t now, uint64_t age_ns, bool with_view)
 {
-	msgpack_pack_map(pk, with_view ? 8 : 5);
+	msgpack_pack_map(pk, with_view ? 9 : 5);
 	mp_pack_cstr(pk, "epoch");
 	msgpack_pack_uint64(pk, l->epoch);
 	mp_pack_cstr(pk, "states");
@@ -747,6 +755,9 @@ static void pack_list(msgpack_packer *pk, const struct mlist *l,
 		mp_pack_cstr(pk, g.cl->self_id);
 		mp_pack_cstr(pk, "backend");
 		mp_pack_cstr(pk, g.etcd ? "etcd" : "embedded");
+		mp_pack_cstr(pk, "pulled_ms");
+		msgpack_pack_uint64(pk, now > g.view_ns
+					       ? (now - g.view_ns) / 1000000 : 0);
 	}
 	mp_pack_cstr(pk, "masters");
 	msgpack_pack_array(pk, l->nmasters);
@@ -768,8 +779,9 @@ static void pack_list(msgpack_packer *pk, const struct mlist *l,
 		mp_pack_cstr(pk, "state");
 		mp_pack_cstr(pk, e->suspect ? "suspect" : "alive");
 		mp_pack_cstr(pk, "age_ms");
-		msgpack_pack_uint64(pk, now > e->seen_ns
-					       ? (now - e->seen_ns) / 1000000 : 0);
+		msgpack_pack_uint64(pk, age_ns > e->seen_ns
+					       ? (age_ns - e->seen_ns) / 1000000
+					       : 0);
 	}
 }
 
@@ -805,7 +817,7 @@ static void m_register(struct rpc_call *call, struct mp_rd *params)
 	g.table.states += e->suspect;
 	e->seen_ns = now;
 	e->suspect = false;
-	pack_list(rpc_reply_begin(call), &g.table, now, false);
+	pack_list(rpc_reply_begin(call), &g.table, now, now, false);
 	rpc_reply_end(call);
 	view_choose(now);
 	targets_rebuild();
@@ -855,7 +867,8 @@ static void m_members(struct rpc_call *call, struct mp_rd *params)
 {
 	(void)params;
 	pthread_mutex_lock(&g.lock);
-	pack_list(rpc_reply_begin(call), &g.table, pc_now_ns(), false);
+	pack_list(rpc_reply_begin(call), &g.table, pc_now_ns(), pc_now_ns(),
+		  false);
 	rpc_reply_end(call);
 	pthread_mutex_unlock(&g.lock);
 }
@@ -898,7 +911,8 @@ static void m_view(struct rpc_call *call, struct mp_rd *params)
 		return;
 	}
 	pthread_mutex_lock(&g.lock);
-	pack_list(rpc_reply_begin(call), &g.view, pc_now_ns(), true);
+	uint64_t now = pc_now_ns();
+	pack_list(rpc_reply_begin(call), &g.view, now, g.view_ns, true);
 	rpc_reply_end(call);
 	pthread_mutex_unlock(&g.lock);
 }
@@ -954,8 +968,10 @@ static void r_view_json(const struct http_request *req,
 	struct pc_wbuf *b = &r->body;
 	pthread_mutex_lock(&g.lock);
 	uint64_t now = pc_now_ns();
-	pc_wbuf_printf(b, "{\"epoch\":%llu,\"from\":",
-		       (unsigned long long)g.view.epoch);
+	pc_wbuf_printf(b, "{\"epoch\":%llu,\"pulled_ms\":%llu,\"from\":",
+		       (unsigned long long)g.view.epoch,
+		       (unsigned long long)(now > g.view_ns
+				? (now - g.view_ns) / 1000000 : 0));
 	json_str(b, g.view_from[0] ? g.view_from : g.self_meta);
 	pc_wbuf_printf(b, ",\"self\":");
 	json_str(b, g.cl->self_id);
@@ -967,8 +983,9 @@ static void r_view_json(const struct http_request *req,
 		pc_wbuf_printf(b, ",\"role\":\"%s\",\"state\":\"%s\","
 			       "\"age_ms\":%llu}", role_of(&g.view, e),
 			       e->suspect ? "suspect" : "alive",
-			       (unsigned long long)(now > e->seen_ns
-				       ? (now - e->seen_ns) / 1000000 : 0));
+			       (unsigned long long)(g.view_ns > e->seen_ns
+				       ? (g.view_ns - e->seen_ns) / 1000000
+				       : 0));
 	}
 	pc_wbuf_printf(b, "]}\n");
 	pthread_mutex_unlock(&g.lock);
