@@ -193,3 +193,44 @@ def test_a_store_on_tmpfs(node_factory, tmp_path):
         assert n.stop() == 0
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+def test_one_promotion_per_key(node_factory, tmp_path):
+    n = disk_node(node_factory, tmp_path / "store")
+    cl = RpcClient(n.endpoint("rpc"))
+    keys = ["share/%d" % i for i in range(24)]
+    set_through(n, cl, keys)
+    assert metrics_of(n)["peercache_pool_keys"] < 24
+    before = metrics_of(n)["peercache_disk_promotions_total"]
+    # One get asking for the same evicted page four times: one promotion.
+    err, got = cl.call("kv.get", [[keys[0]] * 4])
+    assert err is None and got == [None] * 4
+    assert get_back(cl, keys[0]) == page(keys[0])
+    m = metrics_of(n)
+    assert m["peercache_disk_promotions_total"] == before + 1
+    assert m["peercache_tier_promotions_total"] == 1
+    assert n.stop() == 0
+
+
+def test_disk_eviction_takes_the_records_along(node_factory, tmp_path):
+    # 4 regions of 1 MiB hold 14 pages each: 100 pages evict regions.
+    n = node_factory("--pool-size", POOL, "--disk-enabled", "true",
+                     "--disk-path", str(tmp_path / "store"), "--disk-size", "4mb",
+                     "--disk-region-size", "1mb")
+    n.wait_for("ready")
+    cl = RpcClient(n.endpoint("rpc"))
+    keys = ["evict/%d" % i for i in range(100)]
+    set_through(n, cl, keys)
+    m = metrics_of(n)
+    assert m["peercache_disk_evicted_keys_total"] >= 40
+    held = int(m["peercache_disk_keys"])
+    assert held + m["peercache_disk_evicted_keys_total"] == 100
+    # The oldest pages left the pool and the disk: clean misses, no records.
+    for k in keys[:20]:
+        assert cl.call("kv.get", [[k]])[1] == [None]
+        assert cl.call("kv.exists", [[k]])[1] == 0
+    # The newest are all there, byte-exact.
+    for k in keys[-held:]:
+        assert get_back(cl, k) == page(k), k
+    assert metrics_of(n)["peercache_disk_bad_pages_total"] == 0
+    assert n.stop() == 0
