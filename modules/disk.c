@@ -39,6 +39,8 @@
  * a pool reservation, commit it, tell the index the pool's new generation
  * (dl_retag), publish the resident record. One promotion per key at a
  * time: a second ask while one runs shares it (-EALREADY to the caller).
+ * Promotions under way hold at most a quarter of the pool in reservations
+ * (a page alone always goes); an ask beyond that is not started (-EBUSY).
  * A record whose header or checksum fails leaves the index, is counted and
  * is never served. A set or remove of the key during a promotion makes it
  * give up (never an older page over a newer one).
@@ -139,6 +141,8 @@ struct promo {
 	void (*done)(void *arg, int res);
 	void *arg;
 	bool stale;             /* the key was set or removed meanwhile */
+	uint64_t charged;       /* bytes counted in g.promo_bytes */
+	uint64_t t0;
 	struct dl_loc loc;
 	uint8_t *buf;
 	struct pool_ref ref;
@@ -174,6 +178,9 @@ static struct {
 	struct dq *dqs;
 	pthread_mutex_t plock;
 	struct promo *promos;
+	uint64_t promo_bytes;       /* atomic: payload bytes being promoted */
+	uint64_t promo_max;         /* a quarter of the pool */
+	met_id promo_lat;
 	/* atomics, exported as counters */
 	uint64_t writes, write_bytes, dropped, write_errors, promotions,
 		promote_errors, bad;
@@ -502,8 +509,10 @@ static void disk_committed(const struct tier_page *pg, uint64_t len)
 	/* The store's copy, if any, is an older page of the key now. */
 	dl_del(g.d, pg->key, pg->klen, 0);
 	promos_mark_stale(pg->key, pg->klen);
-	if (!q || q->stopping)
+	if (!q || q->stopping) {
+		cnt(&g.dropped, !q); /* not a reactor thread */
 		return;
+	}
 	uint64_t now = __atomic_add_fetch(&g.queued, len, __ATOMIC_RELAXED);
 	struct wt_item *it = now <= g.queue_max
 				     ? malloc(sizeof(*it) + pg->klen)
@@ -565,14 +574,19 @@ static void promo_free(struct promo *p)
 	if (*pp)
 		*pp = p->next;
 	pthread_mutex_unlock(&g.plock);
+	if (p->charged)
+		__atomic_sub_fetch(&g.promo_bytes, p->charged,
+				   __ATOMIC_RELAXED);
 	free(p->buf);
 	free(p);
 }
 
 static void promo_end(struct promo *p, int res)
 {
-	if (res == 0)
+	if (res == 0) {
 		cnt(&g.promotions, 1);
+		met_observe_ns(g.promo_lat, pc_now_ns() - p->t0);
+	}
 	else if (res != -ESTALE)
 		cnt(&g.promote_errors, 1);
 	p->done(p->arg, res);
@@ -694,7 +708,7 @@ static int disk_promote(struct rx_reactor *r, const char *key, size_t klen,
 	if (!p)
 		return -ENOMEM;
 	*p = (struct promo){.r = r, .done = done, .arg = arg, .kp = p->key,
-			    .klen = klen};
+			    .klen = klen, .t0 = pc_now_ns()};
 	memcpy(p->key, key, klen);
 	pthread_mutex_lock(&g.plock);
 	for (struct promo *o = g.promos; o; o = o->next) {
@@ -712,6 +726,17 @@ static int disk_promote(struct rx_reactor *r, const char *key, size_t klen,
 	if (!dl_get(g.d, key, klen, &p->loc)) {
 		promo_free(p);
 		return -ENOENT;
+	}
+	/* Promotions under way hold pool reservations, which cannot be
+	 * evicted: a quarter of the pool at most, so that they do not crowd
+	 * each other (and the sets) out. Over it: not started. */
+	p->charged = p->loc.len ? p->loc.len : 1;
+	uint64_t now = __atomic_add_fetch(&g.promo_bytes, p->charged,
+					  __ATOMIC_RELAXED);
+	if (now > g.promo_max && now != p->charged) { /* alone: always */
+		dl_put(g.d, p->loc.region);
+		promo_free(p);
+		return -EBUSY;
 	}
 	int ret = -ENOMEM;
 	if ((p->buf = block_alloc(p->loc.total)))
@@ -984,6 +1009,11 @@ static void metrics_register(void)
 		 "records dropped because their header or checksum failed "
 		 "(at the rebuild or on a read)", &g.bad},
 	};
+	g.promo_lat = met_register(MET_HISTOGRAM,
+				   "peercache_disk_promote_latency_seconds",
+				   "from the ask to the resident record "
+				   "published, promotions that succeeded",
+				   NULL);
 	for (size_t i = 0; i < PC_ARRAY_LEN(ctrs); i++)
 		met_register_counter_fn(ctrs[i].name, ctrs[i].help, NULL,
 					atomic_of, ctrs[i].v);
@@ -1017,6 +1047,9 @@ static int disk_init(struct pc_ctx *ctx)
 		return -ENOENT;
 	g.pool = ps->pool;
 	g.rkey = ps->rkey;
+	struct pool_stats pst;
+	pool_stats(g.pool, &pst);
+	g.promo_max = pst.capacity / 4;
 	g.checksums = s->page_checksums;
 	g.queue_max = s->disk_queue_max;
 	int ret = mkdirs(s->disk_path);
