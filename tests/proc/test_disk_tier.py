@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import RpcClient, metrics_of
+from conftest import RpcClient, free_ports, metrics_of
 from test_p2p import page as oracle_page   # bytes derived from the key
 
 POOL = "1mb"          # the smallest pool the settings allow
@@ -22,8 +22,8 @@ def page(key):
     return oracle_page(key, PAGE)
 
 
-def disk_node(node_factory, path, *args):
-    n = node_factory("--pool-size", POOL, "--disk-enabled", "true",
+def disk_node(node_factory, path, *args, pool=POOL):
+    n = node_factory("--pool-size", pool, "--disk-enabled", "true",
                      "--disk-path", str(path), "--disk-size", "16mb",
                      "--disk-region-size", "1mb", *args)
     n.wait_for("ready")
@@ -233,3 +233,53 @@ def test_disk_eviction_takes_the_records_along(node_factory, tmp_path):
         assert get_back(cl, k) == page(k), k
     assert metrics_of(n)["peercache_disk_bad_pages_total"] == 0
     assert n.stop() == 0
+
+
+def test_a_full_queue_drops_writes_never_sets(node_factory, tmp_path):
+    n = disk_node(node_factory, tmp_path / "store", "--disk-queue-max", "1mb",
+                  pool="8mb")
+    cl = RpcClient(n.endpoint("rpc"))
+    keys = ["burst/%d" % i for i in range(64)]   # 4 MiB in one call
+    err, ok = cl.call("kv.set", [keys, [page(k) for k in keys]])
+    assert err is None and ok == [True] * 64, "every set succeeds"
+    m = metrics_of(n)
+    dropped = m["peercache_disk_write_dropped_total"]
+    assert dropped >= 64 - 16, "beyond 1 MiB queued, pages are not written"
+    assert wait_metric(n, "peercache_disk_writes_total", 64 - dropped) == 64 - dropped
+    assert "write-through queue full" in n.text()
+    assert metrics_of(n)["peercache_disk_queue_bytes"] == 0
+    got = cl.call("kv.get", [keys])[1]
+    assert got == [page(k) for k in keys], "the pool has them all"
+    assert n.stop() == 0
+
+
+def test_another_node_reads_resident_pages_only(node_factory, tmp_path):
+    """Remote promotion is not there yet: a reader on another node gets the
+    producer's resident pages and misses its disk ones, never wrong bytes."""
+    for attempt in range(3):
+        ports = free_ports(2)
+        peers = ",".join("127.0.0.1:%d" % p for p in ports)
+        a = node_factory("--rpc-port", str(ports[0]), "--peers", peers,
+                         "--pool-size", POOL, "--disk-enabled", "true",
+                         "--disk-path", str(tmp_path / "a"), "--disk-size", "16mb",
+                         "--disk-region-size", "1mb")
+        b = node_factory("--rpc-port", str(ports[1]), "--peers", peers)
+        try:
+            a.wait_for("ready")
+            b.wait_for("ready")
+            break
+        except AssertionError:
+            if attempt == 2 or not any("Address already in use" in x.text() for x in (a, b)):
+                raise
+            for x in (a, b):
+                x.proc.kill()
+                x.proc.wait()
+    ca, cb = RpcClient(a.endpoint("rpc")), RpcClient(b.endpoint("rpc"))
+    keys = ["remote/%d" % i for i in range(32)]
+    set_through(a, ca, keys)
+    got = cb.call("kv.get", [keys])[1]
+    assert all(g is None or g == page(k) for g, k in zip(got, keys)), "never wrong"
+    assert 0 < sum(g is not None for g in got) < len(keys)
+    for k in keys:   # the producer itself gets every page back
+        assert get_back(ca, k) == page(k), k
+    assert a.stop() == 0 and b.stop() == 0
