@@ -6,7 +6,8 @@
  * finds them again.
  *
  * Owns: the store file (one preallocated file, O_DIRECT when the file
- * system takes it, else buffered with the reason logged), its identity file
+ * system takes it, else buffered with the reason logged; locked with flock
+ * so that one node at a time uses a disk_path), its identity file
  * (16 random bytes, made once), the store's index (storage/disk_log.h: the
  * regions, the key index, the on-disk format), per reactor the
  * write-through queue, its writes in flight and its batch of non-resident
@@ -61,6 +62,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -881,6 +883,16 @@ static int store_open(const char *dir, uint64_t size)
 		PC_LOGE(LOG_MOD, "cannot open the store file %s: %s", path,
 			strerror(e));
 		return -e;
+	}
+	/* One node per store: a second one on the same disk_path would
+	 * write over the first one's records. */
+	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+		int e = errno;
+		PC_LOGE(LOG_MOD, "the store file %s is in use by another process "
+			"(%s): one node per disk_path", path,
+			e == EWOULDBLOCK ? "locked" : strerror(e));
+		close(fd);
+		return e == EWOULDBLOCK ? -EBUSY : -e;
 	}
 	struct stat st;
 	int ret = fstat(fd, &st) < 0 ? -errno : 0;

@@ -151,6 +151,14 @@ def test_bad_settings_are_refused_at_start(node_factory, tmp_path):
                      "--disk-region-size", "1mb")
     assert n.proc.wait(20) != 0
     assert "less than two regions" in n.text()
+    # One node per disk_path.
+    first = disk_node(node_factory, tmp_path / "shared")
+    second = node_factory("--disk-enabled", "true", "--disk-path",
+                          str(tmp_path / "shared"), "--disk-size", "16mb",
+                          "--disk-region-size", "1mb")
+    assert second.proc.wait(20) != 0
+    assert "is in use by another process" in second.text()
+    assert first.stop() == 0
 
 
 def test_tier_off_by_default(node_factory, tmp_path):
