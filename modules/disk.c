@@ -32,7 +32,8 @@
  *
  * Eviction: the pool's eviction of a generation the store holds is kept:
  * its record is published again with resident = false (batched per
- * reactor). A region the store evicts for space takes its pages' records
+ * reactor; each batch looked up first, so that it only replaces this
+ * node's own record — never another producer's, nor a delete's absence). A region the store evicts for space takes its pages' records
  * with it (a conditional unpublish, for those the pool does not hold).
  *
  * Promotion: read the record (aligned), check its header (key, length,
@@ -116,6 +117,8 @@ struct nrbatch {
 	const char *kp[DISK_NR_BATCH];
 	size_t klens[DISK_NR_BATCH];
 	struct dir_rec recs[DISK_NR_BATCH];
+	struct dir_rec look[DISK_NR_BATCH]; /* what placement has now */
+	bool fresh[DISK_NR_BATCH]; /* restart: published also when absent */
 	bool ok[DISK_NR_BATCH];
 };
 
@@ -236,6 +239,46 @@ static void nr_published(void *arg)
 			       RX_MS(DISK_ANNOUNCE_GAP_MS), 0);
 }
 
+/* May record i of b be published? Only over this node's own record (its
+ * resident one, at an eviction), or where there is none at a restart:
+ * never over another producer's record (latest put wins, and a
+ * non-resident record of ours is not readable by other nodes), nor over a
+ * delete made since. */
+static bool nr_wanted(const struct nrbatch *b, unsigned i)
+{
+	const struct dir_rec *now = &b->look[i];
+	return now->found ? g.pl->is_here(now) : b->fresh[i];
+}
+
+static void nr_looked_up(void *arg)
+{
+	struct dq *q = arg;
+	struct nrbatch *b = q->sent;
+	unsigned n = 0;
+	for (unsigned i = 0; i < b->n; i++) {
+		if (!nr_wanted(b, i))
+			continue;
+		if (n != i) {
+			memcpy(b->keys[n], b->keys[i], b->klens[i]);
+			b->klens[n] = b->klens[i];
+			b->recs[n] = b->recs[i];
+		}
+		b->kp[n] = b->keys[n];
+		n++;
+	}
+	b->n = n;
+	struct dir_keys k = {b->kp, b->klens, n};
+	if (!n || q->stopping ||
+	    g.pl->publish(q->r, &k, b->recs, b->ok, 0, nr_published, q) < 0) {
+		if (n && !q->stopping)
+			PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "cannot publish %u "
+				  "non-resident records; those pages miss "
+				  "until set again", n);
+		nr_published(q);
+	}
+}
+
+/* Send the batch: look its keys up, then publish what nr_wanted allows. */
 static void nr_flush(struct rx_reactor *r, struct rx_timer *t)
 {
 	struct dq *q = t->arg;
@@ -248,10 +291,10 @@ static void nr_flush(struct rx_reactor *r, struct rx_timer *t)
 		b->kp[i] = b->keys[i];
 	struct dir_keys k = {b->kp, b->klens, b->n};
 	q->busy = true;
-	if (g.pl->publish(r, &k, b->recs, b->ok, 0, nr_published, q) < 0) {
-		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "cannot publish %u "
-			  "non-resident records; those pages miss until set "
-			  "again", b->n);
+	if (g.pl->lookup(r, &k, b->look, 0, nr_looked_up, q) < 0) {
+		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "cannot look up %u keys for "
+			  "their non-resident records; those pages miss until "
+			  "set again", b->n);
 		nr_published(q);
 	}
 }
@@ -266,6 +309,7 @@ static bool nr_add(struct dq *q, const char *key, size_t klen, uint64_t gen,
 	unsigned i = b->n++;
 	memcpy(b->keys[i], key, klen);
 	b->klens[i] = klen;
+	b->fresh[i] = false;
 	rec_fill(&b->recs[i], false, 0, len, gen);
 	if (!q->busy && !rx_timer_armed(&q->flush))
 		rx_timer_start(q->r, &q->flush, 0, 0);
@@ -794,6 +838,7 @@ static void announce_step(struct rx_reactor *r, struct rx_timer *t)
 		uint64_t gen = b->recs[i].gen, len = b->recs[i].len;
 		memmove(b->keys[n], b->keys[i], b->klens[i]);
 		b->klens[n] = b->klens[i];
+		b->fresh[n] = true;
 		rec_fill(&b->recs[n++], false, 0, len, gen);
 	}
 	q->announced += n - from;

@@ -290,4 +290,17 @@ def test_another_node_reads_resident_pages_only(node_factory, tmp_path):
     assert 0 < sum(g is not None for g in got) < len(keys)
     for k in keys:   # the producer itself gets every page back
         assert get_back(ca, k) == page(k), k
+    # A key both nodes set, B last: when A's pool evicts it, A's disk keeps
+    # it but A does not replace B's readable record with its own
+    # non-resident one.
+    shared = "remote/shared"
+    set_through(a, ca, [shared])
+    assert cb.call("kv.set", [[shared], [page(shared)]])[1] == [True]
+    more = ["remote/more/%d" % i for i in range(32)]
+    for i in range(0, len(more), 4):
+        ca.call("kv.set", [more[i:i + 4], [page(k) for k in more[i:i + 4]]])
+    time.sleep(0.3)  # A's non-resident batches are sent meanwhile
+    before = metrics_of(a)["peercache_tier_promotions_total"]
+    assert ca.call("kv.get", [[shared]])[1] == [page(shared)], "B's record"
+    assert metrics_of(a)["peercache_tier_promotions_total"] == before
     assert a.stop() == 0 and b.stop() == 0
