@@ -61,6 +61,15 @@ def get_back(cl, key, tries=100):
     return None
 
 
+def filled_store(node_factory, store, prefix, count):
+    """A store holding count pages (prefix/i), its node stopped."""
+    n = disk_node(node_factory, store)
+    keys = ["%s/%d" % (prefix, i) for i in range(count)]
+    set_through(n, RpcClient(n.endpoint("rpc")), keys)
+    assert n.stop() == 0
+    return keys
+
+
 def test_pages_spill_to_disk_and_come_back(node_factory, tmp_path):
     n = disk_node(node_factory, tmp_path / "store")
     cl = RpcClient(n.endpoint("rpc"))
@@ -92,11 +101,7 @@ def test_pages_spill_to_disk_and_come_back(node_factory, tmp_path):
 
 def test_restart_serves_disk_pages_again(node_factory, tmp_path):
     store = tmp_path / "store"
-    n = disk_node(node_factory, store)
-    cl = RpcClient(n.endpoint("rpc"))
-    keys = ["warm/%d" % i for i in range(32)]
-    set_through(n, cl, keys)
-    assert n.stop() == 0
+    keys = filled_store(node_factory, store, "warm", 32)
     ident = (store / "store.id").read_bytes()
     assert len(ident) == 16
     n = disk_node(node_factory, store)
@@ -118,11 +123,7 @@ def test_restart_serves_disk_pages_again(node_factory, tmp_path):
 
 def test_a_damaged_record_is_dropped_never_served(node_factory, tmp_path):
     store = tmp_path / "store"
-    n = disk_node(node_factory, store)
-    cl = RpcClient(n.endpoint("rpc"))
-    keys = ["bad/%d" % i for i in range(8)]
-    set_through(n, cl, keys)
-    assert n.stop() == 0
+    keys = filled_store(node_factory, store, "bad", 8)
     # Flip one byte in the middle of one page's payload (found by content).
     path = store / "store.pcd"
     data = bytearray(path.read_bytes())
@@ -309,3 +310,35 @@ def test_another_node_reads_resident_pages_only(node_factory, tmp_path):
     assert ca.call("kv.get", [[shared]])[1] == [page(shared)], "B's record"
     assert metrics_of(a)["peercache_tier_promotions_total"] == before
     assert a.stop() == 0 and b.stop() == 0
+
+
+def test_a_changed_layout_or_identity_is_an_empty_store(node_factory, tmp_path):
+    store = tmp_path / "store"
+    keys = filled_store(node_factory, store, "layout", 24)
+
+    def restart(*args):
+        n = node_factory("--pool-size", POOL, "--disk-enabled", "true",
+                         "--disk-path", str(store), *args)
+        n.wait_for("ready")
+        return n, RpcClient(n.endpoint("rpc"))
+
+    # Other region size: no region header matches; nothing is served.
+    n, cl = restart("--disk-size", "16mb", "--disk-region-size", "2mb")
+    assert "store index rebuilt: 0 pages" in n.text()
+    assert cl.call("kv.exists", [keys])[1] == 0
+    assert cl.call("kv.get", [keys])[1] == [None] * len(keys)
+    assert n.stop() == 0
+    # The same layout in a larger file: every page is back.
+    n, cl = restart("--disk-size", "32mb", "--disk-region-size", "1mb")
+    assert "store index rebuilt: 24 pages" in n.text()
+    for k in keys:
+        assert get_back(cl, k) == page(k), k
+    assert n.stop() == 0
+    # A new identity (store.id removed): the old records are not this
+    # store's.
+    (store / "store.id").unlink()
+    n, cl = restart("--disk-size", "32mb", "--disk-region-size", "1mb")
+    assert "new store identity" in n.text()
+    assert "store index rebuilt: 0 pages" in n.text()
+    assert cl.call("kv.get", [keys])[1] == [None] * len(keys)
+    assert n.stop() == 0
