@@ -142,12 +142,26 @@ static const struct pc_cfg_key keys[] = {
 	 0, "metrics HTTP port; 0 = pick a free port"},
 	{"metrics_bind", PC_CFG_STRING, "", 0, 255, NULL, OFF(metrics_bind), 0,
 	 "metrics listen address; empty = same as bind"},
+	/* The disk tier (modules/disk.c, docs/disk.md). Off by default: a
+	 * newcomer's disk is never filled silently; on, disk_path and
+	 * disk_size must be given (no guessed location or size). 64 MiB
+	 * regions keep writes sequential and eviction coarse; the write-through
+	 * queue bound keeps a disk slower than the sets from growing memory. */
 	{"disk_enabled", PC_CFG_BOOL, "false", 0, 0, NULL, OFF(disk_enabled), 0,
-	 "L4 disk tier (write-through, promote on read)"},
-	{"disk_path", PC_CFG_STRING, "/data/peercache/", 0, 4095, NULL,
-	 OFF(disk_path), 0, "directory of the disk tier"},
-	{"disk_size", PC_CFG_SIZE, "100gb", 1 * MB, 1024 * TB, NULL,
-	 OFF(disk_size), 0, "disk tier capacity"},
+	 "L4 disk tier (write-through, promote on read, warm restart)"},
+	{"disk_path", PC_CFG_STRING, "", 0, 4000, NULL, OFF(disk_path), 0,
+	 "directory of the disk tier (created; holds the store file and its "
+	 "identity); required when disk_enabled"},
+	{"disk_size", PC_CFG_SIZE, "0", 0, 1024 * TB, NULL, OFF(disk_size), 0,
+	 "disk tier capacity (one preallocated store file); at least two "
+	 "disk_region_size when disk_enabled"},
+	{"disk_region_size", PC_CFG_SIZE, "64mb", 1 * MB, 1 * GB, NULL,
+	 OFF(disk_region_size), 0, "disk tier region: the unit of sequential "
+	 "writes and of eviction (a multiple of 4kb; a page larger than a "
+	 "region is not stored)"},
+	{"disk_queue_max", PC_CFG_SIZE, "256mb", 1 * MB, 1 * TB, NULL,
+	 OFF(disk_queue_max), 0, "page bytes waiting for their write-through; "
+	 "beyond it pages are not written (counted, logged), sets never wait"},
 	{"log_level", PC_CFG_ENUM, "info", 0, 0, level_choices, OFF(log_level),
 	 0, "log threshold"},
 	{"stats_log_interval", PC_CFG_DURATION, "60s", 0, 24 * 60 * MIN, NULL,
@@ -314,9 +328,6 @@ static const struct {
 	{"slot_max_page_bytes", "slotmap mode"},
 	{"slot_ways", "slotmap mode"},
 	{"slot_num_buckets", "slotmap mode"},
-	{"disk_enabled", "the disk tier"},
-	{"disk_path", "the disk tier"},
-	{"disk_size", "the disk tier"},
 };
 
 int pc_settings_defaults(struct pc_settings *s, char *err, size_t errlen)
@@ -528,6 +539,29 @@ int pc_settings_validate(const struct pc_settings *s, char *err, size_t errlen)
 			 "cluster_secret (allowed without it: 127.0.0.0/8, ::1, "
 			 "localhost)", s->bind);
 		return -EINVAL;
+	}
+	if (s->disk_enabled) {
+		if (!*s->disk_path) {
+			snprintf(err, errlen, "disk_path: empty; the disk tier "
+				 "(disk_enabled) needs a directory to keep its "
+				 "store in");
+			return -EINVAL;
+		}
+		if (s->disk_region_size % (4 * KB)) {
+			snprintf(err, errlen, "disk_region_size: %llu is not a "
+				 "multiple of 4kb",
+				 (unsigned long long)s->disk_region_size);
+			return -EINVAL;
+		}
+		if (s->disk_size / s->disk_region_size < 2) {
+			snprintf(err, errlen, "disk_size: %llu bytes is less "
+				 "than two regions of disk_region_size (%llu); "
+				 "the disk tier needs at least %llu",
+				 (unsigned long long)s->disk_size,
+				 (unsigned long long)s->disk_region_size,
+				 2ull * s->disk_region_size);
+			return -EINVAL;
+		}
 	}
 
 	return 0;

@@ -63,6 +63,8 @@ struct pc_settings {
 	bool disk_enabled;
 	char *disk_path;
 	uint64_t disk_size;
+	uint64_t disk_region_size;
+	uint64_t disk_queue_max;
 	/* logging */
 	int log_level;            /* enum pc_log_level */
 	uint64_t stats_log_interval_ms;

@@ -3,7 +3,8 @@
  * it, fetches out of it and from other nodes through the transport, and the
  * validation of what arrives. Where pages are is placement's business
  * (modules/placement.h, the "placement" service: p2p's directory today); what
- * happens to an evicted page is the tier's (modules/tier.h: none today).
+ * happens to an evicted page is the tier's (modules/tier.h: the disk tier,
+ * modules/disk.c, when the "tier" service is there, else none).
  * The kv API (modules/kv.h, the "kv" service) is the only way in: the kv.* RPC
  * methods (modules/kv_rpc.c) and the local-client sessions
  * (modules/session.c) both use it.
@@ -93,7 +94,8 @@ static struct {
 	const struct svc_cluster *cl;     /* services, looked up in init */
 	const struct svc_transport *tp;
 	const struct ph_api *health;      /* or NULL */
-	const struct tier_ops *tier; /* the next tier down: none today */
+	const struct tier_ops *tier; /* the next tier down (set on reactor 0's
+				      * start, before any page moves) */
 	struct evq *evqs;           /* per reactor */
 	bool checksums;
 	uint32_t rkey;              /* the transport's key of the pool */
@@ -393,6 +395,8 @@ static bool publish_commit(const struct kv_item *it, struct pool_ref *ref,
 	r->gen = gen;
 	r->rkey = g.rkey;
 	PC_DASSERT(g.pl->is_here(r));
+	struct tier_page pg = {it->key, it->klen, gen};
+	g.tier->committed(&pg, it->len); /* write-through: queued, never waits */
 	return true;
 }
 
@@ -942,6 +946,7 @@ static int kv_get(struct rx_reactor *r, const struct kv_item *it, unsigned n,
 /* --------------------------------------------------------------- exists */
 
 struct exists_op {
+	struct rx_reactor *r;
 	struct keys ks;
 	unsigned local;       /* leading keys found in the pool */
 	struct dir_rec *recs; /* for keys [local, n) */
@@ -971,12 +976,33 @@ static bool exists_readable(const struct dir_rec *r)
 	       !producer_suspect(r);
 }
 
+/* Is a record one of this node's pages, in the pool or in the tier? A page
+ * the tier holds counts, and a best-effort promotion starts so that the
+ * next get finds it in memory. */
+static bool exists_in_tier(struct exists_op *e, unsigned i,
+			   const struct dir_rec *r)
+{
+	if (!r->found || !g.pl->is_here(r))
+		return false;
+	/* Ours and in the pool after all (past the leading local run, or
+	 * promoted since the lookup). */
+	if (pool_contains(g.pool, e->ks.k[i], e->ks.len[i]))
+		return true;
+	if (r->resident || !g.tier->holds(e->ks.k[i], e->ks.len[i]))
+		return false;
+	if (g.tier->promote(e->r, e->ks.k[i], e->ks.len[i], r, promote_done,
+			    NULL) == 0)
+		met_inc(g.promotes);
+	return true;
+}
+
 static void exists_done(void *arg)
 {
 	struct exists_op *e = arg;
 	unsigned count = e->local;
 	for (unsigned i = e->local; i < e->ks.n && e->recs; i++) {
-		if (!exists_readable(&e->recs[i - e->local]))
+		const struct dir_rec *r = &e->recs[i - e->local];
+		if (!exists_readable(r) && !exists_in_tier(e, i, r))
 			break;
 		count++;
 	}
@@ -999,6 +1025,7 @@ static int kv_exists(struct rx_reactor *r, const struct kv_item *it,
 	if (!pc_arena_alloc(&a))
 		return -ENOMEM;
 	struct exists_op *e = exists_layout(&a, it, n);
+	e->r = r;
 	e->done = done;
 	e->arg = arg;
 	e->deadline = op_deadline();
@@ -1067,8 +1094,10 @@ static int kv_remove(struct rx_reactor *r, const struct kv_item *it,
 	d->done = done;
 	d->arg = arg;
 	met_add(g.del_req, d->ks.n);
-	for (unsigned i = 0; i < d->ks.n; i++)
+	for (unsigned i = 0; i < d->ks.n; i++) {
 		d->local[i] = pool_delete(g.pool, d->ks.k[i], d->ks.len[i]) == 0;
+		g.tier->drop(d->ks.k[i], d->ks.len[i]);
+	}
 	struct dir_keys k = dir_keys_of(&d->ks, 0);
 	if (g.pl->unpublish(r, &k, NULL, NULL, d->existed, op_deadline(),
 			    del_done, d) < 0)
@@ -1148,7 +1177,7 @@ static int kv_init(struct pc_ctx *ctx)
 	    !(g.pl = svc_need_placement(ctx, "kv")))
 		return -ENOENT;
 	g.health = svc_find_health(ctx);
-	g.tier = &tier_none; /* no lower tier is built yet */
+	g.tier = &tier_none; /* until start: the tier module inits after kv */
 	struct pool_opts po = {.size = s->pool_size, .try_huge_pages = true};
 	int ret = pool_new(&g.pool, &po);
 	if (ret < 0) {
@@ -1273,7 +1302,12 @@ fail_pool:
 
 static int kv_start(struct rx_reactor *r, struct pc_ctx *ctx)
 {
-	(void)ctx;
+	/* Reactor 0 starts first, alone: the tier (published by a module
+	 * that needs kv's pool, so inits after kv) is known from here on. */
+	if (rx_reactor_id(r) == 0) {
+		const struct tier_ops *t = svc_find_tier(ctx);
+		g.tier = t ? t : &tier_none;
+	}
 	struct evq *q = &g.evqs[rx_reactor_id(r)];
 	q->r = r;
 	rx_timer_init(&q->flush, evq_flush, q);

@@ -42,6 +42,7 @@ struct pl_ops;      /* modules/placement.h */
 struct kv_api;      /* modules/kv.h */
 struct ph_api;      /* modules/peer_health.h */
 struct mb_api;      /* modules/membership.h */
+struct tier_ops;    /* modules/tier.h */
 
 /* transport module: the data-port transport. */
 struct svc_transport {
@@ -78,7 +79,8 @@ struct svc_pool {
 	X(membership, MEMBERSHIP, const struct mb_api *, "cluster")            \
 	X(placement, PLACEMENT, const struct pl_ops *, "directory")            \
 	X(kv, KV, const struct kv_api *, "kv")                                 \
-	X(pool, POOL, const struct svc_pool *, "kv")
+	X(pool, POOL, const struct svc_pool *, "kv")                           \
+	X(tier, TIER, const struct tier_ops *, "disk")
 
 enum svc_id {
 #define SVC_ENUM_(name, ID, type, provider) SVC_##ID,

@@ -29,8 +29,30 @@ static int none_promote(struct rx_reactor *r, const char *key, size_t klen,
 	return -ENOENT;
 }
 
+static void none_committed(const struct tier_page *pg, uint64_t len)
+{
+	(void)pg;
+	(void)len;
+}
+
+static bool none_holds(const char *key, size_t klen)
+{
+	(void)key;
+	(void)klen;
+	return false;
+}
+
+static void none_drop(const char *key, size_t klen)
+{
+	(void)key;
+	(void)klen;
+}
+
 const struct tier_ops tier_none = {
 	.name = "none",
 	.offer = none_offer,
 	.promote = none_promote,
+	.committed = none_committed,
+	.holds = none_holds,
+	.drop = none_drop,
 };

@@ -22,6 +22,16 @@
  *      the page in memory. tier_none has nothing to bring back (-ENOENT):
  *      a miss, as today.
  *
+ * And three more, for a tier that keeps copies of what the pool holds
+ * (the disk tier, modules/disk.c):
+ *   4. Write-through — committed: kv committed a page to the pool; the
+ *      tier may queue it for writing. It never waits and never fails a set.
+ *   5. Exists — holds: does the tier hold key's page (an own non-resident
+ *      record then counts as a hit, and a promotion starts)?
+ *   6. Remove — drop: the key was removed; the tier forgets its copy.
+ * A tier is found through the "tier" service (modules/services.h); kv
+ * looks it up when it starts and uses tier_none without one.
+ *
  * What the hooks see: offer runs from the pool's eviction callback
  * (storage/pool.h pool_set_evict_cb), after the pool released its locks,
  * with the page's key and generation; its bytes are no longer the pool's
@@ -32,6 +42,7 @@
 #ifndef PC_MODULES_TIER_H
 #define PC_MODULES_TIER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -56,6 +67,13 @@ struct tier_ops {
 	int (*promote)(struct rx_reactor *r, const char *key, size_t klen,
 		       const struct dir_rec *rec,
 		       void (*done)(void *arg, int res), void *arg);
+	/* Write-through: pg (generation pg->gen, len payload bytes) was just
+	 * committed to the pool, on this reactor thread. */
+	void (*committed)(const struct tier_page *pg, uint64_t len);
+	/* Does the tier hold key's page? Any thread, no I/O. */
+	bool (*holds)(const char *key, size_t klen);
+	/* key was removed from the node: forget the tier's copy. */
+	void (*drop)(const char *key, size_t klen);
 };
 
 /* No lower tier: evicted pages are dropped, non-resident pages miss. */

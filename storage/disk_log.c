@@ -434,6 +434,43 @@ bool dl_del(struct dlog *d, const char *key, size_t klen, uint64_t gen)
 	return del;
 }
 
+bool dl_retag(struct dlog *d, const char *key, size_t klen, uint64_t seq,
+	      uint64_t gen)
+{
+	pthread_mutex_lock(&d->lock);
+	struct dl_ent *e = *find_slot(d, key_hash(key, klen), key, klen);
+	bool hit = e && e->loc.seq == seq;
+	if (hit)
+		e->loc.gen = gen;
+	pthread_mutex_unlock(&d->lock);
+	return hit;
+}
+
+/* cursor: region in the high 32 bits, entries of its list already passed
+ * in the low 32. */
+int dl_scan(struct dlog *d, uint64_t *cursor, unsigned max, dl_scan_fn fn,
+	    void *arg)
+{
+	uint32_t region = (uint32_t)(*cursor >> 32);
+	uint32_t skip = (uint32_t)*cursor;
+	unsigned seen = 0;
+	pthread_mutex_lock(&d->lock);
+	while (region < d->nregions && seen < max) {
+		struct dl_ent *e = d->rg[region].ents;
+		for (uint32_t i = 0; e && i < skip; i++)
+			e = e->rnext;
+		for (; e && seen < max; e = e->rnext, seen++, skip++)
+			fn(arg, e->key, e->klen, &e->loc);
+		if (e)
+			break; /* max reached inside this region */
+		region++;
+		skip = 0;
+	}
+	pthread_mutex_unlock(&d->lock);
+	*cursor = (uint64_t)region << 32 | skip;
+	return region < d->nregions;
+}
+
 void dl_stats(struct dlog *d, struct dl_stats *out)
 {
 	pthread_mutex_lock(&d->lock);

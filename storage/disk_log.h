@@ -153,6 +153,27 @@ bool dl_has(struct dlog *d, const char *key, size_t klen);
 /* Remove key's record if it is generation gen (0: any). true if removed. */
 bool dl_del(struct dlog *d, const char *key, size_t klen, uint64_t gen);
 
+/* The page the record at seq holds is now known to the pool as generation
+ * gen (a promotion gave it a new one): the index answers gen from now on
+ * (the record's own header keeps the generation it was written with; a
+ * read checks the record by its sequence). true if key is at seq. */
+bool dl_retag(struct dlog *d, const char *key, size_t klen, uint64_t seq,
+	      uint64_t gen);
+
+/*
+ * Walk the index a slice at a time (the warm restart re-announces what the
+ * store holds): at most max entries from *cursor (0 starts a walk), each
+ * passed to fn with the store mutex held — fn copies what it needs and does
+ * not call back into the store. 1 with *cursor advanced while entries
+ * remain, 0 once the walk is over. Not a snapshot: entries written or
+ * evicted meanwhile may be seen or missed. Cost per call: O(max) plus the
+ * entries of the cursor's region before it.
+ */
+typedef void (*dl_scan_fn)(void *arg, const char *key, size_t klen,
+			   const struct dl_loc *loc);
+int dl_scan(struct dlog *d, uint64_t *cursor, unsigned max, dl_scan_fn fn,
+	    void *arg);
+
 void dl_stats(struct dlog *d, struct dl_stats *out);
 
 /* ---- the on-disk format ----------------------------------------------- */

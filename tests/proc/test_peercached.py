@@ -97,9 +97,9 @@ def test_stops_cleanly_on_sigterm(node_factory):
 
 
 def test_inactive_settings_are_reported(node_factory):
-    n = node_factory(*TEST_FLAGS, "--disk-enabled", "true")
+    n = node_factory(*TEST_FLAGS, "--slot-ways", "5")
     n.wait_for("ready")
-    assert "disk_enabled is set but has no effect yet" in n.text()
+    assert "slot_ways is set but has no effect yet" in n.text()
     assert n.stop() == 0
 
 

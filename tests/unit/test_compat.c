@@ -88,6 +88,8 @@ Test(compat, an_original_config_file_sets_our_keys)
 			  "heartbeat_interval = 2.0\n"
 			  "member_ttl = 6.0\n"
 			  "disk_enabled = true\n"
+			  "disk_path = /data/peercache\n"
+			  "disk_size = 100gb\n"
 			  "vnodes = 160\n", NULL, NULL, envp);
 	cr_assert_eq(r, 0, "%s", err);
 	cr_assert_eq(s.pool_size, 8ull << 30);

@@ -386,3 +386,78 @@ Test(disk_log, a_rebuild_gives_back_exactly_the_valid_newest_records)
 	dl_free(d);
 	free(f.b);
 }
+
+struct scanned {
+	unsigned n;
+	unsigned hits[300];
+};
+
+static void on_scan(void *arg, const char *key, size_t klen,
+		    const struct dl_loc *loc)
+{
+	struct scanned *s = arg;
+	char k[32];
+	unsigned i;
+	cr_assert_lt(klen, sizeof(k));
+	memcpy(k, key, klen); /* index keys are not NUL-terminated */
+	k[klen] = 0;
+	cr_assert_eq(sscanf(k, "s%u", &i), 1);
+	cr_assert_lt(i, 300);
+	cr_assert_eq(loc->len, 100 + i);
+	s->hits[i]++;
+	s->n++;
+}
+
+/* A walk in slices sees every indexed key exactly once, whatever the
+ * slice size, across regions and empty regions. */
+Test(disk_log, a_scan_in_slices_sees_every_key_once)
+{
+	struct dlog *d = mk(16 * MIB, 1 * MIB, 5);
+	char key[32];
+	for (unsigned i = 0; i < 300; i++) {
+		snprintf(key, sizeof(key), "s%u", i);
+		cr_assert_eq(put(d, NULL, key, 100 + i, 0, NULL, NULL, NULL),
+			     0);
+	}
+	for (unsigned i = 0; i < 300; i += 3) { /* holes */
+		snprintf(key, sizeof(key), "s%u", i);
+		cr_assert(dl_del(d, key, strlen(key), 0));
+	}
+	static const unsigned slices[] = {1, 7, 64, 1000};
+	for (unsigned k = 0; k < 4; k++) {
+		struct scanned s = {0};
+		uint64_t cur = 0;
+		unsigned calls = 0;
+		while (dl_scan(d, &cur, slices[k], on_scan, &s) == 1)
+			cr_assert_lt(++calls, 1000, "the walk ends");
+		cr_assert_eq(s.n, 200, "slice %u", slices[k]);
+		for (unsigned i = 0; i < 300; i++)
+			cr_assert_eq(s.hits[i], i % 3 ? 1u : 0u, "s%u", i);
+	}
+	struct dlog *e = mk(4 * MIB, 1 * MIB, 5);
+	uint64_t cur = 0;
+	struct scanned s = {0};
+	cr_assert_eq(dl_scan(e, &cur, 8, on_scan, &s), 0, "empty store");
+	cr_assert_eq(s.n, 0);
+	dl_free(e);
+	dl_free(d);
+}
+
+/* A retag changes the generation the index answers, only for the record
+ * it names. */
+Test(disk_log, a_retag_names_the_record_by_its_sequence)
+{
+	struct dlog *d = mk(4 * MIB, 1 * MIB, 6);
+	struct dl_loc loc, got;
+	cr_assert_eq(put(d, NULL, "k", 10, 0, NULL, NULL, &loc), 0);
+	cr_assert_not(dl_retag(d, "k", 1, loc.seq + 1, 77), "another record");
+	cr_assert_not(dl_retag(d, "x", 1, loc.seq, 77), "another key");
+	cr_assert(dl_retag(d, "k", 1, loc.seq, 77));
+	cr_assert(dl_get(d, "k", 1, &got));
+	dl_put(d, got.region);
+	cr_assert_eq(got.gen, 77);
+	cr_assert_eq(got.seq, loc.seq);
+	cr_assert(!dl_del(d, "k", 1, 1000), "the old generation is gone");
+	cr_assert(dl_del(d, "k", 1, 77));
+	dl_free(d);
+}

@@ -35,8 +35,10 @@ Test(settings, defaults_follow_the_design)
 	cr_assert(s.metrics_enabled);
 	cr_assert(s.metrics_dashboard);
 	cr_assert(!s.disk_enabled);
-	cr_assert_str_eq(s.disk_path, "/data/peercache/");
-	cr_assert_eq(s.disk_size, 100ull << 30);
+	cr_assert_str_eq(s.disk_path, "");
+	cr_assert_eq(s.disk_size, 0);
+	cr_assert_eq(s.disk_region_size, 64ull << 20);
+	cr_assert_eq(s.disk_queue_max, 256ull << 20);
 	cr_assert_eq(s.pool_size, 4ull << 30);
 	cr_assert_eq(pc_settings_validate(&s, err, sizeof(err)), 0, "%s", err);
 	pc_settings_free(&s);
@@ -158,7 +160,7 @@ Test(settings, changed_but_inactive_settings_are_warned_about)
 	int pfd[2];
 	cr_assert_eq(pipe(pfd), 0);
 	pc_log_set_fd(pfd[1]);
-	char *argv[] = {"peercached", "--disk-enabled", "true",
+	char *argv[] = {"peercached", "--slot-max-page-bytes", "16mb",
 			"--slot-ways", "5", NULL};
 	char *envp[] = {NULL};
 	struct pc_settings s;
@@ -170,11 +172,12 @@ Test(settings, changed_but_inactive_settings_are_warned_about)
 	ssize_t n = read(pfd[0], out, sizeof(out) - 1);
 	close(pfd[0]);
 	cr_assert_gt(n, 0);
-	cr_assert(strstr(out, "disk_enabled is set but has no effect yet"),
-		  "%s", out);
+	cr_assert(strstr(out, "slot_max_page_bytes is set but has no effect "
+			       "yet"), "%s", out);
 	cr_assert(strstr(out, "slot_ways is set but has no effect yet"),
 		  "%s", out);
-	cr_assert_null(strstr(out, "disk_path"), "unchanged keys are quiet");
+	cr_assert_null(strstr(out, "slot_num_buckets"),
+		       "unchanged keys are quiet");
 	pc_settings_free(&s);
 }
 
@@ -194,4 +197,29 @@ Test(settings, every_key_is_in_the_help)
 		cr_assert(strstr(buf, flag), "%s missing from help", flag);
 	}
 	free(buf);
+}
+
+/* The disk tier on needs a path and at least two regions; off, nothing
+ * about it is checked. */
+Test(settings, disk_tier_combinations_are_checked)
+{
+	struct pc_settings s;
+	char why[PC_CFG_ERR_MAX];
+	cr_assert_eq(pc_settings_defaults(&s, why, sizeof(why)), 0, "%s", why);
+	s.disk_enabled = true;
+	cr_assert_eq(pc_settings_validate(&s, why, sizeof(why)), -EINVAL);
+	cr_assert(strstr(why, "disk_path: empty"), "%s", why);
+	free(s.disk_path);
+	s.disk_path = strdup("/tmp/pc-disk");
+	s.disk_size = 100ull << 20;
+	cr_assert_eq(pc_settings_validate(&s, why, sizeof(why)), -EINVAL);
+	cr_assert(strstr(why, "less than two regions"), "%s", why);
+	s.disk_size = 128ull << 20;
+	cr_assert_eq(pc_settings_validate(&s, why, sizeof(why)), 0, "%s", why);
+	s.disk_region_size = (1ull << 20) + 512;
+	cr_assert_eq(pc_settings_validate(&s, why, sizeof(why)), -EINVAL);
+	cr_assert(strstr(why, "not a multiple of 4kb"), "%s", why);
+	s.disk_enabled = false;
+	cr_assert_eq(pc_settings_validate(&s, why, sizeof(why)), 0, "%s", why);
+	pc_settings_free(&s);
 }

@@ -1,0 +1,1235 @@
+/*
+ * modules/disk.c — the L4 disk tier (module "disk", issue 14; docs/disk.md):
+ * pages the pool holds are also written to one store file under disk_path;
+ * pages the pool evicts stay findable as non-resident records and come back
+ * into the pool on a get (promotion); a restart with the same disk_path
+ * finds them again.
+ *
+ * Owns: the store file (one preallocated file, O_DIRECT when the file
+ * system takes it, else buffered with the reason logged; locked with flock
+ * so that one node at a time uses a disk_path), its identity file
+ * (16 random bytes, made once), the store's index (storage/disk_log.h: the
+ * regions, the key index, the on-disk format), per reactor the
+ * write-through queue, its writes in flight and its batch of non-resident
+ * records for placement, and the promotions in flight (one list for the
+ * node). It is the "tier" service (modules/tier.h); kv calls its hooks.
+ *
+ * Threading: init (the index rebuilt from the regions' bytes, blocking
+ * reads) and fini run on the main thread before and after the reactors.
+ * Every hook runs on the reactor that calls it, and all its I/O
+ * (rx_file_read / rx_file_write on that reactor's ring), copies (the
+ * copier, in slices) and placement calls complete there. The index has its
+ * own mutex; the promotions list has one; the queued-bytes count is atomic.
+ *
+ * Write-through: kv's commit of a page queues (key, gen, len) on its
+ * reactor, within disk_queue_max bytes for the node (beyond: not queued,
+ * counted, a rate-limited warning; a set never waits). DISK_WRITES writes
+ * per reactor: pin the pool entry (skipped if its generation changed), copy
+ * header room + key + payload into an aligned buffer with the copier (its
+ * checksum is the record's), unpin, reserve the record's place (dl_alloc:
+ * a region (re)opened for it has its header block written first, in the
+ * same write), write, then index (dl_commit) or give back (dl_abort).
+ *
+ * Eviction: the pool's eviction of a generation the store holds is kept:
+ * its record is published again with resident = false (batched per
+ * reactor; each batch looked up first, so that it only replaces this
+ * node's own record — never another producer's, nor a delete's absence). A region the store evicts for space takes its pages' records
+ * with it (a conditional unpublish, for those the pool does not hold).
+ *
+ * Promotion: read the record (aligned), check its header (key, length,
+ * sequence, checksum field) and its payload checksum while copying it into
+ * a pool reservation, commit it, tell the index the pool's new generation
+ * (dl_retag), publish the resident record. One promotion per key at a
+ * time: a second ask while one runs shares it (-EALREADY to the caller).
+ * Promotions under way hold at most a quarter of the pool in reservations
+ * (a page alone always goes); an ask beyond that is not started (-EBUSY).
+ * A record whose header or checksum fails leaves the index, is counted and
+ * is never served. A set or remove of the key during a promotion makes it
+ * give up (never an older page over a newer one).
+ *
+ * Warm restart: init rebuilds the index (dl_rebuild_region, checksums
+ * verified); reactor 0 then re-announces every indexed page as a
+ * non-resident record, DISK_NR_BATCH at a time.
+ *
+ * Not here yet (docs/disk.md): remote promotion (a non-resident record of
+ * another node is a miss), the degraded state on I/O faults (errors are
+ * counted and logged), fsync (a crash may lose what the page cache or the
+ * device had not written; the rebuild then finds the last complete
+ * records), moving non-resident records on membership changes.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/checksum.h"
+#include "common/log.h"
+#include "common/metrics.h"
+#include "common/settings.h"
+#include "common/util.h"
+#include "modules/copier.h"
+#include "modules/modules.h"
+#include "modules/placement.h"
+#include "modules/tier.h"
+#include "storage/disk_log.h"
+#include "storage/pool.h"
+
+#define LOG_MOD "disk"
+#define DISK_WRITES 4      /* writes in flight per reactor */
+#define DISK_NR_BATCH 64   /* non-resident records per publish */
+#define DISK_ANNOUNCE_GAP_MS 1
+#define DISK_STORE_FILE "store.pcd"
+#define DISK_ID_FILE "store.id"
+
+/* A page waiting for its write-through. */
+struct wt_item {
+	struct wt_item *next;
+	uint64_t gen, len;
+	uint16_t klen;
+	char key[];
+};
+
+struct dq;
+
+/* One write in flight. Layout of buf: one block for a region header, then
+ * the record (header, key, payload, zero padding). */
+struct wslot {
+	struct dq *q;
+	struct wt_item *it;     /* NULL: idle */
+	uint8_t *buf;
+	size_t cap;
+	struct pool_ref ref;
+	struct copier_job job;
+	struct dl_loc loc;
+	size_t iolen;
+};
+
+/* Non-resident records on their way to placement. */
+struct nrbatch {
+	unsigned n;
+	char keys[DISK_NR_BATCH][DIR_KEY_MAX];
+	const char *kp[DISK_NR_BATCH];
+	size_t klens[DISK_NR_BATCH];
+	struct dir_rec recs[DISK_NR_BATCH];
+	struct dir_rec look[DISK_NR_BATCH]; /* what placement has now */
+	bool fresh[DISK_NR_BATCH]; /* restart: published also when absent */
+	bool ok[DISK_NR_BATCH];
+};
+
+/* Per reactor. */
+struct dq {
+	struct rx_reactor *r;
+	bool stopping;
+	struct wt_item *head, *tail;
+	struct wslot w[DISK_WRITES];
+	struct rx_timer kick;        /* starts writes on the next pass */
+	struct nrbatch *fill, *sent; /* sent: in flight while busy */
+	bool busy;
+	struct rx_timer flush;
+	/* reactor 0: the warm-restart announcement */
+	struct rx_timer announce;
+	uint64_t cursor;
+	bool announcing;
+	uint64_t announced;
+};
+
+/* A promotion in flight (on the list g.promos). */
+struct promo {
+	struct promo *next;
+	struct rx_reactor *r;
+	void (*done)(void *arg, int res);
+	void *arg;
+	bool stale;             /* the key was set or removed meanwhile */
+	uint64_t charged;       /* bytes counted in g.promo_bytes */
+	uint64_t t0;
+	struct dl_loc loc;
+	uint8_t *buf;
+	struct pool_ref ref;
+	struct copier_job job;
+	struct dir_rec rec;
+	bool ok;
+	const char *kp;
+	size_t klen;
+	char key[];
+};
+
+/* Pages the store evicted with a region, to unpublish. */
+struct evl {
+	unsigned n, cap;
+	const char **kp;
+	size_t *kl;
+	uint64_t *gens;
+};
+
+static struct {
+	struct pc_ctx *ctx;
+	bool on;
+	struct pool *pool;
+	uint32_t rkey;
+	bool checksums;
+	const struct pl_ops *pl;
+	const struct svc_cluster *cl;
+	struct dlog *d;
+	int fd;
+	bool direct;
+	uint64_t queue_max;
+	uint64_t queued;            /* atomic: bytes waiting */
+	struct dq *dqs;
+	pthread_mutex_t plock;
+	struct promo *promos;
+	uint64_t promo_bytes;       /* atomic: payload bytes being promoted */
+	uint64_t promo_max;         /* a quarter of the pool */
+	met_id promo_lat;
+	/* atomics, exported as counters */
+	uint64_t writes, write_bytes, dropped, write_errors, promotions,
+		promote_errors, bad;
+} g = {.fd = -1};
+
+static _Thread_local struct dq *t_dq;
+
+/* ------------------------------------------------------------- helpers */
+
+static void cnt(uint64_t *c, uint64_t n)
+{
+	__atomic_add_fetch(c, n, __ATOMIC_RELAXED);
+}
+
+static void *block_alloc(size_t n)
+{
+	void *p = NULL;
+	return posix_memalign(&p, DL_BLOCK, n) == 0 ? p : NULL;
+}
+
+/* The record of an own page: resident at addr, or (addr 0) in this tier. */
+static void rec_fill(struct dir_rec *r, bool resident, uint64_t addr,
+		     uint64_t len, uint64_t gen)
+{
+	memset(r, 0, sizeof(*r));
+	r->found = true;
+	r->resident = resident;
+	snprintf(r->node, sizeof(r->node), "%s", g.cl->self_id);
+	snprintf(r->data, sizeof(r->data), "%s", g.cl->self_data);
+	r->addr = addr;
+	r->rkey = g.rkey;
+	r->len = (uint32_t)len;
+	r->gen = gen;
+}
+
+/* -------------------------------------------------- non-resident records */
+
+static void nr_flush(struct rx_reactor *r, struct rx_timer *t);
+
+static void nr_published(void *arg)
+{
+	struct dq *q = arg;
+	q->busy = false;
+	q->sent->n = 0;
+	if (q->stopping)
+		return;
+	if (q->fill->n)
+		rx_timer_start(q->r, &q->flush, 0, 0);
+	if (q->announcing)
+		rx_timer_start(q->r, &q->announce,
+			       RX_MS(DISK_ANNOUNCE_GAP_MS), 0);
+}
+
+/* May record i of b be published? Only over this node's own record (its
+ * resident one, at an eviction), or where there is none at a restart:
+ * never over another producer's record (latest put wins, and a
+ * non-resident record of ours is not readable by other nodes), nor over a
+ * delete made since. */
+static bool nr_wanted(const struct nrbatch *b, unsigned i)
+{
+	const struct dir_rec *now = &b->look[i];
+	return now->found ? g.pl->is_here(now) : b->fresh[i];
+}
+
+static void nr_looked_up(void *arg)
+{
+	struct dq *q = arg;
+	struct nrbatch *b = q->sent;
+	unsigned n = 0;
+	for (unsigned i = 0; i < b->n; i++) {
+		if (!nr_wanted(b, i))
+			continue;
+		if (n != i) {
+			memcpy(b->keys[n], b->keys[i], b->klens[i]);
+			b->klens[n] = b->klens[i];
+			b->recs[n] = b->recs[i];
+		}
+		b->kp[n] = b->keys[n];
+		n++;
+	}
+	b->n = n;
+	struct dir_keys k = {b->kp, b->klens, n};
+	if (!n || q->stopping ||
+	    g.pl->publish(q->r, &k, b->recs, b->ok, 0, nr_published, q) < 0) {
+		if (n && !q->stopping)
+			PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "cannot publish %u "
+				  "non-resident records; those pages miss "
+				  "until set again", n);
+		nr_published(q);
+	}
+}
+
+/* Send the batch: look its keys up, then publish what nr_wanted allows. */
+static void nr_flush(struct rx_reactor *r, struct rx_timer *t)
+{
+	struct dq *q = t->arg;
+	if (q->busy || !q->fill->n || q->stopping)
+		return;
+	struct nrbatch *b = q->fill;
+	q->fill = q->sent;
+	q->sent = b;
+	for (unsigned i = 0; i < b->n; i++)
+		b->kp[i] = b->keys[i];
+	struct dir_keys k = {b->kp, b->klens, b->n};
+	q->busy = true;
+	if (g.pl->lookup(r, &k, b->look, 0, nr_looked_up, q) < 0) {
+		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "cannot look up %u keys for "
+			  "their non-resident records; those pages miss until "
+			  "set again", b->n);
+		nr_published(q);
+	}
+}
+
+/* Queue key's non-resident record; false when the batch is full. */
+static bool nr_add(struct dq *q, const char *key, size_t klen, uint64_t gen,
+		   uint64_t len)
+{
+	struct nrbatch *b = q->fill;
+	if (q->stopping || b->n == DISK_NR_BATCH || klen > DIR_KEY_MAX)
+		return false;
+	unsigned i = b->n++;
+	memcpy(b->keys[i], key, klen);
+	b->klens[i] = klen;
+	b->fresh[i] = false;
+	rec_fill(&b->recs[i], false, 0, len, gen);
+	if (!q->busy && !rx_timer_armed(&q->flush))
+		rx_timer_start(q->r, &q->flush, 0, 0);
+	return true;
+}
+
+/* ------------------------------------------------ region evictions */
+
+static void evl_free(void *arg)
+{
+	struct evl *e = arg;
+	for (unsigned i = 0; i < e->n; i++)
+		free((void *)(uintptr_t)e->kp[i]);
+	free(e->kp);
+	free(e->kl);
+	free(e->gens);
+	free(e);
+}
+
+/* dl_alloc's eviction callback (store mutex held): note the page. */
+static void on_store_evict(void *arg, const char *key, size_t klen,
+			   uint64_t gen)
+{
+	struct evl *e = arg;
+	if (e->n == e->cap) {
+		unsigned cap = e->cap ? e->cap * 2 : 64;
+		const char **kp = realloc(e->kp, cap * sizeof(*kp));
+		if (kp)
+			e->kp = kp;
+		size_t *kl = realloc(e->kl, cap * sizeof(*kl));
+		if (kl)
+			e->kl = kl;
+		uint64_t *gs = realloc(e->gens, cap * sizeof(*gs));
+		if (gs)
+			e->gens = gs;
+		if (!kp || !kl || !gs)
+			return; /* its record stays: a read of it misses */
+		e->cap = cap;
+	}
+	char *k = malloc(klen);
+	if (!k)
+		return;
+	memcpy(k, key, klen);
+	e->kp[e->n] = k;
+	e->kl[e->n] = klen;
+	e->gens[e->n++] = gen;
+}
+
+/* The store evicted these pages: their records go, unless the pool holds
+ * the key (its record is the pool's). Conditional on this node and gen. */
+static void evl_send(struct rx_reactor *r, struct evl *e)
+{
+	unsigned n = 0;
+	for (unsigned i = 0; i < e->n; i++) {
+		if (pool_contains(g.pool, e->kp[i], e->kl[i])) {
+			free((void *)(uintptr_t)e->kp[i]);
+			continue;
+		}
+		e->kp[n] = e->kp[i];
+		e->kl[n] = e->kl[i];
+		e->gens[n++] = e->gens[i];
+	}
+	e->n = n;
+	struct dir_keys k = {e->kp, e->kl, n};
+	if (!n || g.pl->unpublish(r, &k, g.cl->self_id, e->gens, NULL, 0,
+				  evl_free, e) < 0)
+		evl_free(e);
+}
+
+/* --------------------------------------------------------- write-through */
+
+static void pump(struct dq *q);
+
+static void item_done(struct wslot *w)
+{
+	__atomic_sub_fetch(&g.queued, w->it->len, __ATOMIC_RELAXED);
+	free(w->it);
+	w->it = NULL;
+}
+
+/* The write ended with res: index the record or give its place back. */
+static void write_finish(struct wslot *w, int64_t res)
+{
+	struct wt_item *it = w->it;
+	if (res != (int64_t)w->iolen) {
+		dl_abort(g.d, w->loc.off);
+		cnt(&g.write_errors, 1);
+		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "a page write at offset %llu "
+			  "failed: %s", (unsigned long long)w->loc.off,
+			  res < 0 ? strerror((int)-res) : "short write");
+	} else if (!pool_contains(g.pool, it->key, it->klen)) {
+		/* Removed (or evicted) meanwhile: not indexed. */
+		dl_abort(g.d, w->loc.off);
+	} else if (dl_commit(g.d, it->key, it->klen, &w->loc) == 0) {
+		cnt(&g.writes, 1);
+		cnt(&g.write_bytes, it->len);
+	} else {
+		cnt(&g.write_errors, 1);
+	}
+	item_done(w);
+}
+
+static void write_done(void *arg, int64_t res)
+{
+	struct wslot *w = arg;
+	write_finish(w, res);
+	pump(w->q);
+}
+
+/* The page is in w->buf (or the copy failed): place and write it. */
+static void write_copied(struct wslot *w)
+{
+	struct wt_item *it = w->it;
+	pool_unpin(g.pool, &w->ref);
+	if (w->job.res < 0) {
+		cnt(&g.write_errors, 1);
+		item_done(w);
+		return;
+	}
+	uint64_t total = dl_record_bytes(it->klen, it->len), hoff, oseq;
+	struct evl *ev = calloc(1, sizeof(*ev));
+	int ret = ev ? dl_alloc(g.d, total, &w->loc.off, &w->loc.seq, &hoff,
+				&oseq, on_store_evict, ev)
+		     : -ENOMEM;
+	if (ev)
+		evl_send(w->q->r, ev);
+	if (ret < 0) {
+		cnt(&g.dropped, 1);
+		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "a page was not written: no "
+			  "room in the store (%s)", strerror(-ret));
+		item_done(w);
+		return;
+	}
+	uint32_t rb = dl_region_bytes(g.d);
+	w->loc = (struct dl_loc){.off = w->loc.off, .total = (uint32_t)total,
+				 .len = it->len, .gen = it->gen,
+				 .sum = w->job.sumv, .seq = w->loc.seq,
+				 .region = (uint32_t)(w->loc.off / rb)};
+	dl_rec_hdr_encode(w->buf + DL_BLOCK, it->klen, it->len, it->gen,
+			  w->loc.seq, w->loc.sum);
+	uint8_t *io = w->buf + DL_BLOCK;
+	uint64_t at = w->loc.off;
+	w->iolen = total;
+	if (hoff != UINT64_MAX) { /* a region opened: its header first */
+		PC_ASSERT(hoff + DL_BLOCK == w->loc.off);
+		dl_region_hdr_encode(g.d, (uint32_t)(hoff / rb), oseq, w->buf);
+		io = w->buf;
+		at = hoff;
+		w->iolen += DL_BLOCK;
+	}
+	ret = rx_file_write(w->q->r, g.fd, io, w->iolen, at, write_done, w);
+	if (ret < 0)
+		write_finish(w, ret);
+}
+
+static void write_copy_done(struct copier_job *j)
+{
+	struct wslot *w = j->arg;
+	write_copied(w);
+	pump(w->q);
+}
+
+/* Start w on its item: pin the page, copy it out. false when the item is
+ * skipped (its generation is gone, too large, no memory). */
+static bool write_start(struct wslot *w)
+{
+	struct wt_item *it = w->it;
+	const uint8_t *hdr;
+	uint64_t len, gen;
+	if (pool_get(g.pool, it->key, it->klen, &w->ref, &hdr, &len, &gen) < 0)
+		return false; /* evicted or removed before its turn */
+	uint64_t total = dl_record_bytes(it->klen, len);
+	if (gen != it->gen || len != it->len) {
+		pool_unpin(g.pool, &w->ref);
+		return false; /* replaced: the newer one is queued */
+	}
+	if (total + DL_BLOCK > dl_region_bytes(g.d)) {
+		pool_unpin(g.pool, &w->ref);
+		cnt(&g.dropped, 1);
+		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "a %llu-byte page is larger "
+			  "than a disk region (disk_region_size): not written",
+			  (unsigned long long)len);
+		return false;
+	}
+	if (w->cap < DL_BLOCK + total) {
+		free(w->buf);
+		w->cap = 0;
+		if (!(w->buf = block_alloc(DL_BLOCK + total))) {
+			pool_unpin(g.pool, &w->ref);
+			cnt(&g.write_errors, 1);
+			return false;
+		}
+		w->cap = DL_BLOCK + total;
+	}
+	uint8_t *rec = w->buf + DL_BLOCK;
+	memcpy(rec + DL_HDR_BYTES, it->key, it->klen);
+	size_t used = DL_HDR_BYTES + it->klen + len;
+	memset(rec + used, 0, total - used);
+	w->job = (struct copier_job){.dst = rec + DL_HDR_BYTES + it->klen,
+				     .src = hdr + POOL_HDR_BYTES, .len = len,
+				     .sum = true, .done = write_copy_done,
+				     .arg = w};
+	if (copier_copy(w->q->r, &w->job) == 1)
+		write_copied(w);
+	return true;
+}
+
+/* Start queued writes on idle slots. */
+static void pump(struct dq *q)
+{
+	for (unsigned i = 0; i < DISK_WRITES && q->head && !q->stopping; i++) {
+		struct wslot *w = &q->w[i];
+		while (!w->it && q->head) {
+			w->it = q->head;
+			q->head = w->it->next;
+			if (!q->head)
+				q->tail = NULL;
+			if (!write_start(w))
+				item_done(w);
+		}
+	}
+}
+
+static void kick(struct rx_reactor *r, struct rx_timer *t)
+{
+	(void)r;
+	pump(t->arg);
+}
+
+/* A promotion of key under way is given up (the key changed). */
+static void promos_mark_stale(const char *key, size_t klen)
+{
+	pthread_mutex_lock(&g.plock);
+	for (struct promo *p = g.promos; p; p = p->next)
+		if (p->klen == klen && memcmp(p->key, key, klen) == 0)
+			p->stale = true;
+	pthread_mutex_unlock(&g.plock);
+}
+
+static void disk_committed(const struct tier_page *pg, uint64_t len)
+{
+	struct dq *q = t_dq;
+	/* The store's copy, if any, is an older page of the key now. */
+	dl_del(g.d, pg->key, pg->klen, 0);
+	promos_mark_stale(pg->key, pg->klen);
+	if (!q || q->stopping) {
+		cnt(&g.dropped, !q); /* not a reactor thread */
+		return;
+	}
+	uint64_t now = __atomic_add_fetch(&g.queued, len, __ATOMIC_RELAXED);
+	struct wt_item *it = now <= g.queue_max
+				     ? malloc(sizeof(*it) + pg->klen)
+				     : NULL;
+	if (!it) {
+		__atomic_sub_fetch(&g.queued, len, __ATOMIC_RELAXED);
+		cnt(&g.dropped, 1);
+		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "write-through queue full "
+			  "(disk_queue_max %llu bytes): a page was not written "
+			  "to disk", (unsigned long long)g.queue_max);
+		return;
+	}
+	*it = (struct wt_item){.gen = pg->gen, .len = len,
+			       .klen = (uint16_t)pg->klen};
+	memcpy(it->key, pg->key, pg->klen);
+	if (q->tail)
+		q->tail->next = it;
+	else
+		q->head = it;
+	q->tail = it;
+	if (!rx_timer_armed(&q->kick))
+		rx_timer_start(q->r, &q->kick, 0, 0);
+}
+
+/* --------------------------------------------------------------- tier ops */
+
+static int disk_offer(const struct tier_page *pg)
+{
+	struct dq *q = t_dq;
+	struct dl_loc loc;
+	if (!q || q->stopping || !dl_get(g.d, pg->key, pg->klen, &loc))
+		return -ENOTSUP;
+	dl_put(g.d, loc.region);
+	if (loc.gen != pg->gen) {
+		/* An older page of the key: never to be served now. */
+		dl_del(g.d, pg->key, pg->klen, loc.gen);
+		return -ENOTSUP;
+	}
+	return nr_add(q, pg->key, pg->klen, loc.gen, loc.len) ? 0 : -ENOTSUP;
+}
+
+static bool disk_holds(const char *key, size_t klen)
+{
+	return dl_has(g.d, key, klen);
+}
+
+static void disk_drop(const char *key, size_t klen)
+{
+	dl_del(g.d, key, klen, 0);
+	promos_mark_stale(key, klen);
+}
+
+static void promo_free(struct promo *p)
+{
+	pthread_mutex_lock(&g.plock);
+	struct promo **pp = &g.promos;
+	while (*pp && *pp != p)
+		pp = &(*pp)->next;
+	if (*pp)
+		*pp = p->next;
+	pthread_mutex_unlock(&g.plock);
+	if (p->charged)
+		__atomic_sub_fetch(&g.promo_bytes, p->charged,
+				   __ATOMIC_RELAXED);
+	free(p->buf);
+	free(p);
+}
+
+static void promo_end(struct promo *p, int res)
+{
+	if (res == 0) {
+		cnt(&g.promotions, 1);
+		met_observe_ns(g.promo_lat, pc_now_ns() - p->t0);
+	}
+	else if (res != -ESTALE)
+		cnt(&g.promote_errors, 1);
+	p->done(p->arg, res);
+	promo_free(p);
+}
+
+static void promo_published(void *arg)
+{
+	struct promo *p = arg;
+	promo_end(p, p->ok ? 0 : -EAGAIN);
+}
+
+static void promo_publish(struct promo *p)
+{
+	struct dir_keys k = {&p->kp, &p->klen, 1};
+	if (g.pl->publish(p->r, &k, &p->rec, &p->ok, 0, promo_published, p) <
+	    0)
+		promo_end(p, -EAGAIN);
+}
+
+/* The pool holds the key already: publish that page's resident record. */
+static bool promo_from_pool(struct promo *p)
+{
+	struct pool_ref ref;
+	const uint8_t *hdr;
+	uint64_t len, gen;
+	if (pool_get(g.pool, p->key, p->klen, &ref, &hdr, &len, &gen) < 0)
+		return false;
+	rec_fill(&p->rec, true, (uintptr_t)hdr, len, gen);
+	pool_unpin(g.pool, &ref);
+	promo_publish(p);
+	return true;
+}
+
+/* A record that is not what the index says: it leaves, counted. */
+static void promo_bad(struct promo *p, const char *why)
+{
+	dl_del(g.d, p->key, p->klen, p->loc.gen);
+	cnt(&g.bad, 1);
+	PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "a page on disk at offset %llu is "
+		  "damaged (%s): dropped, never served",
+		  (unsigned long long)p->loc.off, why);
+	promo_end(p, -EBADMSG);
+}
+
+static void promo_copied(struct copier_job *j)
+{
+	struct promo *p = j->arg;
+	if (j->res < 0 || p->stale) {
+		pool_abort(g.pool, &p->ref);
+		promo_end(p, j->res < 0 ? j->res : -ESTALE);
+		return;
+	}
+	if (j->sumv != p->loc.sum) {
+		pool_abort(g.pool, &p->ref);
+		promo_bad(p, "payload checksum");
+		return;
+	}
+	uint64_t gen;
+	uintptr_t addr;
+	if (pool_commit_sum(g.pool, &p->ref, g.checksums, j->sumv, &gen,
+			    &addr) < 0) {
+		promo_end(p, -EIO);
+		return;
+	}
+	/* Evicting this generation later keeps it again. */
+	dl_retag(g.d, p->key, p->klen, p->loc.seq, gen);
+	rec_fill(&p->rec, true, addr, p->loc.len, gen);
+	promo_publish(p);
+}
+
+static void promo_read(void *arg, int64_t res)
+{
+	struct promo *p = arg;
+	dl_put(g.d, p->loc.region);
+	if (res != (int64_t)p->loc.total) {
+		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "a page read at offset %llu "
+			  "failed: %s", (unsigned long long)p->loc.off,
+			  res < 0 ? strerror((int)-res) : "short read");
+		promo_end(p, res < 0 ? (int)res : -EIO);
+		return;
+	}
+	struct dl_rec_hdr h;
+	if (dl_rec_hdr_decode(p->buf, &h) < 0 || h.klen != p->klen ||
+	    memcmp(p->buf + DL_HDR_BYTES, p->key, p->klen) != 0 ||
+	    h.len != p->loc.len || h.seq != p->loc.seq ||
+	    h.sum != p->loc.sum) {
+		promo_bad(p, "record header");
+		return;
+	}
+	if (p->stale) {
+		promo_end(p, -ESTALE);
+		return;
+	}
+	if (promo_from_pool(p))
+		return; /* set again meanwhile: that page is the one */
+	uint8_t *dst;
+	int ret = pool_reserve(g.pool, p->key, p->klen, h.len, &p->ref, &dst);
+	if (ret < 0) {
+		promo_end(p, ret);
+		return;
+	}
+	p->job = (struct copier_job){.dst = dst,
+				     .src = p->buf + DL_HDR_BYTES + p->klen,
+				     .len = h.len, .sum = true,
+				     .done = promo_copied, .arg = p};
+	if (copier_copy(p->r, &p->job) == 1)
+		promo_copied(&p->job);
+}
+
+static int disk_promote(struct rx_reactor *r, const char *key, size_t klen,
+			const struct dir_rec *rec,
+			void (*done)(void *arg, int res), void *arg)
+{
+	(void)rec;
+	if (klen == 0 || klen > DL_KEY_MAX)
+		return -EINVAL;
+	struct promo *p = calloc(1, sizeof(*p) + klen);
+	if (!p)
+		return -ENOMEM;
+	*p = (struct promo){.r = r, .done = done, .arg = arg, .kp = p->key,
+			    .klen = klen, .t0 = pc_now_ns()};
+	memcpy(p->key, key, klen);
+	pthread_mutex_lock(&g.plock);
+	for (struct promo *o = g.promos; o; o = o->next) {
+		if (o->klen == klen && memcmp(o->key, key, klen) == 0) {
+			pthread_mutex_unlock(&g.plock);
+			free(p);
+			return -EALREADY; /* shares the one under way */
+		}
+	}
+	p->next = g.promos;
+	g.promos = p;
+	pthread_mutex_unlock(&g.plock);
+	if (promo_from_pool(p))
+		return 0;
+	if (!dl_get(g.d, key, klen, &p->loc)) {
+		promo_free(p);
+		return -ENOENT;
+	}
+	/* Promotions under way hold pool reservations, which cannot be
+	 * evicted: a quarter of the pool at most, so that they do not crowd
+	 * each other (and the sets) out. Over it: not started. */
+	p->charged = p->loc.len ? p->loc.len : 1;
+	uint64_t now = __atomic_add_fetch(&g.promo_bytes, p->charged,
+					  __ATOMIC_RELAXED);
+	if (now > g.promo_max && now != p->charged) { /* alone: always */
+		dl_put(g.d, p->loc.region);
+		promo_free(p);
+		return -EBUSY;
+	}
+	int ret = -ENOMEM;
+	if ((p->buf = block_alloc(p->loc.total)))
+		ret = rx_file_read(r, g.fd, p->buf, p->loc.total, p->loc.off,
+				   promo_read, p);
+	if (ret < 0) {
+		dl_put(g.d, p->loc.region);
+		promo_free(p);
+		cnt(&g.promote_errors, 1);
+	}
+	return ret;
+}
+
+static const struct tier_ops disk_tier = {
+	.name = "disk",
+	.offer = disk_offer,
+	.promote = disk_promote,
+	.committed = disk_committed,
+	.holds = disk_holds,
+	.drop = disk_drop,
+};
+
+/* ------------------------------------------------------ warm restart */
+
+static void announce_one(void *arg, const char *key, size_t klen,
+			 const struct dl_loc *loc)
+{
+	struct nrbatch *b = arg;
+	if (klen > DIR_KEY_MAX)
+		return;
+	unsigned i = b->n++;
+	memcpy(b->keys[i], key, klen);
+	b->klens[i] = klen;
+	b->recs[i].gen = loc->gen;
+	b->recs[i].len = loc->len;
+}
+
+/* Reactor 0, once after start: every page of the rebuilt store gets its
+ * non-resident record, one batch at a time. */
+static void announce_step(struct rx_reactor *r, struct rx_timer *t)
+{
+	struct dq *q = t->arg;
+	if (q->busy || q->stopping)
+		return; /* nr_published re-arms */
+	struct nrbatch *b = q->fill;
+	unsigned from = b->n;
+	int more = dl_scan(g.d, &q->cursor, DISK_NR_BATCH - from,
+			   announce_one, b);
+	unsigned n = from;
+	for (unsigned i = from; i < b->n; i++) {
+		if (pool_contains(g.pool, b->keys[i], b->klens[i]))
+			continue; /* set again since: its record is the pool's */
+		uint64_t gen = b->recs[i].gen, len = b->recs[i].len;
+		memmove(b->keys[n], b->keys[i], b->klens[i]);
+		b->klens[n] = b->klens[i];
+		b->fresh[n] = true;
+		rec_fill(&b->recs[n++], false, 0, len, gen);
+	}
+	q->announced += n - from;
+	b->n = n;
+	if (!more) {
+		q->announcing = false;
+		PC_LOGI(LOG_MOD, "re-announced %llu page%s of the store as "
+			"non-resident records", (unsigned long long)q->announced,
+			q->announced == 1 ? "" : "s");
+	}
+	if (b->n)
+		nr_flush(r, &q->flush); /* re-arms this step when back */
+	else if (more)
+		rx_timer_start(r, t, RX_MS(DISK_ANNOUNCE_GAP_MS), 0);
+}
+
+/* ------------------------------------------------------------ store file */
+
+/* mkdir -p path. */
+static int mkdirs(const char *path)
+{
+	char buf[4096];
+	snprintf(buf, sizeof(buf), "%s", path);
+	for (char *s = buf + 1;; s++) {
+		bool end = *s == '\0';
+		if (*s == '/' || end) {
+			*s = '\0';
+			if (mkdir(buf, 0700) < 0 && errno != EEXIST)
+				return -errno;
+			if (end)
+				break;
+			*s = '/';
+		}
+	}
+	struct stat st;
+	if (stat(buf, &st) < 0)
+		return -errno;
+	return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
+}
+
+/* The store's identity: read, or made once (16 random bytes). */
+static int store_id(const char *dir, uint8_t id[16])
+{
+	char path[4200], tmp[4300];
+	snprintf(path, sizeof(path), "%s/%s", dir, DISK_ID_FILE);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		ssize_t n = read(fd, id, 16);
+		close(fd);
+		if (n == 16)
+			return 0;
+		PC_LOGE(LOG_MOD, "%s is damaged (%zd bytes, not 16); remove it "
+			"and the store file to start an empty store", path, n);
+		return -EINVAL;
+	}
+	if (errno != ENOENT)
+		return -errno;
+	if (getrandom(id, 16, 0) != 16)
+		return -EIO;
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	int ret = write(fd, id, 16) == 16 && fsync(fd) == 0 ? 0 : -EIO;
+	close(fd);
+	if (ret == 0 && rename(tmp, path) < 0)
+		ret = -errno;
+	if (ret == 0)
+		PC_LOGI(LOG_MOD, "new store identity written to %s", path);
+	return ret;
+}
+
+/* Open (creating and preallocating) the store file. */
+static int store_open(const char *dir, uint64_t size)
+{
+	char path[4200];
+	snprintf(path, sizeof(path), "%s/%s", dir, DISK_STORE_FILE);
+	int fd = open(path, O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC, 0600);
+	g.direct = fd >= 0;
+	if (fd < 0 && errno == EINVAL) {
+		PC_LOGW(LOG_MOD, "%s: the file system does not take O_DIRECT "
+			"(tmpfs?): buffered I/O, through the page cache", path);
+		fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	}
+	if (fd < 0) {
+		int e = errno;
+		PC_LOGE(LOG_MOD, "cannot open the store file %s: %s", path,
+			strerror(e));
+		return -e;
+	}
+	/* One node per store: a second one on the same disk_path would
+	 * write over the first one's records. */
+	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+		int e = errno;
+		PC_LOGE(LOG_MOD, "the store file %s is in use by another process "
+			"(%s): one node per disk_path", path,
+			e == EWOULDBLOCK ? "locked" : strerror(e));
+		close(fd);
+		return e == EWOULDBLOCK ? -EBUSY : -e;
+	}
+	struct stat st;
+	int ret = fstat(fd, &st) < 0 ? -errno : 0;
+	if (ret == 0 && (uint64_t)st.st_size > size && ftruncate(fd, size) < 0)
+		ret = -errno;
+	if (ret == 0 && (ret = -posix_fallocate(fd, 0, (off_t)size)) ==
+			       -EOPNOTSUPP)
+		ret = ftruncate(fd, size) < 0 ? -errno : 0;
+	if (ret < 0) {
+		PC_LOGE(LOG_MOD, "cannot allocate %llu bytes for the store file "
+			"%s: %s", (unsigned long long)size, path,
+			strerror(-ret));
+		close(fd);
+		return ret;
+	}
+	g.fd = fd;
+	return 0;
+}
+
+/* The index, from the regions' own bytes (blocking reads: init). */
+static int store_rebuild(void)
+{
+	uint32_t rb = dl_region_bytes(g.d), n = dl_regions(g.d);
+	uint8_t *buf = block_alloc(rb);
+	if (!buf)
+		return -ENOMEM;
+	uint64_t t0 = pc_now_ns(), seq;
+	unsigned bad = 0, regions = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		off_t off = (off_t)i * rb;
+		ssize_t got = pread(g.fd, buf, DL_BLOCK, off);
+		if (got != DL_BLOCK || dl_region_hdr_decode(g.d, i, buf,
+							    &seq) < 0)
+			continue;
+		got = pread(g.fd, buf, rb, off);
+		if (got < (ssize_t)DL_BLOCK) {
+			PC_LOGW(LOG_MOD, "cannot read region %u of the store: "
+				"%s", i, got < 0 ? strerror(errno) : "short");
+			continue;
+		}
+		int found = dl_rebuild_region(g.d, i, buf,
+					      (size_t)got / DL_BLOCK * DL_BLOCK,
+					      true, &bad);
+		regions += found > 0;
+	}
+	free(buf);
+	cnt(&g.bad, bad);
+	struct dl_stats st;
+	dl_stats(g.d, &st);
+	PC_LOGI(LOG_MOD, "store index rebuilt: %llu page%s (%llu bytes) in %u "
+		"region%s, %u damaged record%s dropped, in %.3f s",
+		(unsigned long long)st.keys, st.keys == 1 ? "" : "s",
+		(unsigned long long)st.bytes_live, regions,
+		regions == 1 ? "" : "s", bad, bad == 1 ? "" : "s",
+		(double)(pc_now_ns() - t0) / 1e9);
+	return 0;
+}
+
+/* ------------------------------------------------------------- metrics */
+
+static double stat_of(void *arg)
+{
+	struct dl_stats st;
+	dl_stats(g.d, &st);
+	switch ((uintptr_t)arg) {
+	case 0:
+		return (double)st.regions * dl_region_bytes(g.d);
+	case 1:
+		return (double)st.bytes_used;
+	case 2:
+		return (double)st.keys;
+	default:
+		return (double)st.evicted_keys;
+	}
+}
+
+static double atomic_of(void *arg)
+{
+	return (double)__atomic_load_n((uint64_t *)arg, __ATOMIC_RELAXED);
+}
+
+static double direct_of(void *arg)
+{
+	(void)arg;
+	return g.direct;
+}
+
+static void metrics_register(void)
+{
+	met_register_fn("peercache_disk_capacity_bytes",
+			"disk tier store bytes", NULL, stat_of, (void *)0);
+	met_register_fn("peercache_disk_bytes_used",
+			"disk tier bytes of the records it indexes", NULL,
+			stat_of, (void *)1);
+	met_register_fn("peercache_disk_keys", "pages the disk tier holds",
+			NULL, stat_of, (void *)2);
+	met_register_counter_fn("peercache_disk_evicted_keys_total",
+				"pages the disk tier evicted with their region "
+				"for space", NULL, stat_of, (void *)3);
+	met_register_fn("peercache_disk_queue_bytes",
+			"page bytes waiting for their write-through", NULL,
+			atomic_of, &g.queued);
+	met_register_fn("peercache_disk_direct_io",
+			"1: the store file uses O_DIRECT; 0: buffered", NULL,
+			direct_of, NULL);
+	static const struct {
+		const char *name, *help;
+		uint64_t *v;
+	} ctrs[] = {
+		{"peercache_disk_writes_total", "pages written to disk",
+		 &g.writes},
+		{"peercache_disk_write_bytes_total",
+		 "page payload bytes written to disk", &g.write_bytes},
+		{"peercache_disk_write_dropped_total",
+		 "pages not written: the write-through queue was full, the "
+		 "page was larger than a region or the store had no room",
+		 &g.dropped},
+		{"peercache_disk_write_errors_total",
+		 "page writes that failed (I/O errors)", &g.write_errors},
+		{"peercache_disk_promotions_total",
+		 "pages brought back from disk into the pool", &g.promotions},
+		{"peercache_disk_promote_errors_total",
+		 "promotions that failed (I/O, damaged record, no pool room)",
+		 &g.promote_errors},
+		{"peercache_disk_bad_pages_total",
+		 "records dropped because their header or checksum failed "
+		 "(at the rebuild or on a read)", &g.bad},
+	};
+	g.promo_lat = met_register(MET_HISTOGRAM,
+				   "peercache_disk_promote_latency_seconds",
+				   "from the ask to the resident record "
+				   "published, promotions that succeeded",
+				   NULL);
+	for (size_t i = 0; i < PC_ARRAY_LEN(ctrs); i++)
+		met_register_counter_fn(ctrs[i].name, ctrs[i].help, NULL,
+					atomic_of, ctrs[i].v);
+}
+
+/* ------------------------------------------------------------- lifecycle */
+
+static void disk_close(void)
+{
+	if (g.fd >= 0)
+		close(g.fd);
+	dl_free(g.d);
+	free(g.dqs);
+	g.fd = -1;
+	g.d = NULL;
+	g.dqs = NULL;
+}
+
+static int disk_init(struct pc_ctx *ctx)
+{
+	const struct pc_settings *s = ctx->cfg;
+	memset(&g, 0, sizeof(g));
+	g.fd = -1;
+	g.ctx = ctx;
+	if (!s->disk_enabled)
+		return 0;
+	const struct svc_pool *ps;
+	if (!(ps = svc_need_pool(ctx, "disk")) ||
+	    !(g.pl = svc_need_placement(ctx, "disk")) ||
+	    !(g.cl = svc_need_cluster(ctx, "disk")))
+		return -ENOENT;
+	g.pool = ps->pool;
+	g.rkey = ps->rkey;
+	struct pool_stats pst;
+	pool_stats(g.pool, &pst);
+	g.promo_max = pst.capacity / 4;
+	g.checksums = s->page_checksums;
+	g.queue_max = s->disk_queue_max;
+	int ret = mkdirs(s->disk_path);
+	if (ret < 0) {
+		PC_LOGE(LOG_MOD, "disk_path %s cannot be created: %s",
+			s->disk_path, strerror(-ret));
+		return ret;
+	}
+	struct dl_params p = {.region_bytes = (uint32_t)s->disk_region_size};
+	p.capacity = s->disk_size / p.region_bytes * p.region_bytes;
+	if ((ret = store_id(s->disk_path, p.store_id)) < 0) {
+		PC_LOGE(LOG_MOD, "no store identity in %s: %s", s->disk_path,
+			strerror(-ret));
+		return ret;
+	}
+	if ((ret = dl_new(&g.d, &p)) < 0) {
+		PC_LOGE(LOG_MOD, "cannot build a %llu-byte store of %u-byte "
+			"regions: %s", (unsigned long long)p.capacity,
+			p.region_bytes, ret == -EINVAL ? "too many regions "
+			"(raise disk_region_size)" : strerror(-ret));
+		return ret;
+	}
+	g.dqs = calloc(ctx->threads, sizeof(*g.dqs));
+	if (!g.dqs || (ret = store_open(s->disk_path, p.capacity)) < 0 ||
+	    (ret = store_rebuild()) < 0 ||
+	    (ret = svc_publish_tier(ctx, "disk", &disk_tier)) < 0) {
+		disk_close();
+		return ret < 0 ? ret : -ENOMEM;
+	}
+	pthread_mutex_init(&g.plock, NULL);
+	g.on = true;
+	metrics_register();
+	PC_LOGI(LOG_MOD, "disk tier on: %s/%s, %llu bytes in %u regions, %s "
+		"I/O", s->disk_path, DISK_STORE_FILE,
+		(unsigned long long)p.capacity, dl_regions(g.d),
+		g.direct ? "direct" : "buffered");
+	return 0;
+}
+
+static int disk_start(struct rx_reactor *r, struct pc_ctx *ctx)
+{
+	(void)ctx;
+	if (!g.on)
+		return 0;
+	struct dq *q = &g.dqs[rx_reactor_id(r)];
+	q->r = r;
+	q->fill = calloc(1, sizeof(*q->fill));
+	q->sent = calloc(1, sizeof(*q->sent));
+	if (!q->fill || !q->sent)
+		return -ENOMEM;
+	for (unsigned i = 0; i < DISK_WRITES; i++)
+		q->w[i].q = q;
+	rx_timer_init(&q->kick, kick, q);
+	rx_timer_init(&q->flush, nr_flush, q);
+	rx_timer_init(&q->announce, announce_step, q);
+	t_dq = q;
+	struct dl_stats st;
+	dl_stats(g.d, &st);
+	if (rx_reactor_id(r) == 0 && st.keys) {
+		q->announcing = true;
+		rx_timer_start(r, &q->announce, 0, 0);
+	}
+	return 0;
+}
+
+static void disk_stop(struct rx_reactor *r, struct pc_ctx *ctx)
+{
+	(void)ctx;
+	if (!g.on)
+		return;
+	struct dq *q = &g.dqs[rx_reactor_id(r)];
+	q->stopping = true;
+	rx_timer_stop(r, &q->kick);
+	rx_timer_stop(r, &q->flush);
+	rx_timer_stop(r, &q->announce);
+}
+
+static void disk_exit(struct rx_reactor *r, struct pc_ctx *ctx)
+{
+	(void)ctx;
+	if (!g.on)
+		return;
+	struct dq *q = &g.dqs[rx_reactor_id(r)];
+	q->stopping = true;
+	t_dq = NULL;
+	while (q->head) {
+		struct wt_item *it = q->head;
+		q->head = it->next;
+		__atomic_sub_fetch(&g.queued, it->len, __ATOMIC_RELAXED);
+		free(it);
+	}
+	q->tail = NULL;
+	for (unsigned i = 0; i < DISK_WRITES; i++) {
+		free(q->w[i].it); /* a copy the loop's end cut short */
+		free(q->w[i].buf);
+		q->w[i] = (struct wslot){.q = q};
+	}
+	free(q->fill);
+	free(q->sent);
+	q->fill = q->sent = NULL;
+}
+
+static void disk_fini(struct pc_ctx *ctx)
+{
+	if (!g.on)
+		return;
+	svc_withdraw_tier(ctx);
+	while (g.promos) { /* cut short by the end of the loops */
+		struct promo *p = g.promos;
+		g.promos = p->next;
+		free(p->buf);
+		free(p);
+	}
+	pthread_mutex_destroy(&g.plock);
+	disk_close();
+	g.on = false;
+}
+
+const struct pc_module pc_mod_disk = {
+	.name = "disk",
+	.init = disk_init,
+	.start = disk_start,
+	.stop = disk_stop,
+	.exit = disk_exit,
+	.fini = disk_fini,
+};
