@@ -372,6 +372,21 @@ static void publish_published(void *arg)
 	publish_finish(arg);
 }
 
+/* The record of this node's page at addr (its header), len, gen. */
+static void own_rec(struct dir_rec *r, uintptr_t addr, uint64_t len,
+		    uint64_t gen)
+{
+	r->found = true;
+	r->resident = true;
+	snprintf(r->node, sizeof(r->node), "%s", g.cl->self_id);
+	snprintf(r->data, sizeof(r->data), "%s", g.cl->self_data);
+	r->addr = addr;
+	r->len = (uint32_t)len;
+	r->gen = gen;
+	r->rkey = g.rkey;
+	PC_DASSERT(g.pl->is_here(r));
+}
+
 /* The page of it is in the pool (sum: its checksum when have_sum): commit
  * it and fill the record for placement. */
 static bool publish_commit(const struct kv_item *it, struct pool_ref *ref,
@@ -386,15 +401,7 @@ static bool publish_commit(const struct kv_item *it, struct pool_ref *ref,
 	met_add(g.copy_set, it->len);
 	met_inc(g.wr_pages);
 	met_add(g.wr_bytes, it->len);
-	r->found = true;
-	r->resident = true;
-	snprintf(r->node, sizeof(r->node), "%s", g.cl->self_id);
-	snprintf(r->data, sizeof(r->data), "%s", g.cl->self_data);
-	r->addr = addr;
-	r->len = (uint32_t)it->len;
-	r->gen = gen;
-	r->rkey = g.rkey;
-	PC_DASSERT(g.pl->is_here(r));
+	own_rec(r, addr, it->len, gen);
 	struct tier_page pg = {it->key, it->klen, gen};
 	g.tier->committed(&pg, it->len); /* write-through: queued, never waits */
 	return true;
@@ -443,8 +450,18 @@ static void publish_next(struct publish *p)
 		uint8_t *dst;
 		if (it->klen == 0 || it->klen > KV_KEY_MAX)
 			continue;
-		if (pool_contains(g.pool, it->key, it->klen)) {
-			p->ok[p->cur] = true; /* idempotent: already published */
+		/* Already here: publish its record again, and answer as that
+		 * publish does. An earlier set may have stored the page but
+		 * not its record (no owner reachable), and the page would
+		 * stay unfindable while the set said true. */
+		const uint8_t *hdr;
+		uint64_t len, gen;
+		struct pool_ref ref;
+		if (pool_get(g.pool, it->key, it->klen, &ref, &hdr, &len,
+			     &gen) == 0) {
+			own_rec(&p->recs[p->npub], (uintptr_t)hdr, len, gen);
+			pool_unpin(g.pool, &ref);
+			publish_add(p);
 			continue;
 		}
 		if (it->len == 0 || it->len > UINT32_MAX ||

@@ -46,8 +46,9 @@ struct kv_api {
 	/*
 	 * Store pages: one copy each into the publish pool, then their records
 	 * go to placement; done runs when that finished. A key already in
-	 * the pool counts as stored. !client_mem: the copies are done before
-	 * this returns (the sources may be reused at once). client_mem: the
+	 * the pool is not copied again: its record is published again.
+	 * !client_mem: the copies are done before this returns (the sources
+	 * may be reused at once). client_mem: the
 	 * sources are a client's shared memory, copied in slices over loop
 	 * passes (modules/copier.h) and guarded against it shrinking; the
 	 * items (keys and sources) must stay valid until done runs.

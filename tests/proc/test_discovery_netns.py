@@ -135,7 +135,6 @@ class Oracle:
         self.st = dict(sets=0, set_false=0, reads=0, hits=0, misses=0,
                        wrong=0, errors=0)
         self.hits_on = {}  # reads that hit, by the node that served them
-        self.tainted = set()
         self.busy = {}  # calls in flight, by node
         self.stop_ev = threading.Event()
         self.threads = [threading.Thread(target=self._writer, daemon=True)]
@@ -232,15 +231,10 @@ class Oracle:
                     self.st["sets"] += len(keys)
                     self.st["set_false"] += ok.count(False)
                     # A set that got false (no directory owner reachable,
-                    # e.g. during a partition) leaves the page in the
-                    # producer's pool without a record, and a later set of
-                    # the key answers true without publishing it again
-                    # (kv.set is idempotent): such a key stays a miss on
-                    # other nodes, so it is not read back.
-                    self.tainted.update(k for k, y in zip(keys, ok)
-                                        if not y)
-                    self.keys += [k for k, y in zip(keys, ok)
-                                  if y and k not in self.tainted]
+                    # e.g. during a partition) left the page without a
+                    # record; a later set that says true published it
+                    # again, so the key is read back from then on.
+                    self.keys += [k for k, y in zip(keys, ok) if y]
                     if len(self.keys) > 4000:
                         del self.keys[:2000]
                 time.sleep(0.01)
