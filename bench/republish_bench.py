@@ -38,8 +38,9 @@ node:
   dir       sum of peercache_directory_records over the members (records
             held by all directory shards; the ideal is KEYS x R: one per
             owner per key, stale ones removed)
-  removed   sum of peercache_republish_removed_total deltas (records of
-            producers' pages removed from owners that lost them)
+  removed   sum of peercache_directory_moved_away_total deltas (records
+            of producers' pages removed from owners that lost them, a
+            member_ttl after the move)
   removes   sum of peercache_directory_removes_total deltas (removals
             asked for, of any cause)
 Finally one kv.get sweep checks every page's bytes (wrong = 0 expected).
@@ -96,7 +97,7 @@ M_STORED = "peercache_republish_stored_total"
 M_WALKS = "peercache_republish_walks_total"
 M_DIR = "peercache_directory_records"
 M_REMOVES = "peercache_directory_removes_total"
-M_MOVED_OUT = "peercache_republish_removed_total"
+M_MOVED_OUT = "peercache_directory_moved_away_total"
 M_FALLBACKS = "peercache_directory_fallbacks_total"
 
 
@@ -216,13 +217,14 @@ def until(pred, what, timeout):
 
 def settle(nodes):
     """Wait until the summed republish and directory counters stop moving
-    for 0.5 s (in-flight publishes land)."""
+    for 2.5 s (in-flight publishes land, and the removals at displaced
+    owners that wait member_ttl, 2 s by default)."""
     last, same = None, 0
     t0 = time.time()
-    while time.time() - t0 < 30:
+    while time.time() - t0 < 60:
         cur = totals(nodes)
         same = same + 1 if cur == last else 0
-        if same >= 5:
+        if same >= 25:
             return cur
         last = cur
         time.sleep(0.1)
@@ -412,7 +414,7 @@ FIELDS = [  # (key, label, format)
     ("already_held", "  of those, to an owner that already held it",
      "%.0f"),
     ("removed", "records removed from displaced owners "
-     "(republish_removed_total)", "%.0f"),
+     "(directory_moved_away_total)", "%.0f"),
     ("ideal_removed", "  ideal: displaced owners' records", "%.0f"),
     ("removes", "records removed in all (directory_removes_total)", "%.0f"),
     ("dir_records_after", "directory records held after (sum)", "%.0f"),

@@ -129,7 +129,8 @@ static struct {
 	uint64_t records;             /* atomic */
 	uint64_t bytes;               /* atomic: sum of the stripes' bytes */
 	met_id lookups, lookup_hits, fallbacks, puts, removes, skipped;
-	met_id evicted, stale_dropped, put_refused;
+	met_id evicted, stale_dropped, put_refused, moved_away;
+	unsigned move_grace_ms;       /* member_ttl: see struct move */
 	uint64_t last_sweep_ns;       /* atomic: the last restart sweep */
 } g;
 
@@ -1291,12 +1292,17 @@ static struct job *job_layout(struct pc_arena *a, const struct dir_keys *k,
 	return j;
 }
 
-static struct job *job_new(enum job_kind kind, struct rx_reactor *r,
-			   const struct dir_keys *k, const char *node,
-			   const uint64_t *gens, uint64_t deadline_ns,
-			   pl_done_fn done, void *arg)
+/* The current ring (valid for the rest of this callback), or NULL. */
+static struct ring *ring_now(void)
 {
-	struct ring *ring = g.mb ? g.mb->ring() : NULL;
+	return g.mb ? g.mb->ring() : NULL;
+}
+
+static struct job *job_new(enum job_kind kind, struct rx_reactor *r,
+			   struct ring *ring, const struct dir_keys *k,
+			   const char *node, const uint64_t *gens,
+			   uint64_t deadline_ns, pl_done_fn done, void *arg)
+{
 	if (!ring || k->n == 0 || k->n > DIR_BATCH_MAX)
 		return NULL;
 	for (unsigned i = 0; i < k->n; i++)
@@ -1328,8 +1334,8 @@ static int api_lookup(struct rx_reactor *r, const struct dir_keys *k,
 		      struct dir_rec *recs, uint64_t deadline_ns,
 		      pl_done_fn done, void *arg)
 {
-	struct job *j = job_new(JOB_LOOKUP, r, k, NULL, NULL, deadline_ns, done,
-				 arg);
+	struct job *j = job_new(JOB_LOOKUP, r, ring_now(), k, NULL, NULL,
+				deadline_ns, done, arg);
 	if (!j)
 		return -EINVAL;
 	memset(recs, 0, k->n * sizeof(*recs));
@@ -1342,8 +1348,8 @@ static int api_publish(struct rx_reactor *r, const struct dir_keys *k,
 		       const struct dir_rec *recs, bool *ok,
 		       uint64_t deadline_ns, pl_done_fn done, void *arg)
 {
-	struct job *j = job_new(JOB_PUBLISH, r, k, NULL, NULL, deadline_ns, done,
-				 arg);
+	struct job *j = job_new(JOB_PUBLISH, r, ring_now(), k, NULL, NULL,
+				deadline_ns, done, arg);
 	if (!j)
 		return -EINVAL;
 	memset(ok, 0, k->n * sizeof(*ok));
@@ -1359,8 +1365,8 @@ static int api_remove(struct rx_reactor *r, const struct dir_keys *k,
 {
 	/* Generations name one producer's pages: never without it. */
 	PC_ASSERT(!gens || node);
-	struct job *j = job_new(JOB_REMOVE, r, k, node, gens, deadline_ns,
-				done, arg);
+	struct job *j = job_new(JOB_REMOVE, r, ring_now(), k, node, gens,
+				deadline_ns, done, arg);
 	if (!j)
 		return -EINVAL;
 	if (existed)
@@ -1371,26 +1377,69 @@ static int api_remove(struct rx_reactor *r, const struct dir_keys *k,
 }
 
 /*
- * A move (pl_ops.move): a publish job to the gained owners, then a remove
- * job to the lost ones for the keys whose publish worked. Both jobs are
- * built inside the call, against the same ring; the second starts when the
- * first is done.
+ * A move (pl_ops.move): a publish job to the gained owners; when it is
+ * done the caller hears of it, and a remove job to the lost owners, for
+ * the keys whose publish worked, starts MOVE_GRACE later. Nodes adopt a
+ * new membership at different times (a heartbeat apart with discovery, as
+ * an operator goes with set_peers): until a node has, it looks keys up at
+ * their old owners, which keep the records that long. Both jobs are built
+ * inside the call against one ring. A key that gained more than one owner
+ * keeps its old owners' records (its publish counts as done when any new
+ * owner stored it; stale records only cost memory).
+ *
+ * Delayed removals wait on their reactor's list; the directory's exit
+ * frees those that never started.
  */
 struct move {
 	struct job *rem;
 	bool *ok;
-	uint64_t deadline_ns; /* as given: 0 gives the remove its own */
 	pl_done_fn done;
 	void *arg;
-	bool gained_any[]; /* per key: the publish had an owner to ask */
+	struct rx_timer grace;
+	struct move *next, **prev; /* the reactor's delayed removals */
+	bool *existed;      /* per key: an old owner dropped a record */
+	uint8_t ngained[];  /* per key: owners the publish asked; then
+			     * existed, in the same allocation */
 };
+
+static _Thread_local struct move *t_moves; /* waiting for their grace */
+
+static void move_unlink(struct move *m)
+{
+	if (!m->prev)
+		return;
+	*m->prev = m->next;
+	if (m->next)
+		m->next->prev = m->prev;
+	m->prev = NULL;
+}
 
 static void move_removed(void *arg)
 {
 	struct move *m = arg;
-	if (m->done)
-		m->done(m->arg);
+	struct job *rem = m->rem;
+	unsigned removed = 0;
+	for (unsigned k = 0; k < rem->nkeys; k++)
+		removed += rem->flags[k];
+	met_add(g.moved_away, removed);
 	free(m);
+}
+
+static void move_grace(struct rx_reactor *r, struct rx_timer *t)
+{
+	struct move *m = t->arg;
+	move_unlink(m);
+	if (rx_reactor_stopping(r)) {
+		job_free(m->rem);
+		free(m);
+		return;
+	}
+	m->rem->deadline_ns = pc_now_ns() + RX_MS(g.timeout_ms);
+	if (job_start(m->rem) < 0) { /* job_start freed it */
+		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "cannot remove moved records "
+			  "from their old owners; they stay until evicted");
+		free(m);
+	}
 }
 
 static void move_published(void *arg)
@@ -1400,47 +1449,68 @@ static void move_published(void *arg)
 	bool any = false;
 	unsigned removes = 0;
 	for (unsigned k = 0; k < rem->nkeys; k++) {
-		if (!m->gained_any[k])
+		if (!m->ngained[k])
 			m->ok[k] = true; /* nothing to send: it is there */
-		if (!m->ok[k])
+		if (!m->ok[k] || m->ngained[k] > 1)
 			rem->nowners[k] = 0; /* keep the old owners' record */
 		any |= rem->nowners[k] > 0;
 		removes += rem->nowners[k] > 0;
 	}
+	if (m->done)
+		m->done(m->arg); /* ok is final; the removal goes on alone */
+	m->done = NULL;
+	m->ok = NULL;
+	if (!any || rx_reactor_stopping(rem->r)) {
+		job_free(rem);
+		free(m);
+		return;
+	}
 	met_add(g.removes, removes);
-	if (!m->deadline_ns)
-		rem->deadline_ns = pc_now_ns() + RX_MS(g.timeout_ms);
-	if (!any || job_start(rem) < 0) { /* job_start freed it on error */
-		if (any)
-			PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "cannot remove moved "
-				  "records from their old owners; they stay "
-				  "until evicted");
-		else
-			job_free(rem);
-		move_removed(m);
+	rx_timer_init(&m->grace, move_grace, m);
+	m->next = t_moves;
+	m->prev = &t_moves;
+	if (t_moves)
+		t_moves->prev = &m->next;
+	t_moves = m;
+	if (rx_timer_start(rem->r, &m->grace, RX_MS(g.move_grace_ms), 0) < 0)
+		move_grace(rem->r, &m->grace); /* no timer: remove now */
+}
+
+/* The directory's exit on this reactor: delayed removals are dropped. */
+static void moves_drop(struct rx_reactor *r)
+{
+	while (t_moves) {
+		struct move *m = t_moves;
+		rx_timer_stop(r, &m->grace);
+		move_unlink(m);
+		job_free(m->rem);
+		free(m);
 	}
 }
 
 static int api_move(struct rx_reactor *r, const struct dir_keys *k,
-		    const struct dir_rec *recs, bool *ok, bool *removed,
+		    const struct dir_rec *recs, bool *ok,
 		    struct ring *const *from, unsigned nfrom,
 		    uint64_t deadline_ns, pl_done_fn done, void *arg)
 {
 	if (k->n == 0 || k->n > DIR_BATCH_MAX)
 		return -EINVAL;
 	uint64_t *gens = malloc(k->n * sizeof(*gens));
-	struct move *m = malloc(sizeof(*m) + k->n * sizeof(m->gained_any[0]));
+	struct move *m = calloc(1, sizeof(*m) + k->n * (sizeof(m->ngained[0]) +
+							 sizeof(bool)));
 	struct job *pub = NULL, *rem = NULL;
 	int ret = -ENOMEM;
 	if (!gens || !m)
 		goto fail;
+	m->existed = (bool *)(m->ngained + k->n);
 	for (unsigned i = 0; i < k->n; i++) {
 		PC_DASSERT(recs[i].found && recs[i].gen != 0);
 		gens[i] = recs[i].gen;
 	}
-	pub = job_new(JOB_PUBLISH, r, k, NULL, NULL, deadline_ns,
+	struct ring *ring = ring_now(); /* one ring for both jobs */
+	pub = job_new(JOB_PUBLISH, r, ring, k, NULL, NULL, deadline_ns,
 		      move_published, m);
-	rem = job_new(JOB_REMOVE, r, k, g.cl->self_id, gens, deadline_ns,
+	rem = job_new(JOB_REMOVE, r, ring, k, g.cl->self_id, gens, 0,
 		      move_removed, m);
 	free(gens);
 	gens = NULL;
@@ -1448,23 +1518,24 @@ static int api_move(struct rx_reactor *r, const struct dir_keys *k,
 		ret = -EINVAL; /* a bad key, or no ring yet */
 		goto fail;
 	}
+	PC_ASSERT(pub->ring == rem->ring);
 	/* job_new gave both the current owners; keep the moved ones */
 	for (unsigned i = 0; i < k->n; i++) {
 		uint64_t point = ring_key_point(k->keys[i], k->klens[i]);
-		ring_owner_moves(pub->ring, from, nfrom, point, g.replicas,
+		ring_owner_moves(ring, from, nfrom, point, g.replicas,
 				 pub->owners[i], &pub->nowners[i],
 				 rem->owners[i], &rem->nowners[i],
 				 DIR_REPLICAS_MAX);
-		m->gained_any[i] = pub->nowners[i] > 0;
+		m->ngained[i] = (uint8_t)pub->nowners[i];
 	}
 	memset(ok, 0, k->n * sizeof(*ok));
-	if (removed)
-		memset(removed, 0, k->n * sizeof(*removed));
 	pub->recs = (struct dir_rec *)(uintptr_t)recs;
 	pub->flags = ok;
-	rem->flags = removed;
-	*m = (struct move){.rem = rem, .ok = ok, .deadline_ns = deadline_ns,
-			   .done = done, .arg = arg};
+	rem->flags = m->existed;
+	m->rem = rem;
+	m->ok = ok;
+	m->done = done;
+	m->arg = arg;
 	met_add(g.puts, k->n);
 	ret = job_start(pub);
 	if (ret < 0) {
@@ -1537,6 +1608,7 @@ static int d_init(struct pc_ctx *ctx)
 	g.replicas = (unsigned)PC_MIN(s->directory_replicas,
 				      (int64_t)DIR_REPLICAS_MAX);
 	g.timeout_ms = (unsigned)s->rpc_timeout_ms;
+	g.move_grace_ms = (unsigned)s->member_ttl_ms;
 	g.stripe_max = s->directory_max_bytes / DIR_STRIPES;
 	/* Random and non-zero: a restart is a new incarnation to the owners
 	 * of this node's records. */
@@ -1604,6 +1676,11 @@ static int d_init(struct pc_ctx *ctx)
 	g.removes = met_register(MET_COUNTER,
 				 "peercache_directory_removes_total",
 				 "records removed by this node", NULL);
+	g.moved_away = met_register(MET_COUNTER,
+				    "peercache_directory_moved_away_total",
+				    "records of this node's pages removed from "
+				    "owners that lost them after a membership "
+				    "change (a grace after the move)", NULL);
 	g.skipped = met_register(MET_COUNTER,
 				 "peercache_directory_suspect_skips_total",
 				 "directory calls not sent to an owner because "
@@ -1631,6 +1708,7 @@ static void d_exit(struct rx_reactor *r, struct pc_ctx *ctx)
 		rpc_client_free(g.clients[id]);
 		g.clients[id] = NULL;
 	}
+	moves_drop(r); /* after the client: its failed calls may add some */
 }
 
 static void d_fini(struct pc_ctx *ctx)

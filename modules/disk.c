@@ -82,7 +82,10 @@
 
 #define LOG_MOD "disk"
 #define DISK_WRITES 4      /* writes in flight per reactor */
-#define DISK_NR_BATCH 64   /* non-resident records per publish */
+#define DISK_NR_BATCH 1024 /* non-resident records per publish (~1.3 MB a
+			   * batch, two per reactor); evictions beyond a
+			   * full batch while one is in flight are not kept
+			   * (kv unpublishes them) */
 #define DISK_ANNOUNCE_GAP_MS 1
 #define DISK_STORE_FILE "store.pcd"
 #define DISK_ID_FILE "store.id"
@@ -247,7 +250,13 @@ static void nr_published(void *arg)
 static bool nr_wanted(const struct nrbatch *b, unsigned i)
 {
 	const struct dir_rec *now = &b->look[i];
-	return now->found ? g.pl->is_here(now) : b->fresh[i];
+	/* At an eviction: only over the evicted generation's own record,
+	 * and not once the key is in the pool again (set again since: its
+	 * resident record is the one readers need). */
+	if (now->found)
+		return g.pl->is_here(now) && now->gen == b->recs[i].gen &&
+		       !pool_contains(g.pool, b->keys[i], b->klens[i]);
+	return b->fresh[i];
 }
 
 static void nr_looked_up(void *arg)
@@ -395,7 +404,10 @@ static void write_finish(struct wslot *w, int64_t res)
 {
 	struct wt_item *it = w->it;
 	if (res != (int64_t)w->iolen) {
-		dl_abort(g.d, w->loc.off);
+		if (w->iolen > w->loc.total) /* the region's header with it */
+			dl_abort_header(g.d, w->loc.off);
+		else
+			dl_abort(g.d, w->loc.off);
 		cnt(&g.write_errors, 1);
 		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "a page write at offset %llu "
 			  "failed: %s", (unsigned long long)w->loc.off,
@@ -545,7 +557,7 @@ static void promos_mark_stale(const char *key, size_t klen)
 	pthread_mutex_lock(&g.plock);
 	for (struct promo *p = g.promos; p; p = p->next)
 		if (p->klen == klen && memcmp(p->key, key, klen) == 0)
-			p->stale = true;
+			__atomic_store_n(&p->stale, true, __ATOMIC_RELAXED);
 	pthread_mutex_unlock(&g.plock);
 }
 
@@ -681,7 +693,10 @@ static void promo_bad(struct promo *p, const char *why)
 static void promo_copied(struct copier_job *j)
 {
 	struct promo *p = j->arg;
-	if (j->res < 0 || p->stale) {
+	/* A set of the key since (on any reactor) wins: its page is in the
+	 * pool or the promotion was marked stale. */
+	if (j->res < 0 || __atomic_load_n(&p->stale, __ATOMIC_RELAXED) ||
+	    pool_contains(g.pool, p->key, p->klen)) {
 		pool_abort(g.pool, &p->ref);
 		promo_end(p, j->res < 0 ? j->res : -ESTALE);
 		return;
@@ -723,7 +738,7 @@ static void promo_read(void *arg, int64_t res)
 		promo_bad(p, "record header");
 		return;
 	}
-	if (p->stale) {
+	if (__atomic_load_n(&p->stale, __ATOMIC_RELAXED)) {
 		promo_end(p, -ESTALE);
 		return;
 	}

@@ -1112,8 +1112,10 @@ static int kv_remove(struct rx_reactor *r, const struct kv_item *it,
 	d->arg = arg;
 	met_add(g.del_req, d->ks.n);
 	for (unsigned i = 0; i < d->ks.n; i++) {
-		d->local[i] = pool_delete(g.pool, d->ks.k[i], d->ks.len[i]) == 0;
+		/* The tier first: a promotion under way is marked stale
+		 * before the pool entry goes, so it cannot bring it back. */
 		g.tier->drop(d->ks.k[i], d->ks.len[i]);
+		d->local[i] = pool_delete(g.pool, d->ks.k[i], d->ks.len[i]) == 0;
 	}
 	struct dir_keys k = dir_keys_of(&d->ks, 0);
 	if (g.pl->unpublish(r, &k, NULL, NULL, d->existed, op_deadline(),

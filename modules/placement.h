@@ -92,15 +92,16 @@ struct pl_ops {
 	 * this node's own records) that were placed against any of the rings
 	 * from[0..nfrom). Each is published at the owners it gained under the
 	 * current ring — and only there: owners that already had it are not
-	 * asked — then, for each key whose publish worked, this node's record
-	 * with recs[i].gen is removed from the owners it lost that are still
-	 * members (a conditional remove: a newer record stays). ok[i]: the
-	 * new owners have it (true when none was gained); removed[i] (may be
-	 * NULL): an old owner dropped a record. keys, recs, ok and removed
-	 * must stay valid until done runs; from is read inside the call.
+	 * asked — and done runs when that is over; ok[i]: the new owners have
+	 * it (true when none was gained). Then, after a grace that lets every
+	 * node adopt the new membership, and for the keys whose publish
+	 * worked, this node's record with recs[i].gen is removed from the
+	 * owners it lost that are still members (a conditional remove: a newer
+	 * record stays). keys, recs and ok must stay valid until done runs;
+	 * from is read inside the call.
 	 */
 	int (*move)(struct rx_reactor *r, const struct dir_keys *k,
-		    const struct dir_rec *recs, bool *ok, bool *removed,
+		    const struct dir_rec *recs, bool *ok,
 		    struct ring *const *from, unsigned nfrom,
 		    uint64_t deadline_ns, pl_done_fn done, void *arg);
 	/* Is the page this record names here, in this node's own memory? */

@@ -17,7 +17,8 @@
  * record: the record is sent there, and only there), or with an owner under
  * a placed ring that is still a member but no longer an owner (it holds a
  * record nobody asks it for: after the new owners have the record, this
- * node's record of that generation is removed there — a conditional
+ * node's record of that generation is removed there, after a grace of
+ * member_ttl that lets every node adopt the new membership — a conditional
  * remove, so a newer record is never touched). Owners that left keep their
  * records; nobody asks them. Pages whose owners did not change are not
  * touched, so a join moves about replicas x K/(N+1) records of K pages.
@@ -74,7 +75,6 @@ static struct {
 	bool busy;               /* a publish is in flight */
 	bool stopping;
 	uint64_t walk_sent;      /* records sent in this walk */
-	uint64_t walk_removed;   /* records removed from old owners */
 	struct rx_timer step;
 	/* the batch being collected / in flight */
 	unsigned n;
@@ -83,8 +83,7 @@ static struct {
 	size_t klens[REPUB_BATCH];
 	struct dir_rec recs[REPUB_BATCH];
 	bool ok[REPUB_BATCH];
-	bool removed[REPUB_BATCH];
-	met_id sent, stored, removes, walks;
+	met_id sent, stored, walks;
 	const struct svc_cluster *cl;     /* services, looked up in init */
 	const struct pl_ops *pl;
 	const struct mb_api *mb;
@@ -156,11 +155,10 @@ static void placed_add(struct ring *r)
 static void walk_end(void)
 {
 	PC_LOGI(LOG_MOD, "placement for epoch %llu done: %llu record%s of "
-		"this node's pages sent to their new owners, %llu removed "
-		"from owners that lost them",
+		"this node's pages sent to their new owners (their old "
+		"owners drop them after a grace)",
 		(unsigned long long)ring_epoch(g.target),
-		(unsigned long long)g.walk_sent, g.walk_sent == 1 ? "" : "s",
-		(unsigned long long)g.walk_removed);
+		(unsigned long long)g.walk_sent, g.walk_sent == 1 ? "" : "s");
 	placed_clear();
 	placed_add(g.target);
 	g.target = NULL;
@@ -172,14 +170,10 @@ static void published(void *arg)
 	g.busy = false;
 	if (g.stopping)
 		return;
-	unsigned stored = 0, removed = 0;
-	for (unsigned i = 0; i < g.n; i++) {
+	unsigned stored = 0;
+	for (unsigned i = 0; i < g.n; i++)
 		stored += g.ok[i];
-		removed += g.removed[i];
-	}
 	met_add(g.stored, stored);
-	met_add(g.removes, removed);
-	g.walk_removed += removed;
 	g.n = 0;
 	if (g.target)
 		rx_timer_start(g.r0, &g.step, RX_MS(REPUB_GAP_MS), 0);
@@ -200,8 +194,8 @@ static void step(struct rx_reactor *r, struct rx_timer *t)
 		met_add(g.sent, g.n);
 		g.walk_sent += g.n;
 		g.busy = true;
-		if (g.pl->move(r, &k, g.recs, g.ok, g.removed, g.placed,
-				placed_rings(), 0, published, NULL) < 0) {
+		if (g.pl->move(r, &k, g.recs, g.ok, g.placed, placed_rings(),
+				0, published, NULL) < 0) {
 			g.busy = false;
 			PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "cannot publish %u "
 				  "records again; their new owners miss them "
@@ -236,7 +230,6 @@ static void on_change(struct rx_reactor *r, enum mb_event ev,
 		return; /* already walking (or placed) for this ring */
 	if (!g.target) {
 		g.walk_sent = 0;
-		g.walk_removed = 0;
 		met_inc(g.walks);
 	} else {
 		/* the pages walked so far were moved to the old target */
@@ -279,11 +272,6 @@ static int rp_init(struct pc_ctx *ctx)
 	g.stored = met_register(MET_COUNTER,
 				"peercache_republish_stored_total",
 				"of those, records an owner stored", NULL);
-	g.removes = met_register(MET_COUNTER,
-				 "peercache_republish_removed_total",
-				 "records of this node's pages removed from "
-				 "owners that lost them after a membership "
-				 "change", NULL);
 	g.walks = met_register(MET_COUNTER, "peercache_republish_walks_total",
 			       "walks over the pool after membership changes",
 			       NULL);

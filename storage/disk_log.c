@@ -389,6 +389,21 @@ void dl_abort(struct dlog *d, uint64_t off)
 	pthread_mutex_unlock(&d->lock);
 }
 
+void dl_abort_header(struct dlog *d, uint64_t off)
+{
+	uint32_t i = (uint32_t)(off / d->p.region_bytes);
+	pthread_mutex_lock(&d->lock);
+	PC_ASSERT(i < d->nregions && d->rg[i].refs > 0);
+	d->rg[i].refs--;
+	if (d->open == i) {
+		d->rg[i].state = DL_SEALED;
+		d->rg[i].stamp = ++d->seq;
+		d->open = UINT32_MAX;
+	}
+	region_maybe_free(d, i);
+	pthread_mutex_unlock(&d->lock);
+}
+
 bool dl_get(struct dlog *d, const char *key, size_t klen, struct dl_loc *out)
 {
 	pthread_mutex_lock(&d->lock);

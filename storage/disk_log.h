@@ -142,6 +142,11 @@ int dl_commit(struct dlog *d, const char *key, size_t klen,
  * unused until the region is reused). */
 void dl_abort(struct dlog *d, uint64_t off);
 
+/* The same for a write that carried its region's header: the header may
+ * not be on disk, so the region takes no further record (it is sealed as
+ * it is, and opened again — with a header — when it is reused). */
+void dl_abort_header(struct dlog *d, uint64_t off);
+
 /* Look key up; on a hit, take an I/O reference on its region (released
  * with dl_put) and mark the region used now. */
 bool dl_get(struct dlog *d, const char *key, size_t klen, struct dl_loc *out);

@@ -89,7 +89,13 @@ def test_ten_nodes_converge_drop_and_join(node_factory):
     vs = converge(rest + [joiner], sorted(want + [addr(rpc[N])]), 30,
                   "join of %s" % addr(rpc[N]))
     assert vs[0]["epoch"] > epoch
-    assert {m["state"] for m in vs[0]["members"]} == {"alive"}, vs[0]
+    # every member alive (a member may be suspect for a moment on a loaded
+    # machine: its heartbeats are a second late; it must come back)
+    deadline = time.time() + 10 * SLACK
+    while {m["state"] for m in vs[0]["members"]} != {"alive"}:
+        assert time.time() < deadline, vs[0]
+        time.sleep(0.2)
+        vs = [view(joiner)]
     # The ring follows the view on every node (spot check: the joiner).
     c = RpcClient(joiner.endpoint("socket"), timeout=10.0)
     try:

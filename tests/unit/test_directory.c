@@ -373,6 +373,7 @@ static void setup_t(unsigned replicas, unsigned timeout_ms)
 	nf.s.directory_replicas = replicas;
 	nf.s.rpc_timeout_ms = timeout_ms;
 	nf.s.peer_probe_interval_ms = 60000; /* suspect stays suspect */
+	nf.s.member_ttl_ms = 300; /* a move's removals wait this long */
 	char peers[200];
 	snprintf(peers, sizeof(peers), "%s,%s", own[0].id, own[1].id);
 	free(nf.s.peers);
@@ -446,7 +447,6 @@ struct plc {
 	bool use_gens;
 	struct ring *from[2]; /* move: the rings placed against */
 	unsigned nfrom;
-	bool removed[N];
 	uint64_t deadline_ns;
 	int ret;
 	int calls;
@@ -471,8 +471,8 @@ static void plc_run(struct rx_reactor *r, void *arg)
 	else if (c->kind == 1)
 		c->ret = pl->lookup(r, &k, c->rec, c->deadline_ns, plc_done, c);
 	else if (c->kind == 3)
-		c->ret = pl->move(r, &k, c->rec, c->flags, c->removed, c->from,
-				  c->nfrom, c->deadline_ns, plc_done, c);
+		c->ret = pl->move(r, &k, c->rec, c->flags, c->from, c->nfrom,
+				  c->deadline_ns, plc_done, c);
 	else
 		c->ret = pl->unpublish(r, &k, c->node,
 				       c->use_gens ? c->gens : NULL, c->flags,
@@ -813,10 +813,22 @@ static bool holds(unsigned who, const char *key)
 	return who == 2 ? self_has(key, &gen) : own_has(who, key, NULL);
 }
 
+/* A condition of the test, polled from the test thread. */
+static bool moved_off(void *arg)
+{
+	struct plc *m = arg;
+	for (unsigned i = 0; i < m->n; i++)
+		if (m->use_gens && holds(m->gens[i], m->kb[i]))
+			return false;
+	return true;
+}
+
 /*
  * A join (owner 1 comes into a ring of owner 0 and this node): move sends
- * each record to the owner it gained and only there, then removes it from
- * the owner it lost; records whose owner did not change are not sent.
+ * each record to the owner it gained and only there; the owner it lost
+ * keeps its record for the grace (member_ttl, 300 ms here: nodes still on
+ * the old ring look it up there), then drops it; records whose owner did
+ * not change are not sent and stay.
  */
 Test(directory, a_move_publishes_at_gained_owners_and_removes_at_lost_ones)
 {
@@ -843,31 +855,40 @@ Test(directory, a_move_publishes_at_gained_owners_and_removes_at_lost_ones)
 		m->rec[i] = c->rec[i];
 	m->from[0] = old;
 	m->nfrom = 1;
+	uint64_t t0 = pc_now_ns();
 	plc_do(m);
+	/* the lost owners of the moved keys, to watch (gens[] reused) */
+	struct plc *w = plc_new(1, "mvj", 0);
 	for (unsigned i = 0; i < N; i++) {
 		unsigned now = owners(m->kb[i]).who[0];
 		cr_assert(m->flags[i], "%s not placed", m->kb[i]);
 		cr_assert(holds(now, m->kb[i]), "%s not on its owner",
 			  m->kb[i]);
 		if (now == before[i]) {
-			cr_assert(!m->removed[i], "%s", m->kb[i]);
+			cr_assert(holds(before[i], m->kb[i]), "%s", m->kb[i]);
 			continue;
 		}
 		moved++;
 		cr_assert_eq(now, 1u, "%s moved to a member that was there",
 			     m->kb[i]);
-		cr_assert(m->removed[i], "%s", m->kb[i]);
-		cr_assert(!holds(before[i], m->kb[i]), "%s still on %u",
-			  m->kb[i], before[i]);
+		snprintf(w->kb[w->n], sizeof(w->kb[0]), "%s", m->kb[i]);
+		w->gens[w->n++] = before[i];
 	}
+	w->use_gens = true;
 	cr_assert_gt(moved, 0u);
 	cr_assert_lt(moved, N);
 	/* one dir.put to owner 1, with only the moved keys */
 	cr_assert_eq(own_calls(1, 1), puts1 + 1);
 	cr_assert_eq(own_count(1), moved);
+	/* the old owners still answer for them until the grace is over */
+	if ((pc_now_ns() - t0) / 1000000u < 200)
+		cr_assert(!moved_off(w), "removed before the grace");
+	cr_assert(nf_until(moved_off, w, 20000), "the old owners kept their "
+		  "records after the grace");
 	ring_unref(old);
 	free(c);
 	free(m);
+	free(w);
 	teardown();
 }
 

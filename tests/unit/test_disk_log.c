@@ -461,3 +461,20 @@ Test(disk_log, a_retag_names_the_record_by_its_sequence)
 	cr_assert(dl_del(d, "k", 1, 77));
 	dl_free(d);
 }
+
+/* A failed write that carried its region's header: the region takes no
+ * further record; the next one goes to a region opened with a header. */
+Test(disk_log, a_failed_header_write_never_leaves_a_region_headless)
+{
+	struct dlog *d = mk(4 * MIB, MIB, 8);
+	uint64_t t = dl_record_bytes(1, 1000), off, seq, h, o;
+	cr_assert_eq(dl_alloc(d, t, &off, &seq, &h, &o, NULL, NULL), 0);
+	cr_assert_neq(h, UINT64_MAX);
+	dl_abort_header(d, off);
+	uint64_t off2, h2;
+	cr_assert_eq(dl_alloc(d, t, &off2, &seq, &h2, &o, NULL, NULL), 0);
+	cr_assert_neq(h2, UINT64_MAX, "a record placed behind a header that "
+		      "may not be on disk");
+	dl_abort(d, off2);
+	dl_free(d);
+}
