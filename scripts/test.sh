@@ -55,9 +55,16 @@ for t in "${trees[@]}"; do
     status=1; summary+=("$t: build failed"); continue
   fi
   echo "==> testing $t tree"
+  rm -f "$dir/test-artifacts/reports.txt"
   # shellcheck disable=SC2086
   (cd "$dir" && ctest --output-on-failure -j2 ${CTEST_ARGS:-}) | tee "$dir/ctest.log"
   rc=${PIPESTATUS[0]}
+  # What tests report for the record (conftest.report: oracle counts,
+  # measured times, skipped variants and why).
+  if [ -s "$dir/test-artifacts/reports.txt" ]; then
+    echo "==> reports of the $t tree's process tests"
+    sed 's/^/    /' "$dir/test-artifacts/reports.txt"
+  fi
   line=$(grep -E 'tests passed|tests failed' "$dir/ctest.log" | tail -1)
   summary+=("$t: ${line:-no summary}")
   [ "$rc" -ne 0 ] && status=1

@@ -213,6 +213,18 @@ def free_ports(n):
     return ports
 
 
+def report(msg):
+    """A line the suite's summary shows (scripts/test.sh prints every
+    report after the tree's tests): printed, and appended to
+    BUILD/test-artifacts/reports.txt with the test file's name."""
+    print(msg)
+    test = os.environ.get("PYTEST_CURRENT_TEST", "?").split("::")[0]
+    path = os.path.join(BUILD, "test-artifacts")
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, "reports.txt"), "a") as f:
+        f.write("%s: %s\n" % (os.path.basename(test), msg))
+
+
 def start_joiner(node_factory, members, *args):
     """A node on a free port whose --peers are members plus itself: returns
     (node, members + [its id]) once it is ready (a port taken meanwhile is

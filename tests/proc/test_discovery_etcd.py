@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from conftest import RpcClient, free_ports, freeze, metrics_of, run
+from conftest import RpcClient, free_ports, freeze, metrics_of, report, run
 from test_discovery import CLI, call, ids, page, view, wait_until
 
 ETCD = shutil.which("etcd") or "/usr/bin/etcd"
@@ -133,7 +133,7 @@ def start_cluster(node_factory, etcd, n):
 
 def test_join_kill_and_leave(node_factory, etcd):
     nodes, want, vs = start_cluster(node_factory, etcd, 4)
-    print("revision", vs[0]["epoch"], "from", vs[0]["from"])
+    report("join: revision %s from %s" % (vs[0]["epoch"], vs[0]["from"]))
     assert vs[0]["backend"] == "etcd" and vs[0]["from"] == "etcd " + etcd.addr
     assert {m["role"] for m in vs[0]["members"]} == {"member"}
     a, victim, o, m = nodes
@@ -178,11 +178,11 @@ def test_join_kill_and_leave(node_factory, etcd):
     left = [x for x in want if x != gone]
     wait_until(lambda: all(ids(view(x)) == left for x in (a, m, o)), 8,
                "the killed node to leave every view")
-    print("kill -9 gone from every view after %.2f s" % (time.time() - t0))
+    report("kill -9 gone from every view after %.2f s" % (time.time() - t0))
     stop.set()
     for t in readers:
         t.join(10)
-    print("reads meanwhile", stats)
+    report("oracle: reads meanwhile %s" % (stats,))
     assert stats["wrong"] == 0 and stats["hit"] > 0
     assert "peer %s left the ring" % gone in a.text()
 
@@ -192,7 +192,7 @@ def test_join_kill_and_leave(node_factory, etcd):
     t0 = time.time()
     wait_until(lambda: all(other not in ids(view(x)) for x in (a, m)), 4,
                "the stopped node to leave")
-    print("SIGTERM leave seen everywhere after %.2f s" % (time.time() - t0))
+    report("SIGTERM leave seen everywhere after %.2f s" % (time.time() - t0))
     assert "lease" in o.text() and "revoked" in o.text()
     # a new node joins the running cluster through the watch
     d = start(node_factory, etcd.addr)

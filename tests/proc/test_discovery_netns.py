@@ -25,7 +25,7 @@ import time
 
 import pytest
 
-from conftest import Node, RpcClient, free_ports, freeze
+from conftest import Node, RpcClient, free_ports, freeze, report
 from netns import LoopNet, NetnsNet, netns_unavailable
 from test_discovery import SLACK, wait_until
 
@@ -270,7 +270,7 @@ class Oracle:
         for t in self.threads:
             t.join(30)
         st = self.snap()
-        print("[%s] oracle: %s" % (label, st))
+        report("[%s] oracle: %s" % (label, st))
         assert not self.failures, self.failures[0]
         assert st["wrong"] == 0, st
         assert st["hits"] > 0 and st["sets"] > 0, st
@@ -305,14 +305,14 @@ def net(request, tmp_path):
     where they are not (or PEERCACHE_NETNS=off), so each scenario runs
     once."""
     if request.param == "netns" and NETNS_WHY:
-        print("netns variant skipped: %s (the loopback variant runs)"
+        report("netns variant skipped: %s (the loopback variant runs)"
               % NETNS_WHY)
         pytest.skip("network namespaces unavailable: " + NETNS_WHY)
     if request.param == "loopback" and not NETNS_WHY:
         pytest.skip("namespaces available: the netns variant runs instead")
     n = NetnsNet() if request.param == "netns" else LoopNet()
     if n.emulated:
-        print("loopback variant, emulated: " + n.emulated)
+        report("loopback variant, emulated: " + n.emulated)
     cl = Cluster(n, str(tmp_path))
     try:
         yield cl
@@ -329,7 +329,7 @@ def start_nodes(cl, count, oracle=True):
         cl.start(i, [0, 1])
     wait_until(lambda: cl.converged(range(count), range(count)), 15,
                "%d nodes to converge" % count)
-    print("%s: %d nodes up and converged in %.2f s"
+    report("%s: %d nodes up and converged in %.2f s"
           % (cl.net.kind, count, time.time() - t0))
     if cl.net.kind == "loopback":
         # Freeze nodes only once every master is warm (up member_ttl): a
@@ -357,7 +357,7 @@ def test_join(net):
     cl.start(3, [0, 1])
     wait_until(lambda: cl.converged(range(4), range(4)), 10,
                "all 4 nodes to see 4 members")
-    print("%s join: 4th node in every view %.2f s after its start"
+    report("%s join: 4th node in every view %.2f s after its start"
           % (cl.net.kind, time.time() - t0))
     o.use(3)
     time.sleep(1.0)
@@ -379,12 +379,12 @@ def test_kill_non_head(net):
                "the killed node to be purged everywhere")
     purged = time.time() - t0
     window = delta(before, o.snap())
-    print("%s kill -9: purged from every view after %.2f s; reads meanwhile"
+    report("%s kill -9: purged from every view after %.2f s; reads meanwhile"
           " %s" % (cl.net.kind, purged, window))
     assert purged <= PURGE_BOUND * SLACK
     # Lookups fell over to the other directory owner: survivors' pages hit.
     assert window["hits"] > 0, window
-    print("%s kill -9: reads hit again, no miss for 1 s, %.2f s after the "
+    report("%s kill -9: reads hit again, no miss for 1 s, %.2f s after the "
           "purge" % (cl.net.kind, o.recovered(10)))
     roles = {m["id"]: m["role"] for m in cl.view(0)["members"]}
     assert sorted(roles.values()) == ["head", "master", "master"], roles
@@ -402,7 +402,7 @@ def test_kill_head_then_join_through_second_seed(net):
     cl.kill(0)
     vs = wait_until(lambda: cl.converged([1, 2], [1, 2]), 10,
                     "the others to agree without the head")
-    print("%s head killed: others agree on %s after %.2f s"
+    report("%s head killed: others agree on %s after %.2f s"
           % (cl.net.kind, vs[0]["from"], time.time() - t0))
     # the next master by meta address (port order on loopback)
     assert vs[0]["from"] == min(cl.metas[1], cl.metas[2])
@@ -413,10 +413,10 @@ def test_kill_head_then_join_through_second_seed(net):
     cl.start(3, [0, 1])  # its first seed is the dead head
     wait_until(lambda: cl.converged([1, 2, 3], [1, 2, 3]), 10,
                "the new node to join through the second seed")
-    print("%s: new node joined through seed 2 in %.2f s"
+    report("%s: new node joined through seed 2 in %.2f s"
           % (cl.net.kind, time.time() - t0))
     o.use(3)
-    print("%s: reads hit again, no miss for 1 s, %.2f s later"
+    report("%s: reads hit again, no miss for 1 s, %.2f s later"
           % (cl.net.kind, o.recovered(10)))
     o.check("kill head + join")
     cl.stop_clean()
@@ -441,12 +441,12 @@ def test_link_down_up(net):
     back = time.time() - t1
     time.sleep(0.5)
     assert not flaps(cl, m), flaps(cl, m)
-    print("%s link down/up: removed after %.2f s, all 4 converged %.2f s "
+    report("%s link down/up: removed after %.2f s, all 4 converged %.2f s "
           "after the link came back (epoch %d from %s)"
           % (cl.net.kind, removed, back, vs[0]["epoch"], vs[0]["from"]))
     assert vs[0]["from"] == cl.metas[0]
     o.use(cut)
-    print("%s link up: reads hit again, no miss for 1 s, %.2f s after "
+    report("%s link up: reads hit again, no miss for 1 s, %.2f s after "
           "convergence" % (cl.net.kind, o.recovered(10)))
     o.check("link down/up")
     cl.stop_clean()
@@ -483,7 +483,7 @@ def partition_heal(cl, n, far, label):
     time.sleep(HOLD)
     during, on = delta(mid, o.snap()), o.hits_by_node()
     served = {i: on.get(i, 0) - mid_on.get(i, 0) for i in sorted(o.on)}
-    print("%s %s partition: sides converged (%s); oracle during it %s, hits "
+    report("%s %s partition: sides converged (%s); oracle during it %s, hits "
           "by node %s" % (cl.net.kind, label, sides, during, served))
     assert all(v > 0 for v in served.values()), served
     t1, m = time.time(), marks(cl)
@@ -493,7 +493,7 @@ def partition_heal(cl, n, far, label):
     healed = time.time() - t1
     time.sleep(0.5)
     assert not flaps(cl, m), flaps(cl, m)
-    print("%s %s heal: one membership (epoch %d from %s) on all %d after "
+    report("%s %s heal: one membership (epoch %d from %s) on all %d after "
           "%.2f s" % (cl.net.kind, label, vs[0]["epoch"], vs[0]["from"], n,
                       healed))
     assert vs[0]["from"] == cl.metas[0]
@@ -501,7 +501,7 @@ def partition_heal(cl, n, far, label):
     assert heads == {cl.ids[0]}, heads
     for i in far:
         o.use(i)
-    print("%s %s heal: reads hit again, no miss for 1 s, %.2f s after "
+    report("%s %s heal: reads hit again, no miss for 1 s, %.2f s after "
           "convergence" % (cl.net.kind, label, o.recovered(10)))
     o.check("partition/heal " + label)
     cl.stop_clean()
@@ -547,11 +547,11 @@ def test_joiner_does_not_keep_its_own_table(tmp_path):
             time.sleep(0.3)
         finally:
             os.kill(cl.nodes[0].proc.pid, signal.SIGCONT)
-        print("head frozen for %.2f s" % (time.time() - t0))
+        report("head frozen for %.2f s" % (time.time() - t0))
         t0 = time.time()
         vs = wait_until(lambda: cl.converged(range(5), range(5)), 10,
                         "the joiner to follow the head with the others")
-        print("joiner follows the head %.2f s after the head answers again"
+        report("joiner follows the head %.2f s after the head answers again"
               % (time.time() - t0))
         assert vs[0]["from"] == cl.metas[0]
         time.sleep(0.5)
