@@ -1214,9 +1214,13 @@ static void disk_exit(struct rx_reactor *r, struct pc_ctx *ctx)
 		free(it);
 	}
 	q->tail = NULL;
+	/* A forced stop may leave writes to the kernel (ops still in use):
+	 * their buffers are left alone, the process is ending anyway. */
+	bool inflight = rx_reactor_stats(r)->ops_in_use > 0;
 	for (unsigned i = 0; i < DISK_WRITES; i++) {
 		free(q->w[i].it); /* a copy the loop's end cut short */
-		free(q->w[i].buf);
+		if (!inflight)
+			free(q->w[i].buf);
 		q->w[i] = (struct wslot){.q = q};
 	}
 	free(q->fill);
