@@ -213,6 +213,17 @@ def free_ports(n):
     return ports
 
 
+def rpc_result(node, method, params=(), timeout=30.0):
+    """One call on node's RPC port that must succeed: its result."""
+    c = RpcClient(node.endpoint("rpc"), timeout=timeout)
+    try:
+        err, res = c.call(method, params)
+        assert err is None, (method, err)
+        return res
+    finally:
+        c.close()
+
+
 def report(msg):
     """A line the suite's summary shows (scripts/test.sh prints every
     report after the tree's tests): printed, and appended to

@@ -29,6 +29,36 @@ def call(node, method, params=()):
         c.close()
 
 
+def start_readers(nodes, keys):
+    """A thread per node reading keys[:16] (pages of page(k)) through its
+    socket, counting hits, misses and wrong pages. Returns a function that
+    stops them and gives the counts."""
+    stop, stats = threading.Event(), {"hit": 0, "miss": 0, "wrong": 0}
+
+    def reader(node):
+        cl = RpcClient(node.endpoint("socket"), timeout=10.0)
+        while not stop.is_set():
+            err, res = cl.call("kv.get", [keys[:16]])
+            assert err is None, err
+            for k, v in zip(keys, res):
+                stats["miss" if v is None else
+                      "hit" if v == page(k) else "wrong"] += 1
+        cl.close()
+
+    threads = [threading.Thread(target=reader, args=(x,), daemon=True)
+               for x in nodes]
+    for t in threads:
+        t.start()
+
+    def end():
+        stop.set()
+        for t in threads:
+            t.join(10)
+        return stats
+
+    return end
+
+
 def view(node):
     err, res = call(node, "discovery.view")
     assert err is None, err
@@ -122,22 +152,7 @@ def test_join_kill_and_leave(node_factory):
 
     # Reads go on while a master dies: a miss or the right bytes, never
     # wrong; the member it leaves behind is promoted in its place.
-    stop, stats = threading.Event(), {"hit": 0, "miss": 0, "wrong": 0}
-
-    def reader(node):
-        cl = RpcClient(node.endpoint("socket"), timeout=10.0)
-        while not stop.is_set():
-            err, res = cl.call("kv.get", [keys[:16]])
-            assert err is None, err
-            for k, v in zip(keys, res):
-                stats["miss" if v is None else
-                      "hit" if v == page(k) else "wrong"] += 1
-        cl.close()
-
-    readers = [threading.Thread(target=reader, args=(x,), daemon=True)
-               for x in (m, o)]
-    for t in readers:
-        t.start()
+    readers_end = start_readers((m, o), keys)
     t0 = time.time()
     victim.proc.kill()
     victim.proc.wait()
@@ -151,9 +166,7 @@ def test_join_kill_and_leave(node_factory):
     assert "peer %s is suspect (discovery: no heartbeat" % gone in a.text()
     for x in left:  # no false removal while the readers load m and o
         assert "member %s silent" % x not in a.text()
-    stop.set()
-    for t in readers:
-        t.join(10)
+    stats = readers_end()
     print("reads meanwhile", stats)
     assert stats["wrong"] == 0 and stats["hit"] > 0
     wait_until(lambda: {x["id"]: x["role"] for x in view(m)["members"]}

@@ -19,8 +19,9 @@ import time
 
 import pytest
 
-from conftest import RpcClient, free_ports, freeze, metrics_of, report, run
-from test_discovery import CLI, call, ids, page, view, wait_until
+from conftest import free_ports, freeze, metrics_of, report, run
+from test_discovery import (CLI, call, ids, page, start_readers, view,
+                            wait_until)
 
 ETCD = shutil.which("etcd") or "/usr/bin/etcd"
 
@@ -155,22 +156,7 @@ def test_join_kill_and_leave(node_factory, etcd):
 
     # kill -9: the lease expires (TTL 2 s), every view drops the node;
     # reads meanwhile are hits or misses, never wrong bytes.
-    stop, stats = threading.Event(), {"hit": 0, "miss": 0, "wrong": 0}
-
-    def reader(node):
-        cl = RpcClient(node.endpoint("socket"), timeout=10.0)
-        while not stop.is_set():
-            err, res = cl.call("kv.get", [keys[:16]])
-            assert err is None, err
-            for k, v in zip(keys, res):
-                stats["miss" if v is None else
-                      "hit" if v == page(k) else "wrong"] += 1
-        cl.close()
-
-    readers = [threading.Thread(target=reader, args=(x,), daemon=True)
-               for x in (m, o)]
-    for t in readers:
-        t.start()
+    readers_end = start_readers((m, o), keys)
     gone = addr_of(victim)
     t0 = time.time()
     victim.proc.kill()
@@ -179,9 +165,7 @@ def test_join_kill_and_leave(node_factory, etcd):
     wait_until(lambda: all(ids(view(x)) == left for x in (a, m, o)), 8,
                "the killed node to leave every view")
     report("kill -9 gone from every view after %.2f s" % (time.time() - t0))
-    stop.set()
-    for t in readers:
-        t.join(10)
+    stats = readers_end()
     report("oracle: reads meanwhile %s" % (stats,))
     assert stats["wrong"] == 0 and stats["hit"] > 0
     assert "peer %s left the ring" % gone in a.text()

@@ -267,9 +267,9 @@ def test_a_full_queue_drops_writes_never_sets(node_factory, tmp_path):
     assert n.stop() == 0
 
 
-def test_another_node_reads_resident_pages_only(node_factory, tmp_path):
-    """Remote promotion is not there yet: a reader on another node gets the
-    producer's resident pages and misses its disk ones, never wrong bytes."""
+def start_pair(node_factory, tmp_path):
+    """Two peers: a with a disk tier (16 MiB, 1 MiB regions) under
+    tmp_path/a, b without; both ready (a port taken meanwhile is retried)."""
     for attempt in range(3):
         ports = free_ports(2)
         peers = ",".join("127.0.0.1:%d" % p for p in ports)
@@ -281,13 +281,20 @@ def test_another_node_reads_resident_pages_only(node_factory, tmp_path):
         try:
             a.wait_for("ready")
             b.wait_for("ready")
-            break
+            return a, b
         except AssertionError:
             if attempt == 2 or not any("Address already in use" in x.text() for x in (a, b)):
                 raise
             for x in (a, b):
                 x.proc.kill()
                 x.proc.wait()
+    raise AssertionError("unreachable")
+
+
+def test_another_node_reads_resident_pages_only(node_factory, tmp_path):
+    """Remote promotion is not there yet: a reader on another node gets the
+    producer's resident pages and misses its disk ones, never wrong bytes."""
+    a, b = start_pair(node_factory, tmp_path)
     ca, cb = RpcClient(a.endpoint("rpc")), RpcClient(b.endpoint("rpc"))
     keys = ["remote/%d" % i for i in range(32)]
     set_through(a, ca, keys)

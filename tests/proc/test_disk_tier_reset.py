@@ -6,21 +6,13 @@ b missed the key in 5 of 6 rounds before the fix).
 """
 import time
 
-from conftest import RpcClient, free_ports
-from test_disk_tier import POOL, page, set_through
+from conftest import RpcClient
+from test_disk_tier import page, set_through, start_pair
 
 
 def test_a_page_set_again_after_its_eviction_stays_findable(node_factory,
                                                            tmp_path):
-    ports = free_ports(2)
-    peers = ",".join("127.0.0.1:%d" % p for p in ports)
-    a = node_factory("--rpc-port", str(ports[0]), "--peers", peers,
-                     "--pool-size", POOL, "--disk-enabled", "true",
-                     "--disk-path", str(tmp_path / "a"), "--disk-size", "16mb",
-                     "--disk-region-size", "1mb")
-    b = node_factory("--rpc-port", str(ports[1]), "--peers", peers)
-    a.wait_for("ready")
-    b.wait_for("ready")
+    a, b = start_pair(node_factory, tmp_path)
     ca, cb = RpcClient(a.endpoint("rpc")), RpcClient(b.endpoint("rpc"))
     misses = 0
     for r in range(6):

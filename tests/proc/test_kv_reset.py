@@ -7,17 +7,7 @@ and the key stayed a miss everywhere else.
 """
 import time
 
-from conftest import RpcClient
-
-
-def call(node, method, params, timeout=30.0):
-    c = RpcClient(node.endpoint("rpc"), timeout=timeout)
-    try:
-        err, res = c.call(method, params)
-        assert err is None, (method, err)
-        return res
-    finally:
-        c.close()
+from conftest import rpc_result
 
 
 def test_a_set_again_publishes_a_record_its_owner_lost(cluster,
@@ -29,15 +19,15 @@ def test_a_set_again_publishes_a_record_its_owner_lost(cluster,
     peers = "127.0.0.1:%d,127.0.0.1:%d" % (a.rpc_port(), b.rpc_port())
     keys = ["reset-%d" % i for i in range(40)]
     pages = [("%s|" % k).encode() * 500 for k in keys]
-    assert call(a, "kv.set", [keys, pages]) == [True] * len(keys)
-    assert call(b, "kv.get", [keys]) == pages
+    assert rpc_result(a, "kv.set", [keys, pages]) == [True] * len(keys)
+    assert rpc_result(b, "kv.get", [keys]) == pages
     # b restarts: its directory shard (the records of the keys it owns)
     # is gone; a still holds every page
     port = b.rpc_port()
     assert b.stop() == 0
     b = node_factory("--rpc-port", str(port), "--peers", peers, *args)
     b.wait_for("ready")
-    got = call(b, "kv.get", [keys])
+    got = rpc_result(b, "kv.get", [keys])
     lost = [k for k, v in zip(keys, got) if v is None]
     lost_pages = [p for p, v in zip(pages, got) if v is None]
     print("%d of %d records were lost with b's restart" % (len(lost),
@@ -46,9 +36,9 @@ def test_a_set_again_publishes_a_record_its_owner_lost(cluster,
     # a set of them again publishes their records (a may still count b as
     # suspect for a moment after the restart: then the set says false)
     deadline = time.time() + 30
-    while call(a, "kv.set", [lost, lost_pages]) != [True] * len(lost):
+    while rpc_result(a, "kv.set", [lost, lost_pages]) != [True] * len(lost):
         assert time.time() < deadline, "b never took the records"
         time.sleep(0.2)
-    assert call(b, "kv.get", [lost]) == lost_pages
-    assert call(b, "kv.get", [keys]) == pages
+    assert rpc_result(b, "kv.get", [lost]) == lost_pages
+    assert rpc_result(b, "kv.get", [keys]) == pages
     assert a.stop() == 0 and b.stop() == 0

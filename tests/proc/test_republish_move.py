@@ -9,7 +9,7 @@ still walking (3 -> 4 -> 3 -> 4 in a row) leave every key findable.
 import hashlib
 import time
 
-from conftest import RpcClient, metrics_of, start_joiner
+from conftest import metrics_of, rpc_result, start_joiner
 
 PAGE = 2048
 KEYS = 1200
@@ -19,16 +19,6 @@ R = 2
 def page_of(key):
     seed = hashlib.sha256(key.encode()).digest()
     return (seed * (PAGE // len(seed) + 1))[:PAGE]
-
-
-def call(node, method, params=()):
-    c = RpcClient(node.endpoint("rpc"), timeout=30.0)
-    try:
-        err, res = c.call(method, params)
-        assert err is None, (method, err)
-        return res
-    finally:
-        c.close()
 
 
 def total(nodes, name):
@@ -59,7 +49,7 @@ def write_and_check(nodes, keys):
     for node, part in ((nodes[1], keys[:half]), (nodes[2], keys[half:])):
         for i in range(0, len(part), 200):
             b = part[i:i + 200]
-            res = call(node, "kv.set", [b, [page_of(k) for k in b]])
+            res = rpc_result(node, "kv.set", [b, [page_of(k) for k in b]])
             assert all(res), res
 
 
@@ -68,7 +58,7 @@ def read_all(reader, keys):
     hits = wrong = 0
     for i in range(0, len(keys), 200):
         b = keys[i:i + 200]
-        for k, v in zip(b, call(reader, "kv.get", [b])):
+        for k, v in zip(b, rpc_result(reader, "kv.get", [b])):
             if v is None:
                 continue
             if v == page_of(k):
@@ -88,7 +78,7 @@ def test_join_moves_records_and_drops_them_at_displaced_owners(
              KEYS * R, "K x R records before the change")
     d, four = start_fourth(node_factory, three)
     for n in nodes:
-        assert call(n, "cluster.set_peers", [four])["epoch"] == 2
+        assert rpc_result(n, "cluster.set_peers", [four])["epoch"] == 2
     everyone = nodes + [d]
     wait_for(lambda: walks_done(nodes, 2), "the walks for epoch 2")
     sent = total(nodes, "peercache_republish_records_total")
@@ -112,7 +102,7 @@ def test_join_moves_records_and_drops_them_at_displaced_owners(
     # 4 -> 3: the records the leaving node held are sent to the next
     # owners; nothing is removed (nobody else lost a key).
     for n in nodes:
-        assert call(n, "cluster.set_peers", [three])["epoch"] == 3
+        assert rpc_result(n, "cluster.set_peers", [three])["epoch"] == 3
     assert d.stop() == 0, d.text()
     wait_for(lambda: walks_done(nodes, 3), "the walks for epoch 3")
     assert total(nodes, "peercache_directory_moved_away_total") == removed
@@ -134,7 +124,7 @@ def test_changes_during_a_walk_leave_every_key_findable(cluster,
     lists = [four, three] * 3 + [four]
     for epoch, members in enumerate(lists, start=2):
         for n in nodes:
-            assert call(n, "cluster.set_peers", [members])["epoch"] == epoch
+            assert rpc_result(n, "cluster.set_peers", [members])["epoch"] == epoch
     last = 1 + len(lists)
     wait_for(lambda: walks_done(nodes, last), "the last walk")
     everyone = nodes + [d]
