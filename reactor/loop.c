@@ -213,7 +213,7 @@ static void log_probe(struct rx_reactor *r, const struct io_uring_params *up,
 			break;
 	}
 	PC_LOGI(LOG_MOD,
-		"io_uring ready: kernel %s, sq=%u cq=%u, defer_taskrun=%s, "
+		"io_uring set up: kernel %s, sq=%u cq=%u, defer_taskrun=%s, "
 		"multishot recv/accept, provided buffers %u x %u B;%s",
 		un.release, up->sq_entries, up->cq_entries,
 		(setup_flags & IORING_SETUP_DEFER_TASKRUN) ? "yes" : "no",

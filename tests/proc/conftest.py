@@ -73,10 +73,19 @@ class Node:
         with open(self.log_path, "rb") as f:
             return f.read().decode(errors="replace")
 
+    # The node's own "ready" line (server/main.c), not any line that says
+    # "ready" or "already": tests that waited for the bare word once went on
+    # while the node was still starting and its ports refused connections.
+    READY = re.compile(r"\] node \S+ ready \(")
+
     def wait_for(self, needle, timeout=10.0):
+        """Waits until needle is in the log; "ready" means the node's ready
+        line (READY)."""
+        found = ((lambda t: self.READY.search(t)) if needle == "ready"
+                 else (lambda t: needle in t))
         deadline = time.time() + timeout
         while time.time() < deadline:
-            if needle in self.text():
+            if found(self.text()):
                 return True
             if self.proc.poll() is not None:
                 break
