@@ -1,0 +1,106 @@
+"""Remote promotion (issue 14, docs/disk.md "Remote promotion"): a get on
+node B of a page that node A's pool evicted to A's disk asks A to promote
+it (disk.promote) and reads it from the fresh location — a hit with the
+right bytes; concurrent gets of one key cause one promotion on A; a dead
+producer is a miss, never a hang; exists on B counts A's disk pages and
+warms them up."""
+import signal
+import threading
+
+from conftest import RpcClient, metrics_of
+from test_disk_tier import page, set_through, start_pair, wait_metric
+
+NKEYS = 32            # twice what A's 1 MiB pool holds: the first spill
+# B waits for the promotions: a budget a loaded (or sanitized) host meets.
+SLOW_OK = ("--request-deadline", "20s", "--rpc-timeout", "20s")
+
+
+def spilled_pair(node_factory, tmp_path, prefix, b_args=SLOW_OK):
+    """A holding NKEYS pages, the oldest on its disk only; B reads."""
+    a, b = start_pair(node_factory, tmp_path, b_args)
+    ca = RpcClient(a.endpoint("rpc"))
+    keys = ["%s/%d" % (prefix, i) for i in range(NKEYS)]
+    set_through(a, ca, keys)
+    m = metrics_of(a)
+    assert m["peercache_tier_kept_total"] >= 8, "A's pool spilled to disk"
+    return a, b, keys
+
+
+def test_a_get_on_another_node_promotes_and_hits(node_factory, tmp_path):
+    a, b, keys = spilled_pair(node_factory, tmp_path, "rget")
+    cb = RpcClient(b.endpoint("rpc"), timeout=60)
+    before = metrics_of(a)["peercache_disk_promotions_total"]
+    wrong = 0
+    for k in keys:   # one key a call: each promotion fits A's budget
+        err, got = cb.call("kv.get", [[k]])
+        assert err is None
+        wrong += got[0] is not None and got[0] != page(k)
+        assert got[0] == page(k), k
+    assert wrong == 0
+    ma, mb = metrics_of(a), metrics_of(b)
+    promoted = ma["peercache_disk_promotions_total"] - before
+    assert promoted >= 8, "A's disk pages came back through promotions"
+    assert ma["peercache_disk_remote_promote_served_total"] >= promoted
+    assert mb["peercache_tier_remote_promote_served_total"] >= promoted
+    assert mb["peercache_read_failures_total"] == 0
+    # A batch of disk pages: promotions beyond A's budget (a quarter of
+    # its pool) miss, the others hit; nothing wrong either way.
+    err, got = cb.call("kv.get", [keys])
+    assert err is None and any(got)
+    assert all(g is None or g == page(k) for g, k in zip(got, keys))
+    assert a.stop() == 0 and b.stop() == 0
+
+
+def test_concurrent_gets_share_one_promotion(node_factory, tmp_path):
+    a, b, keys = spilled_pair(node_factory, tmp_path, "rshare")
+    key = keys[0]    # the oldest: evicted from A's pool
+    before = metrics_of(a)["peercache_disk_promotions_total"]
+    clients = [RpcClient(b.endpoint("rpc"), timeout=60) for _ in range(8)]
+    start = threading.Barrier(len(clients))
+    got = [None] * len(clients)
+
+    def get(i):
+        start.wait()
+        got[i] = clients[i].call("kv.get", [[key] * 2])
+
+    threads = [threading.Thread(target=get, args=(i,)) for i in range(len(clients))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert got == [(None, [page(key)] * 2)] * len(clients)
+    ma, mb = metrics_of(a), metrics_of(b)
+    assert ma["peercache_disk_promotions_total"] == before + 1, "one promotion"
+    # B's reactors each sent at most one request; the others shared it.
+    assert mb["peercache_tier_remote_promote_requests_total"] <= 2
+    assert mb["peercache_tier_remote_promote_shared_total"] >= 1
+    assert a.stop() == 0 and b.stop() == 0
+
+
+def test_a_dead_producer_is_a_miss_not_a_hang(node_factory, tmp_path):
+    # B's own deadline (1 s) and rpc_timeout: the call must come back.
+    a, b, keys = spilled_pair(node_factory, tmp_path, "rdead", b_args=())
+    cb = RpcClient(b.endpoint("rpc"), timeout=30)
+    a.proc.send_signal(signal.SIGKILL)
+    a.proc.wait()
+    for k in keys[:8]:   # pages only A's disk held
+        assert cb.call("kv.get", [[k]]) == (None, [None])
+        assert cb.call("kv.exists", [[k]]) == (None, 0), "A is suspect now"
+    mb = metrics_of(b)
+    assert mb["peercache_tier_remote_promote_failed_total"] + \
+        mb["peercache_read_suspect_misses_total"] >= 1
+    assert b.stop() == 0
+
+
+def test_exists_on_another_node_warms_pages_up(node_factory, tmp_path):
+    a, b, keys = spilled_pair(node_factory, tmp_path, "rwarm")
+    cb = RpcClient(b.endpoint("rpc"), timeout=60)
+    cold = keys[:4]  # evicted from A's pool; four fit A's promotion budget
+    before = metrics_of(a)["peercache_disk_promotions_total"]
+    assert cb.call("kv.exists", [cold]) == (None, len(cold))
+    assert wait_metric(a, "peercache_disk_promotions_total",
+                       before + len(cold)) == before + len(cold)
+    # The pages are in A's pool now: B reads them with no promotion.
+    assert cb.call("kv.get", [cold]) == (None, [page(k) for k in cold])
+    assert metrics_of(a)["peercache_disk_promotions_total"] == before + len(cold)
+    assert a.stop() == 0 and b.stop() == 0
