@@ -933,8 +933,8 @@ int disk_promote_wait(struct rx_reactor *r, const char *key, size_t klen,
 }
 
 /* The tier service: disk_tier with the disk tier on, else remote_only (no
- * pages of its own, but it asks peers to promote theirs); rp_init adds the
- * remote promotion to both. */
+ * pages of its own, but it asks peers to promote theirs); disk_remote_init
+ * adds the remote promotion to both. */
 static struct tier_ops disk_tier = {
 	.name = "disk",
 	.offer = disk_offer,
@@ -1238,10 +1238,10 @@ static int disk_init(struct pc_ctx *ctx)
 	g.ctx = ctx;
 	if (!s->disk_enabled) {
 		remote_only = tier_none;
-		int ret = rp_init(ctx, &remote_only, false);
+		int ret = disk_remote_init(ctx, &remote_only, false);
 		if (ret == 0 &&
 		    (ret = svc_publish_tier(ctx, "disk", &remote_only)) < 0)
-			rp_fini();
+			disk_remote_fini();
 		return ret;
 	}
 	const struct svc_pool *ps;
@@ -1279,12 +1279,12 @@ static int disk_init(struct pc_ctx *ctx)
 	g.dqs = calloc(ctx->threads, sizeof(*g.dqs));
 	if (!g.dqs || (ret = store_open(s->disk_path, p.capacity)) < 0 ||
 	    (ret = store_rebuild()) < 0 ||
-	    (ret = rp_init(ctx, &disk_tier, true)) < 0) {
+	    (ret = disk_remote_init(ctx, &disk_tier, true)) < 0) {
 		disk_close();
 		return ret < 0 ? ret : -ENOMEM;
 	}
 	if ((ret = svc_publish_tier(ctx, "disk", &disk_tier)) < 0) {
-		rp_fini();
+		disk_remote_fini();
 		disk_close();
 		return ret;
 	}
@@ -1301,7 +1301,7 @@ static int disk_init(struct pc_ctx *ctx)
 static int disk_start(struct rx_reactor *r, struct pc_ctx *ctx)
 {
 	(void)ctx;
-	int ret = rp_start(r);
+	int ret = disk_remote_start(r);
 	if (ret < 0 || !g.on)
 		return ret;
 	struct dq *q = &g.dqs[rx_reactor_id(r)];
@@ -1328,7 +1328,7 @@ static int disk_start(struct rx_reactor *r, struct pc_ctx *ctx)
 static void disk_stop(struct rx_reactor *r, struct pc_ctx *ctx)
 {
 	(void)ctx;
-	rp_stop(r);
+	disk_remote_stop(r);
 	if (!g.on)
 		return;
 	struct dq *q = &g.dqs[rx_reactor_id(r)];
@@ -1341,7 +1341,7 @@ static void disk_stop(struct rx_reactor *r, struct pc_ctx *ctx)
 static void disk_exit(struct rx_reactor *r, struct pc_ctx *ctx)
 {
 	(void)ctx;
-	rp_exit(r);
+	disk_remote_exit(r);
 	if (!g.on)
 		return;
 	struct dq *q = &g.dqs[rx_reactor_id(r)];
@@ -1372,7 +1372,7 @@ static void disk_fini(struct pc_ctx *ctx)
 {
 	if (svc_find_tier(ctx))
 		svc_withdraw_tier(ctx);
-	rp_fini();
+	disk_remote_fini();
 	if (!g.on)
 		return;
 	while (g.promos) { /* cut short by the end of the loops */

@@ -35,15 +35,16 @@ int disk_promote_wait(struct rx_reactor *r, const char *key, size_t klen,
 		      struct dir_rec *rec, disk_promoted_fn done, void *arg);
 
 /* disk_remote.c: lifecycle, called by the disk module's own hooks.
- * rp_init registers the metrics (the producer's only with disk_on) and
- * fills ops->promote_remote; start, stop and exit run on every reactor,
- * disk tier on or off. */
+ * disk_remote_init registers the metrics (the producer's only with
+ * disk_on) and fills ops->promote_remote; start, stop and exit run on
+ * every reactor, disk tier on or off. */
 struct tier_ops;
-int rp_init(struct pc_ctx *ctx, struct tier_ops *ops, bool disk_on);
-int rp_start(struct rx_reactor *r);
-void rp_stop(struct rx_reactor *r);
-void rp_exit(struct rx_reactor *r);
-void rp_fini(void);
+int disk_remote_init(struct pc_ctx *ctx, struct tier_ops *ops,
+		     bool disk_on);
+int disk_remote_start(struct rx_reactor *r);
+void disk_remote_stop(struct rx_reactor *r);
+void disk_remote_exit(struct rx_reactor *r);
+void disk_remote_fini(void);
 
 /* The disk.promote method (disk_remote.c). */
 extern const struct rpc_method disk_rpc_methods[];

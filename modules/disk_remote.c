@@ -396,7 +396,7 @@ const struct rpc_method disk_rpc_methods[] = {
 
 /* ---------------------------------------------------------- lifecycle */
 
-int rp_init(struct pc_ctx *ctx, struct tier_ops *ops, bool disk_on)
+int disk_remote_init(struct pc_ctx *ctx, struct tier_ops *ops, bool disk_on)
 {
 	const struct pc_settings *s = ctx->cfg;
 	memset(&g, 0, sizeof(g));
@@ -440,7 +440,7 @@ int rp_init(struct pc_ctx *ctx, struct tier_ops *ops, bool disk_on)
 	return 0;
 }
 
-int rp_start(struct rx_reactor *r)
+int disk_remote_start(struct rx_reactor *r)
 {
 	struct rpq *q = &g.qs[rx_reactor_id(r)];
 	q->r = r;
@@ -459,7 +459,7 @@ int rp_start(struct rx_reactor *r)
 
 /* Shutdown: no new asks; queued ones are answered -ESHUTDOWN now (the
  * client fails the calls in flight itself). */
-void rp_stop(struct rx_reactor *r)
+void disk_remote_stop(struct rx_reactor *r)
 {
 	struct rpq *q = &g.qs[rx_reactor_id(r)];
 	q->stopping = true;
@@ -472,7 +472,7 @@ void rp_stop(struct rx_reactor *r)
 	q->qtail = &q->queued;
 }
 
-void rp_exit(struct rx_reactor *r)
+void disk_remote_exit(struct rx_reactor *r)
 {
 	struct rpq *q = &g.qs[rx_reactor_id(r)];
 	t_rpq = NULL;
@@ -481,7 +481,7 @@ void rp_exit(struct rx_reactor *r)
 	q->cl = NULL;
 }
 
-void rp_fini(void)
+void disk_remote_fini(void)
 {
 	free(g.qs);
 	g.qs = NULL;
