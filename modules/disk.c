@@ -60,7 +60,10 @@
  * Not here yet (docs/disk.md): the degraded state on I/O faults (errors are
  * counted and logged), fsync (a crash may lose what the page cache or the
  * device had not written; the rebuild then finds the last complete
- * records), moving non-resident records on membership changes.
+ * records).
+ *
+ * Membership changes: the republish walk moves the records of the pages
+ * the store holds (disk_scan, the tier's scan hook) after the pool's.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -932,6 +935,28 @@ int disk_promote_wait(struct rx_reactor *r, const char *key, size_t klen,
 	return ret < 0 ? ret : 0;
 }
 
+struct scan_ctx {
+	void (*fn)(void *arg, const struct tier_page *pg, uint64_t len);
+	void *arg;
+};
+
+static void scan_one(void *arg, const char *key, size_t klen,
+		     const struct dl_loc *loc)
+{
+	struct scan_ctx *c = arg;
+	struct tier_page pg = {key, klen, loc->gen};
+	c->fn(c->arg, &pg, loc->len);
+}
+
+static int disk_scan(uint64_t *cursor, unsigned max,
+		     void (*fn)(void *arg, const struct tier_page *pg,
+				uint64_t len),
+		     void *arg)
+{
+	struct scan_ctx c = {fn, arg};
+	return dl_scan(g.d, cursor, max, scan_one, &c);
+}
+
 /* The tier service: disk_tier with the disk tier on, else remote_only (no
  * pages of its own, but it asks peers to promote theirs); disk_remote_init
  * adds the remote promotion to both. */
@@ -942,6 +967,7 @@ static struct tier_ops disk_tier = {
 	.committed = disk_committed,
 	.holds = disk_holds,
 	.drop = disk_drop,
+	.scan = disk_scan,
 };
 
 /* ------------------------------------------------------ warm restart */

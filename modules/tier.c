@@ -65,6 +65,18 @@ static void none_drop(const char *key, size_t klen)
 	(void)klen;
 }
 
+static int none_scan(uint64_t *cursor, unsigned max,
+		     void (*fn)(void *arg, const struct tier_page *pg,
+				uint64_t len),
+		     void *arg)
+{
+	(void)cursor;
+	(void)max;
+	(void)fn;
+	(void)arg;
+	return 0;
+}
+
 const struct tier_ops tier_none = {
 	.name = "none",
 	.offer = none_offer,
@@ -73,4 +85,5 @@ const struct tier_ops tier_none = {
 	.committed = none_committed,
 	.holds = none_holds,
 	.drop = none_drop,
+	.scan = none_scan,
 };

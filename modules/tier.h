@@ -26,13 +26,15 @@
  *      answer (within its deadline) and reads the page from there.
  *      tier_none cannot ask (-ENOTSUP): a miss.
  *
- * And three more, for a tier that keeps copies of what the pool holds
+ * And four more, for a tier that keeps copies of what the pool holds
  * (the disk tier, modules/disk.c):
  *   4. Write-through — committed: kv committed a page to the pool; the
  *      tier may queue it for writing. It never waits and never fails a set.
  *   5. Exists — holds: does the tier hold key's page (an own non-resident
  *      record then counts as a hit, and a promotion starts)?
  *   6. Remove — drop: the key was removed; the tier forgets its copy.
+ *   7. Walk — scan: the pages it holds, for the republish walk after a
+ *      membership change (their non-resident records move too).
  * A tier is found through the "tier" service (modules/services.h); kv
  * looks it up when it starts and uses tier_none without one.
  *
@@ -90,6 +92,15 @@ struct tier_ops {
 	bool (*holds)(const char *key, size_t klen);
 	/* key was removed from the node: forget the tier's copy. */
 	void (*drop)(const char *key, size_t klen);
+	/* Walk the pages the tier holds (a membership change moves their
+	 * records, modules/republish.c): at most max from *cursor (0 starts a
+	 * walk), fn(arg, pg, len) for each, under the tier's lock — fn copies
+	 * what it needs and calls nothing. 1 while more remain, 0 at the end.
+	 * Not a snapshot. Any thread, no I/O. */
+	int (*scan)(uint64_t *cursor, unsigned max,
+		    void (*fn)(void *arg, const struct tier_page *pg,
+			       uint64_t len),
+		    void *arg);
 };
 
 /* No lower tier: evicted pages are dropped, non-resident pages miss. */
