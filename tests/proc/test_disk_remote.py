@@ -7,7 +7,7 @@ warms them up."""
 import signal
 import threading
 
-from conftest import RpcClient, metrics_of
+from conftest import RpcClient, metrics_of, rpc_result, start_joiner
 from test_disk_tier import page, set_through, start_pair, wait_metric
 
 NKEYS = 32            # twice what A's 1 MiB pool holds: the first spill
@@ -15,9 +15,9 @@ NKEYS = 32            # twice what A's 1 MiB pool holds: the first spill
 SLOW_OK = ("--request-deadline", "20s", "--rpc-timeout", "20s")
 
 
-def spilled_pair(node_factory, tmp_path, prefix, b_args=SLOW_OK):
+def spilled_pair(node_factory, tmp_path, prefix, b_args=SLOW_OK, a_args=()):
     """A holding NKEYS pages, the oldest on its disk only; B reads."""
-    a, b = start_pair(node_factory, tmp_path, b_args)
+    a, b = start_pair(node_factory, tmp_path, b_args, a_args)
     ca = RpcClient(a.endpoint("rpc"))
     keys = ["%s/%d" % (prefix, i) for i in range(NKEYS)]
     set_through(a, ca, keys)
@@ -104,3 +104,25 @@ def test_exists_on_another_node_warms_pages_up(node_factory, tmp_path):
     assert cb.call("kv.get", [cold]) == (None, [page(k) for k in cold])
     assert metrics_of(a)["peercache_disk_promotions_total"] == before + len(cold)
     assert a.stop() == 0 and b.stop() == 0
+
+
+def test_a_join_moves_the_records_of_disk_pages(node_factory, tmp_path):
+    """One directory owner per key: a key whose owner becomes the joiner C
+    is found only if its record moved there — disk pages' (non-resident)
+    records too."""
+    one = ("--directory-replicas", "1")
+    a, b, keys = spilled_pair(node_factory, tmp_path, "rjoin",
+                              b_args=one + SLOW_OK, a_args=one)
+    two = ["127.0.0.1:%d" % n.rpc_port() for n in (a, b)]
+    c, three = start_joiner(node_factory, two, *(one + SLOW_OK))
+    for n in (a, b):
+        assert rpc_result(n, "cluster.set_peers", [three])["epoch"] == 2
+    a.wait_for("placement for epoch 2 done", timeout=60)
+    ma = metrics_of(a)
+    assert ma["peercache_republish_nonresident_total"] >= 1, \
+        "some disk pages' records had a new owner"
+    cc = RpcClient(c.endpoint("rpc"), timeout=60)
+    got = [cc.call("kv.get", [[k]])[1][0] for k in keys]
+    assert [k for k, g in zip(keys, got) if g != page(k)] == []
+    assert metrics_of(a)["peercache_disk_promotions_total"] >= 1
+    assert a.stop() == 0 and b.stop() == 0 and c.stop() == 0

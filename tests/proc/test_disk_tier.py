@@ -267,17 +267,17 @@ def test_a_full_queue_drops_writes_never_sets(node_factory, tmp_path):
     assert n.stop() == 0
 
 
-def start_pair(node_factory, tmp_path, b_args=()):
+def start_pair(node_factory, tmp_path, b_args=(), a_args=()):
     """Two peers: a with a disk tier (16 MiB, 1 MiB regions) under
-    tmp_path/a, b without (b_args: more of b's settings); both ready (a
-    port taken meanwhile is retried)."""
+    tmp_path/a, b without (a_args, b_args: more of their settings); both
+    ready (a port taken meanwhile is retried)."""
     for attempt in range(3):
         ports = free_ports(2)
         peers = ",".join("127.0.0.1:%d" % p for p in ports)
         a = node_factory("--rpc-port", str(ports[0]), "--peers", peers,
                          "--pool-size", POOL, "--disk-enabled", "true",
                          "--disk-path", str(tmp_path / "a"), "--disk-size", "16mb",
-                         "--disk-region-size", "1mb")
+                         "--disk-region-size", "1mb", *a_args)
         b = node_factory("--rpc-port", str(ports[1]), "--peers", peers, *b_args)
         try:
             a.wait_for("ready")
