@@ -25,7 +25,8 @@
  *
  * Deadlines: a call's timeout is the smallest of rpc_timeout and what the
  * earliest deadline of its keys leaves; a producer that does not answer
- * (refused, reset, timed out) is reported to the "health" service. Every
+ * (refused, reset, timed out) is reported to the "health" service, and
+ * the calls to a producer that turns suspect or leaves fail at once. Every
  * waiter is answered exactly once: by the reply, the call's failure, or the
  * reactor's stop (-ESHUTDOWN).
  *
@@ -43,6 +44,7 @@
 #include "common/metrics.h"
 #include "common/settings.h"
 #include "modules/disk_int.h"
+#include "modules/membership.h"
 #include "modules/peer_health.h"
 #include "modules/placement_wire.h"
 #include "modules/tier.h"
@@ -87,6 +89,7 @@ struct rpq {
 struct rp_call {
 	struct rpq *q;
 	unsigned n;
+	unsigned timeout_ms;
 	struct rp_key *k[];
 };
 
@@ -155,7 +158,9 @@ static void rp_answered(void *arg, const struct rpc_result *res)
 		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "disk.promote of %u key%s at %s "
 			  "failed: %s (misses)", c->n, c->n == 1 ? "" : "s",
 			  c->k[0]->node, rpc_result_str(res, why, sizeof(why)));
-		if (g.health && ph_no_answer(err))
+		/* A timeout cut short by the deadline says nothing of A. */
+		if (g.health && ph_no_answer(err) &&
+		    (err != -ETIMEDOUT || c->timeout_ms >= PH_EVIDENCE_MS))
 			g.health->failed(c->k[0]->node, err, "disk.promote");
 	}
 	for (unsigned i = 0; i < c->n; i++) {
@@ -181,10 +186,10 @@ static void rp_answered(void *arg, const struct rpc_result *res)
  * RP_BATCH_MAX, taken off the queue) as one disk.promote. */
 static void rp_send_one(struct rpq *q, const char *node, uint64_t now)
 {
-	struct rp_call *c = malloc(sizeof(*c) +
-				   RP_BATCH_MAX * sizeof(c->k[0]));
+	/* Off the queue first (chained through qnext), so that a waiter
+	 * answered below may ask again without meeting a stale queue. */
+	struct rp_key *batch = NULL, **bt = &batch, **kp = &q->queued, *k;
 	uint64_t first = UINT64_MAX;
-	struct rp_key **kp = &q->queued, *k;
 	unsigned n = 0;
 	while ((k = *kp) && n < RP_BATCH_MAX) {
 		if (strcmp(k->node, node) != 0) {
@@ -192,40 +197,38 @@ static void rp_send_one(struct rpq *q, const char *node, uint64_t now)
 			continue;
 		}
 		*kp = k->qnext;
-		if (!c) {
-			rp_settle(q, k, -ENOMEM, NULL);
-			continue;
-		}
-		c->k[n++] = k;
+		k->qnext = NULL;
+		*bt = k;
+		bt = &k->qnext;
 		first = PC_MIN(first, k->deadline_ns);
+		n++;
 	}
 	q->qtail = &q->queued;
 	while (*q->qtail)
 		q->qtail = &(*q->qtail)->qnext;
-	if (!c)
-		return;
-	c->q = q;
-	c->n = n;
 	uint64_t left_ms = first > now ? (first - now) / 1000000u : 0;
-	struct rpc_req *rq = left_ms ? rpc_req_new(q->cl, node, "disk.promote",
-						  1, (unsigned)PC_MIN(
-							  left_ms,
-							  (uint64_t)g.timeout_ms),
-						  rp_answered, c)
-				     : NULL;
-	if (!rq) {
-		for (unsigned i = 0; i < n; i++)
-			rp_settle(q, c->k[i], left_ms ? -ENOMEM : -ETIMEDOUT,
-				  NULL);
+	unsigned timeout_ms = (unsigned)PC_MIN(left_ms, (uint64_t)g.timeout_ms);
+	struct rp_call *c = left_ms ? malloc(sizeof(*c) + n * sizeof(c->k[0]))
+				    : NULL;
+	struct rpc_req *rq = c ? rpc_req_new(q->cl, node, "disk.promote", 1,
+					     timeout_ms, rp_answered, c)
+			       : NULL;
+	if (!rq) { /* no time left, or out of memory: misses */
 		free(c);
+		while ((k = batch)) {
+			batch = k->qnext;
+			rp_settle(q, k, left_ms ? -ENOMEM : -ETIMEDOUT, NULL);
+		}
 		return;
 	}
+	*c = (struct rp_call){.q = q, .n = n, .timeout_ms = timeout_ms};
 	msgpack_packer *pk = rpc_req_packer(rq);
 	msgpack_pack_array(pk, n);
-	for (unsigned i = 0; i < n; i++)
-	{
-		msgpack_pack_str(pk, c->k[i]->klen);
-		msgpack_pack_str_body(pk, c->k[i]->key, c->k[i]->klen);
+	for (unsigned i = 0; (k = batch); i++) {
+		batch = k->qnext;
+		c->k[i] = k;
+		msgpack_pack_str(pk, k->klen);
+		msgpack_pack_str_body(pk, k->key, k->klen);
 	}
 	met_add(g.rq, n);
 	rpc_req_send(rq);
@@ -236,7 +239,8 @@ static void rp_send_one(struct rpq *q, const char *node, uint64_t now)
 static void rp_flush(struct rx_reactor *r, struct rx_timer *t)
 {
 	struct rpq *q = t->arg;
-	uint64_t now = rx_now_ns(r);
+	(void)r;
+	uint64_t now = pc_now_ns(); /* the clock of the asks' deadlines */
 	while (q->queued) {
 		char node[DIR_NODE_MAX];
 		snprintf(node, sizeof(node), "%s", q->queued->node);
@@ -396,6 +400,19 @@ const struct rpc_method disk_rpc_methods[] = {
 
 /* ---------------------------------------------------------- lifecycle */
 
+/* A producer became suspect or left: its promotions asked from this
+ * reactor fail now (misses) instead of at their timeout. */
+static void on_peer_gone(struct rx_reactor *r, enum mb_event ev,
+			 const char *peer, uint64_t epoch, void *arg)
+{
+	(void)ev;
+	(void)epoch;
+	(void)arg;
+	struct rpq *q = &g.qs[rx_reactor_id(r)];
+	if (q->cl)
+		rpc_client_fail_endpoint(q->cl, peer, -EHOSTDOWN);
+}
+
 int disk_remote_init(struct pc_ctx *ctx, struct tier_ops *ops, bool disk_on)
 {
 	const struct pc_settings *s = ctx->cfg;
@@ -411,6 +428,14 @@ int disk_remote_init(struct pc_ctx *ctx, struct tier_ops *ops, bool disk_on)
 	if (!g.qs)
 		return -ENOMEM;
 	ops->promote_remote = rp_promote_remote;
+	/* No unsubscribe: a failed init ends the process before any event. */
+	const struct mb_api *mb = svc_find_membership(ctx);
+	if (mb && mb->subscribe(MB_ON(MB_SUSPECT) | MB_ON(MB_LEAVE),
+				on_peer_gone, NULL) < 0) {
+		free(g.qs);
+		g.qs = NULL;
+		return -ENOSPC;
+	}
 	static const struct {
 		met_id *id;
 		const char *name, *help;
