@@ -25,7 +25,10 @@
  *          network; otherwise a placement lookup, then one read straight
  *          into the destination. Every remotely read page is validated (key
  *          hash, generation, length, checksum unless page_checksums=false)
- *          and a page that fails is a miss, counted.
+ *          and a page that fails is a miss, counted. A record of a page on
+ *          another node's disk (non-resident) is first promoted by its
+ *          producer (the tier's promote_remote); the reads wait for the
+ *          fresh locations, within the call's deadline.
  *
  * Memory per call: one arena (common/arena.h) holds the call's state — key
  * copies, records, flags, reads — whatever the batch size. get (staged
@@ -37,8 +40,8 @@
  * first refusal ends the call's staging.
  *
  * Deadlines and frozen peers: every set, get, exists and delete gets one
- * budget, request_deadline, from its start. The placement round trips and
- * the data reads share it — a read gets what the lookup left, never a
+ * budget, request_deadline, from its start. The placement round trips,
+ * the remote promotions and the data reads share it — a read gets what the lookup left, never a
  * timeout of its own on top — so a call touching a peer that stopped
  * answering returns within the budget. A page whose producer is suspect
  * (the "health" service) is a miss at once, and exists does not count it; a
