@@ -32,7 +32,12 @@ EXT4_GOING_FLAGS_NOLOGFLUSH = 2
 
 
 def run(*cmd):
-    return subprocess.run(list(cmd), capture_output=True, text=True)
+    try:
+        return subprocess.run(list(cmd), capture_output=True, text=True,
+                              timeout=60)
+    except FileNotFoundError:
+        return subprocess.CompletedProcess(cmd, 127, "", "%s: not installed"
+                                           % cmd[0])
 
 
 @contextlib.contextmanager
