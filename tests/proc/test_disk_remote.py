@@ -21,7 +21,7 @@ SLOW_OK = ("--request-deadline", "20s", "--rpc-timeout", "20s")
 def spilled_pair(node_factory, tmp_path, prefix, b_args=SLOW_OK, a_args=()):
     """A holding NKEYS pages, the oldest on its disk only; B reads."""
     a, b = start_pair(node_factory, tmp_path, b_args, a_args)
-    ca = RpcClient(a.endpoint("rpc"))
+    ca = RpcClient(a.endpoint("socket"))  # no secret needed there
     keys = ["%s/%d" % (prefix, i) for i in range(NKEYS)]
     set_through(a, ca, keys)
     m = metrics_of(a)
@@ -155,3 +155,23 @@ def test_a_join_moves_the_records_of_disk_pages(node_factory, tmp_path):
     assert [k for k, g in zip(keys, got) if g != page(k)] == []
     assert metrics_of(a)["peercache_disk_promotions_total"] >= 1
     assert a.stop() == 0 and b.stop() == 0 and c.stop() == 0
+
+
+def test_with_a_cluster_secret_only_peers_may_promote(node_factory, tmp_path):
+    """disk.promote is authenticated like the other peer RPCs: the nodes
+    (which share the secret) promote for each other; a client without the
+    secret is refused."""
+    secret = ("--cluster-secret", "promote-me-if-you-can")
+    a, b, keys = spilled_pair(node_factory, tmp_path, "rauth",
+                              b_args=secret + SLOW_OK, a_args=secret)
+    before = metrics_of(a)["peercache_disk_promotions_total"]
+    stranger = RpcClient(a.endpoint("rpc"))
+    err, _ = stranger.call("disk.promote", [[keys[0]]])
+    assert err["code"] == "unauthorized", err
+    assert metrics_of(a)["peercache_disk_promotions_total"] == before
+    # B's get goes through B's authenticated client (over the Unix socket,
+    # which needs no secret for the node's own user).
+    cb = RpcClient(b.endpoint("socket"), timeout=60)
+    assert cb.call("kv.get", [[keys[0]]]) == (None, [page(keys[0])])
+    assert metrics_of(a)["peercache_disk_promotions_total"] == before + 1
+    assert a.stop() == 0 and b.stop() == 0
