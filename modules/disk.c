@@ -40,7 +40,10 @@
  * sequence, checksum field) and its payload checksum while copying it into
  * a pool reservation, commit it, tell the index the pool's new generation
  * (dl_retag), publish the resident record. One promotion per key at a
- * time: a second ask while one runs shares it (-EALREADY to the caller).
+ * time: a second ask while one runs shares it (-EALREADY to kv's ask; a
+ * peer's, disk_promote_wait, joins its waiters and is told the outcome and
+ * the resident record on its own reactor). modules/disk_remote.c serves
+ * peers' disk.promote with it, and asks peers for theirs.
  * Promotions under way hold at most a quarter of the pool in reservations
  * (a page alone always goes); an ask beyond that is not started (-EBUSY).
  * A record whose header or checksum fails leaves the index, is counted and
@@ -64,9 +67,11 @@
  * Test builds (PEERCACHE_FAULT_INJECTION) can make ops fail with EIO
  * (PEERCACHE_TEST_DISK_FAULT).
  *
- * Not here yet (docs/disk.md): remote promotion (a non-resident record of
- * another node is a miss), moving non-resident records on membership
- * changes.
+ * With disk_enabled off the module still publishes a tier (tier_none's
+ * hooks plus remote promotion): such a node reads other nodes' disk pages.
+ *
+ * Membership changes: the republish walk moves the records of the pages
+ * the store holds (disk_scan, the tier's scan hook) after the pool's.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -85,6 +90,7 @@
 #include "common/settings.h"
 #include "common/util.h"
 #include "modules/copier.h"
+#include "modules/disk_int.h"
 #include "modules/modules.h"
 #include "modules/placement.h"
 #include "modules/tier.h"
@@ -155,12 +161,25 @@ struct dq {
 	uint64_t announced;
 };
 
+/* Someone else waiting for a promotion under way (a peer's disk.promote
+ * that asked while it ran): told on its own reactor. */
+struct promo_wait {
+	struct promo_wait *next;
+	struct rx_reactor *r;
+	disk_promoted_fn done;
+	void *arg;
+	int res;
+	struct dir_rec rec;
+};
+
 /* A promotion in flight (on the list g.promos). */
 struct promo {
 	struct promo *next;
 	struct rx_reactor *r;
-	void (*done)(void *arg, int res);
+	void (*done)(void *arg, int res); /* kv's ask, or */
+	disk_promoted_fn wdone;           /* a peer's (disk_promote_wait) */
 	void *arg;
+	struct promo_wait *waiters;       /* asks that joined it (g.plock) */
 	bool stale;             /* the key was set or removed meanwhile */
 	uint64_t charged;       /* bytes counted in g.promo_bytes */
 	uint64_t t0;
@@ -791,7 +810,37 @@ static void disk_drop(const char *key, size_t klen)
 	promos_mark_stale(key, klen);
 }
 
-static void promo_free(struct promo *p)
+static void wait_run(struct rx_reactor *r, void *arg)
+{
+	(void)r;
+	struct promo_wait *w = arg;
+	w->done(w->arg, w->res, w->res ? NULL : &w->rec);
+	free(w);
+}
+
+/* Tell the asks that joined a promotion how it ended (res; rec when 0),
+ * each on its own reactor: at once on this one, posted to another (rare:
+ * two peers asked for one key through connections on two reactors). */
+static void waiters_tell(struct rx_reactor *r, struct promo_wait *w, int res,
+			 const struct dir_rec *rec)
+{
+	while (w) {
+		struct promo_wait *next = w->next;
+		w->res = res;
+		if (res == 0)
+			w->rec = *rec;
+		if (w->r == r)
+			wait_run(r, w);
+		else if (rx_post(w->r, wait_run, w) < 0)
+			PC_LOG_RL(PC_LOG_ERROR, LOG_MOD, "out of memory: a peer "
+				  "waiting for a promotion is not told (its call "
+				  "times out)");
+		w = next;
+	}
+}
+
+/* p leaves the list; the asks that joined it learn res. */
+static void promo_free(struct promo *p, int res)
 {
 	pthread_mutex_lock(&g.plock);
 	struct promo **pp = &g.promos;
@@ -799,10 +848,13 @@ static void promo_free(struct promo *p)
 		pp = &(*pp)->next;
 	if (*pp)
 		*pp = p->next;
+	struct promo_wait *w = p->waiters;
+	p->waiters = NULL;
 	pthread_mutex_unlock(&g.plock);
 	if (p->charged)
 		__atomic_sub_fetch(&g.promo_bytes, p->charged,
 				   __ATOMIC_RELAXED);
+	waiters_tell(p->r, w, res, &p->rec);
 	free(p->buf);
 	free(p);
 }
@@ -815,8 +867,11 @@ static void promo_end(struct promo *p, int res)
 	}
 	else if (res != -ESTALE)
 		cnt(&g.promote_errors, 1);
-	p->done(p->arg, res);
-	promo_free(p);
+	if (p->done)
+		p->done(p->arg, res);
+	else
+		p->wdone(p->arg, res, res ? NULL : &p->rec);
+	promo_free(p, res);
 }
 
 static void promo_published(void *arg)
@@ -931,34 +986,47 @@ static void promo_read(void *arg, int64_t res)
 		promo_copied(&p->job);
 }
 
-static int disk_promote(struct rx_reactor *r, const char *key, size_t klen,
-			const struct dir_rec *rec,
-			void (*done)(void *arg, int res), void *arg)
+static struct promo *promo_new(struct rx_reactor *r, const char *key,
+			       size_t klen)
 {
-	(void)rec;
-	if (klen == 0 || klen > DL_KEY_MAX)
-		return -EINVAL;
 	struct promo *p = calloc(1, sizeof(*p) + klen);
 	if (!p)
-		return -ENOMEM;
-	*p = (struct promo){.r = r, .done = done, .arg = arg, .kp = p->key,
-			    .klen = klen, .t0 = pc_now_ns()};
+		return NULL;
+	*p = (struct promo){.r = r, .kp = p->key, .klen = klen,
+			    .t0 = pc_now_ns()};
 	memcpy(p->key, key, klen);
+	return p;
+}
+
+/* Make p key's promotion; false when one is under way (p is not used; w,
+ * when not NULL, joins that one). */
+static bool promo_insert(struct promo *p, struct promo_wait *w)
+{
 	pthread_mutex_lock(&g.plock);
 	for (struct promo *o = g.promos; o; o = o->next) {
-		if (o->klen == klen && memcmp(o->key, key, klen) == 0) {
+		if (o->klen == p->klen && memcmp(o->key, p->key, p->klen) == 0) {
+			if (w) {
+				w->next = o->waiters;
+				o->waiters = w;
+			}
 			pthread_mutex_unlock(&g.plock);
-			free(p);
-			return -EALREADY; /* shares the one under way */
+			return false;
 		}
 	}
 	p->next = g.promos;
 	g.promos = p;
 	pthread_mutex_unlock(&g.plock);
+	return true;
+}
+
+/* Run the promotion p (on the list): 0 when under way (promo_end runs
+ * later), or -errno (p is gone, its asker not called). */
+static int promo_start(struct promo *p)
+{
 	if (promo_from_pool(p))
 		return 0;
-	if (!dl_get(g.d, key, klen, &p->loc)) {
-		promo_free(p);
+	if (!dl_get(g.d, p->key, p->klen, &p->loc)) {
+		promo_free(p, -ENOENT);
 		return -ENOENT;
 	}
 	/* Promotions under way hold pool reservations, which cannot be
@@ -969,28 +1037,107 @@ static int disk_promote(struct rx_reactor *r, const char *key, size_t klen,
 					  __ATOMIC_RELAXED);
 	if (now > g.promo_max && now != p->charged) { /* alone: always */
 		dl_put(g.d, p->loc.region);
-		promo_free(p);
+		promo_free(p, -EBUSY);
 		return -EBUSY;
 	}
 	int ret = -ENOMEM;
 	if ((p->buf = block_alloc(p->loc.total)))
-		ret = rx_file_read(r, g.fd, p->buf, p->loc.total, p->loc.off,
+		ret = rx_file_read(p->r, g.fd, p->buf, p->loc.total, p->loc.off,
 				   promo_read, p);
 	if (ret < 0) {
 		dl_put(g.d, p->loc.region);
-		promo_free(p);
+		promo_free(p, ret);
 		cnt(&g.promote_errors, 1);
 	}
 	return ret;
 }
 
-static const struct tier_ops disk_tier = {
+static int disk_promote(struct rx_reactor *r, const char *key, size_t klen,
+			const struct dir_rec *rec,
+			void (*done)(void *arg, int res), void *arg)
+{
+	(void)rec;
+	if (klen == 0 || klen > DL_KEY_MAX)
+		return -EINVAL;
+	struct promo *p = promo_new(r, key, klen);
+	if (!p)
+		return -ENOMEM;
+	p->done = done;
+	p->arg = arg;
+	if (!promo_insert(p, NULL)) {
+		free(p);
+		return -EALREADY; /* shares the one under way */
+	}
+	return promo_start(p);
+}
+
+int disk_promote_wait(struct rx_reactor *r, const char *key, size_t klen,
+		      struct dir_rec *rec, disk_promoted_fn done, void *arg)
+{
+	if (!g.on)
+		return -ENOTSUP;
+	if (klen == 0 || klen > DL_KEY_MAX)
+		return -EINVAL;
+	struct pool_ref ref;
+	const uint8_t *hdr;
+	uint64_t len, gen;
+	if (pool_get(g.pool, key, klen, &ref, &hdr, &len, &gen) == 0) {
+		rec_fill(rec, true, (uintptr_t)hdr, len, gen);
+		pool_unpin(g.pool, &ref);
+		return 1; /* in memory: its record is the answer */
+	}
+	struct promo *p = promo_new(r, key, klen);
+	struct promo_wait *w = malloc(sizeof(*w));
+	if (!p || !w) {
+		free(p);
+		free(w);
+		return -ENOMEM;
+	}
+	*w = (struct promo_wait){.r = r, .done = done, .arg = arg};
+	if (!promo_insert(p, w)) {
+		free(p);
+		return 0; /* joined the one under way */
+	}
+	free(w);
+	p->wdone = done;
+	p->arg = arg;
+	int ret = promo_start(p);
+	return ret < 0 ? ret : 0;
+}
+
+struct scan_ctx {
+	void (*fn)(void *arg, const struct tier_page *pg, uint64_t len);
+	void *arg;
+};
+
+static void scan_one(void *arg, const char *key, size_t klen,
+		     const struct dl_loc *loc)
+{
+	struct scan_ctx *c = arg;
+	struct tier_page pg = {key, klen, loc->gen};
+	c->fn(c->arg, &pg, loc->len);
+}
+
+static int disk_scan(uint64_t *cursor, unsigned max,
+		     void (*fn)(void *arg, const struct tier_page *pg,
+				uint64_t len),
+		     void *arg)
+{
+	struct scan_ctx c = {fn, arg};
+	return dl_scan(g.d, cursor, max, scan_one, &c);
+}
+
+/* The tier service: disk_tier with the disk tier on, else remote_only (no
+ * pages of its own, but it asks peers to promote theirs); disk_remote_init
+ * adds the remote promotion to both. */
+static struct tier_ops disk_tier = {
 	.name = "disk",
 	.offer = disk_offer,
 	.promote = disk_promote,
 	.committed = disk_committed,
 	.holds = disk_holds,
 	.drop = disk_drop,
+	.scan = disk_scan,
 };
 
 /* ------------------------------------------------------ warm restart */
@@ -1319,6 +1466,8 @@ static void disk_close(void)
 	g.dqs = NULL;
 }
 
+static struct tier_ops remote_only;
+
 #ifdef PEERCACHE_FAULT_INJECTION
 /* Test builds: PEERCACHE_TEST_DISK_FAULT=read,write,fsync (any of them)
  * makes those ops on the store complete with EIO. Loud: never silent. */
@@ -1355,8 +1504,14 @@ static int disk_init(struct pc_ctx *ctx)
 	memset(&g, 0, sizeof(g));
 	g.fd = -1;
 	g.ctx = ctx;
-	if (!s->disk_enabled)
-		return 0;
+	if (!s->disk_enabled) {
+		remote_only = tier_none;
+		int ret = disk_remote_init(ctx, &remote_only, false);
+		if (ret == 0 &&
+		    (ret = svc_publish_tier(ctx, "disk", &remote_only)) < 0)
+			disk_remote_fini();
+		return ret;
+	}
 	const struct svc_pool *ps;
 	if (!(ps = svc_need_pool(ctx, "disk")) ||
 	    !(g.pl = svc_need_placement(ctx, "disk")) ||
@@ -1398,9 +1553,14 @@ static int disk_init(struct pc_ctx *ctx)
 	if (!g.dqs || (ret = store_open(s->disk_path, p.capacity)) < 0 ||
 	    (ret = dir_sync(s->disk_path)) < 0 || /* the store file stays */
 	    (ret = store_rebuild()) < 0 ||
-	    (ret = svc_publish_tier(ctx, "disk", &disk_tier)) < 0) {
+	    (ret = disk_remote_init(ctx, &disk_tier, true)) < 0) {
 		disk_close();
 		return ret < 0 ? ret : -ENOMEM;
+	}
+	if ((ret = svc_publish_tier(ctx, "disk", &disk_tier)) < 0) {
+		disk_remote_fini();
+		disk_close();
+		return ret;
 	}
 	pthread_mutex_init(&g.plock, NULL);
 	g.on = true;
@@ -1415,8 +1575,9 @@ static int disk_init(struct pc_ctx *ctx)
 static int disk_start(struct rx_reactor *r, struct pc_ctx *ctx)
 {
 	(void)ctx;
-	if (!g.on)
-		return 0;
+	int ret = disk_remote_start(r);
+	if (ret < 0 || !g.on)
+		return ret;
 	struct dq *q = &g.dqs[rx_reactor_id(r)];
 	q->r = r;
 	q->fill = calloc(1, sizeof(*q->fill));
@@ -1445,6 +1606,7 @@ static int disk_start(struct rx_reactor *r, struct pc_ctx *ctx)
 static void disk_stop(struct rx_reactor *r, struct pc_ctx *ctx)
 {
 	(void)ctx;
+	disk_remote_stop(r);
 	if (!g.on)
 		return;
 	struct dq *q = &g.dqs[rx_reactor_id(r)];
@@ -1458,6 +1620,7 @@ static void disk_stop(struct rx_reactor *r, struct pc_ctx *ctx)
 static void disk_exit(struct rx_reactor *r, struct pc_ctx *ctx)
 {
 	(void)ctx;
+	disk_remote_exit(r);
 	if (!g.on)
 		return;
 	struct dq *q = &g.dqs[rx_reactor_id(r)];
@@ -1486,12 +1649,19 @@ static void disk_exit(struct rx_reactor *r, struct pc_ctx *ctx)
 
 static void disk_fini(struct pc_ctx *ctx)
 {
+	if (svc_find_tier(ctx))
+		svc_withdraw_tier(ctx);
+	disk_remote_fini();
 	if (!g.on)
 		return;
-	svc_withdraw_tier(ctx);
 	while (g.promos) { /* cut short by the end of the loops */
 		struct promo *p = g.promos;
 		g.promos = p->next;
+		while (p->waiters) {
+			struct promo_wait *w = p->waiters;
+			p->waiters = w->next;
+			free(w);
+		}
 		free(p->buf);
 		free(p);
 	}
@@ -1523,4 +1693,5 @@ const struct pc_module pc_mod_disk = {
 	.exit = disk_exit,
 	.fini = disk_fini,
 	.degraded = disk_degraded,
+	.rpc_methods = disk_rpc_methods, /* modules/disk_remote.c */
 };
