@@ -869,7 +869,7 @@ static void promo_end(struct promo *p, int res)
 		cnt(&g.promote_errors, 1);
 	if (p->done)
 		p->done(p->arg, res);
-	else
+	else if (p->wdone) /* not told early (promo_tell_early) */
 		p->wdone(p->arg, res, res ? NULL : &p->rec);
 	promo_free(p, res);
 }
@@ -880,9 +880,27 @@ static void promo_published(void *arg)
 	promo_end(p, p->ok ? 0 : -EAGAIN);
 }
 
+/* The page is in the pool (p->rec): the peers waiting for it (a
+ * disk.promote) are told now, not after the publish, which waits for every
+ * directory owner (a frozen one: up to rpc_timeout) while the location is
+ * good already. Asks that join later learn the publish's outcome. */
+static void promo_tell_early(struct promo *p)
+{
+	pthread_mutex_lock(&g.plock);
+	struct promo_wait *w = p->waiters;
+	p->waiters = NULL;
+	pthread_mutex_unlock(&g.plock);
+	disk_promoted_fn wdone = p->wdone;
+	p->wdone = NULL;
+	if (wdone)
+		wdone(p->arg, 0, &p->rec);
+	waiters_tell(p->r, w, 0, &p->rec);
+}
+
 static void promo_publish(struct promo *p)
 {
 	struct dir_keys k = {&p->kp, &p->klen, 1};
+	promo_tell_early(p);
 	if (g.pl->publish(p->r, &k, &p->rec, &p->ok, 0, promo_published, p) <
 	    0)
 		promo_end(p, -EAGAIN);

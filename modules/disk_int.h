@@ -27,7 +27,9 @@ typedef void (*disk_promoted_fn)(void *arg, int res,
  * Bring this node's page of key into the pool for a waiter on r that
  * needs its resident record (a peer's disk.promote). 1: the pool holds it
  * already, *rec filled, done does not run. 0: a promotion started or one
- * under way (on any reactor) is shared; done runs once, later, on r.
+ * under way (on any reactor) is shared; done runs once, on r, as soon as
+ * the page is in the pool (before its record is published) — possibly
+ * before this call returns.
  * -errno: not started (-ENOENT: not on disk, -EBUSY: promotions hold
  * their share of the pool, -ENOTSUP: no disk tier), done does not run.
  */

@@ -380,11 +380,13 @@ static void m_promote(struct rpc_call *call, struct mp_rd *p)
 		uint32_t kl;
 		mp_rd_str(&keys, &k, &kl);
 		s->slots[i] = (struct rp_slot){s, i};
+		/* Counted before the ask: its answer may come inside it. */
+		s->pending++;
 		int ret = disk_promote_wait(r, k, kl, &s->recs[i], serve_one,
 					    &s->slots[i]);
-		if (ret == 0)
-			s->pending++;
-		else if (ret < 0)
+		if (ret != 0)
+			s->pending--; /* answered (1) or a miss: done not run */
+		if (ret < 0)
 			s->recs[i].found = false; /* a miss */
 	}
 	if (--s->pending == 0)

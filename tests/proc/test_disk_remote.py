@@ -11,7 +11,8 @@ import pytest
 
 from conftest import (RpcClient, freeze, metrics_of, report, rpc_result,
                       start_joiner)
-from test_disk_tier import page, set_through, start_pair, wait_metric
+from conftest import free_ports
+from test_disk_tier import POOL, page, set_through, start_pair, wait_metric
 
 NKEYS = 32            # twice what A's 1 MiB pool holds: the first spill
 # B waits for the promotions: a budget a loaded (or sanitized) host meets.
@@ -175,3 +176,56 @@ def test_with_a_cluster_secret_only_peers_may_promote(node_factory, tmp_path):
     assert cb.call("kv.get", [[keys[0]]]) == (None, [page(keys[0])])
     assert metrics_of(a)["peercache_disk_promotions_total"] == before + 1
     assert a.stop() == 0 and b.stop() == 0
+
+
+def test_a_frozen_directory_owner_does_not_fail_a_promotion(node_factory,
+                                                            tmp_path):
+    """The producer answers disk.promote once the page is in its pool, not
+    after its resident record reached every directory owner: with an owner
+    C frozen, A's publish to C waits for A's rpc_timeout, but B's get still
+    reads the promoted page (and does not report A suspect)."""
+    for attempt in range(3):
+        ports = free_ports(3)
+        peers = ",".join("127.0.0.1:%d" % p for p in ports)
+        a = node_factory("--rpc-port", str(ports[0]), "--peers", peers,
+                         "--pool-size", POOL, "--disk-enabled", "true",
+                         "--disk-path", str(tmp_path / "a"),
+                         "--disk-size", "16mb", "--disk-region-size", "1mb",
+                         "--rpc-timeout", "60s")
+        b = node_factory("--rpc-port", str(ports[1]), "--peers", peers,
+                         "--request-deadline", "5s", "--rpc-timeout", "60s")
+        c = node_factory("--rpc-port", str(ports[2]), "--peers", peers)
+        try:
+            for n in (a, b, c):
+                n.wait_for("ready")
+            break
+        except AssertionError:
+            if attempt == 2 or not any("Address already in use" in x.text()
+                                       for x in (a, b, c)):
+                raise
+            for x in (a, b, c):
+                x.proc.kill()
+                x.proc.wait()
+    ca = RpcClient(a.endpoint("socket"))
+    keys = ["rfrozen/%d" % i for i in range(NKEYS)]
+    set_through(a, ca, keys)
+    cb = RpcClient(b.endpoint("socket"), timeout=120)
+    # Keys whose owners are B and C (two replicas of three nodes): B holds
+    # their non-resident record, A none; A's publish goes to B and C.
+    on_b = cb.call("dir.get", [keys])[1]
+    on_a = ca.call("dir.get", [keys])[1]
+    cold = [k for k, rb, ra in zip(keys, on_b, on_a)
+            if rb is not None and rb[6] is False and ra is None]
+    if not cold:
+        pytest.skip("no disk page with owners B and C in this ring")
+    freeze(c.proc.pid)
+    try:
+        err, got = cb.call("kv.get", [[cold[0]]])
+        assert err is None
+        assert got == [page(cold[0])], \
+            "B read A's promoted page although C (an owner) is frozen"
+        assert metrics_of(b)["peercache_tier_remote_promote_served_total"] \
+            == 1
+    finally:
+        c.proc.send_signal(signal.SIGCONT)
+    assert a.stop() == 0 and b.stop() == 0 and c.stop() == 0
