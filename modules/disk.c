@@ -94,6 +94,7 @@
 #include "modules/modules.h"
 #include "modules/placement.h"
 #include "modules/tier.h"
+#include "reactor/group.h"
 #include "storage/disk_log.h"
 #include "storage/pool.h"
 
@@ -165,7 +166,9 @@ struct dq {
  * that asked while it ran): told on its own reactor. */
 struct promo_wait {
 	struct promo_wait *next;
-	struct rx_reactor *r;
+	struct rx_reactor *r; /* only compared: another reactor is reached by
+			       * its id (rid), which stays safe at shutdown */
+	unsigned rid;
 	disk_promoted_fn done;
 	void *arg;
 	int res;
@@ -820,21 +823,42 @@ static void wait_run(struct rx_reactor *r, void *arg)
 
 /* Tell the asks that joined a promotion how it ended (res; rec when 0),
  * each on its own reactor: at once on this one, posted to another (rare:
- * two peers asked for one key through connections on two reactors). */
+ * two peers asked for one key through connections on two reactors). The
+ * other reactor is reached through the group by id, never by pointer: at
+ * shutdown reactors end one by one, and one that has ended may be freed;
+ * its calls ended with it, so its waiter is only freed. */
 static void waiters_tell(struct rx_reactor *r, struct promo_wait *w, int res,
 			 const struct dir_rec *rec)
 {
+	struct rx_group *grp = __atomic_load_n(&g.ctx->group, __ATOMIC_ACQUIRE);
 	while (w) {
 		struct promo_wait *next = w->next;
 		w->res = res;
 		if (res == 0)
 			w->rec = *rec;
-		if (w->r == r)
+		if (w->r == r) {
 			wait_run(r, w);
-		else if (rx_post(w->r, wait_run, w) < 0)
-			PC_LOG_RL(PC_LOG_ERROR, LOG_MOD, "out of memory: a peer "
-				  "waiting for a promotion is not told (its call "
-				  "times out)");
+		} else {
+			/* No group: before it is published every reactor is
+			 * still starting and the pointer is safe; after it
+			 * is withdrawn (stopping) no post is. */
+			int ret;
+			if (grp)
+				ret = rx_group_post(grp, w->rid, wait_run, w);
+			else if (pc_ctx_state(g.ctx) == PC_NODE_STOPPING)
+				ret = -ESHUTDOWN;
+			else
+				ret = rx_post(w->r, wait_run, w);
+			if (ret < 0) {
+				if (ret != -ESHUTDOWN)
+					PC_LOG_RL(PC_LOG_ERROR, LOG_MOD,
+						  "a peer waiting for a "
+						  "promotion is not told (%s): "
+						  "its call times out",
+						  strerror(-ret));
+				free(w);
+			}
+		}
 		w = next;
 	}
 }
@@ -1111,7 +1135,8 @@ int disk_promote_wait(struct rx_reactor *r, const char *key, size_t klen,
 		free(w);
 		return -ENOMEM;
 	}
-	*w = (struct promo_wait){.r = r, .done = done, .arg = arg};
+	*w = (struct promo_wait){
+		.r = r, .rid = rx_reactor_id(r), .done = done, .arg = arg};
 	if (!promo_insert(p, w)) {
 		free(p);
 		return 0; /* joined the one under way */

@@ -68,7 +68,7 @@ struct rp_key {
 	struct rp_key *qnext;      /* the queue of keys not sent yet */
 	struct rp_wait *waiters;
 	uint64_t h;
-	uint64_t deadline_ns;      /* the first asker's */
+	uint64_t deadline_ns;      /* the earliest asker's, while queued */
 	char node[DIR_NODE_MAX];   /* the producer */
 	uint16_t klen;
 	char key[];
@@ -153,7 +153,7 @@ static void rp_answered(void *arg, const struct rpc_result *res)
 	int err = res->err;
 	if (!err && (mp_rd_array(&rd, &n) < 0 || n != c->n))
 		err = -EPROTO;
-	if (err) {
+	if (err && err != -ESHUTDOWN) { /* this node stopping: no news */
 		char why[256];
 		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "disk.promote of %u key%s at %s "
 			  "failed: %s (misses)", c->n, c->n == 1 ? "" : "s",
@@ -270,8 +270,22 @@ static int rp_promote_remote(struct rx_reactor *r, const char *key,
 	if (k) { /* asked already: share its answer */
 		w->next = k->waiters;
 		k->waiters = w;
+		/* the shared ask ends by the earliest deadline among its
+		 * waiters (while it is still queued: a sent one has its
+		 * timeout already) */
+		if (deadline_ns && (!k->deadline_ns || deadline_ns < k->deadline_ns))
+			k->deadline_ns = deadline_ns;
 		met_inc(g.shared);
 		return 0;
+	}
+	if (!rx_timer_armed(&q->flush)) {
+		/* the flush is what sends the queue: without it the key
+		 * would wait for someone else's ask, maybe forever */
+		int ret = rx_timer_start(r, &q->flush, 0, 0);
+		if (ret < 0) {
+			free(w);
+			return ret;
+		}
 	}
 	if (!(k = malloc(sizeof(*k) + klen))) {
 		free(w);
@@ -284,8 +298,6 @@ static int rp_promote_remote(struct rx_reactor *r, const char *key,
 	*kp = k;
 	*q->qtail = k;
 	q->qtail = &k->qnext;
-	if (!rx_timer_armed(&q->flush))
-		rx_timer_start(r, &q->flush, 0, 0);
 	return 0;
 }
 
