@@ -175,9 +175,12 @@ struct promo_wait {
 	struct dir_rec rec;
 };
 
-/* A promotion in flight (on the list g.promos). */
+#define PROMO_BUCKETS 4096u /* a power of two */
+
+/* A promotion in flight (in the table g.promos, by key hash). */
 struct promo {
-	struct promo *next;
+	struct promo *next;     /* in its g.promos chain */
+	uint64_t h;             /* hash of the key */
 	struct rx_reactor *r;
 	void (*done)(void *arg, int res); /* kv's ask, or */
 	disk_promoted_fn wdone;           /* a peer's (disk_promote_wait) */
@@ -227,7 +230,11 @@ static struct {
 	uint64_t queued;            /* atomic: bytes waiting */
 	struct dq *dqs;
 	pthread_mutex_t plock;
-	struct promo *promos;
+	/* Promotions in flight, chained by key hash (g.plock): every set
+	 * and every ask looks a key up here, and peers' asks can put
+	 * thousands in flight, so no list walk. */
+	struct promo *promos[PROMO_BUCKETS];
+	unsigned npromos; /* atomic: read without the lock on sets */
 	uint64_t promo_bytes;       /* atomic: payload bytes being promoted */
 	uint64_t promo_max;         /* a quarter of the pool */
 	met_id promo_lat;
@@ -736,11 +743,25 @@ static void kick(struct rx_reactor *r, struct rx_timer *t)
 }
 
 /* A promotion of key under way is given up (the key changed). */
+static uint64_t promo_hash(const char *key, size_t klen)
+{
+	return pc_page_sum(key, klen);
+}
+
+static struct promo **promo_chain(uint64_t h)
+{
+	return &g.promos[h & (PROMO_BUCKETS - 1)];
+}
+
 static void promos_mark_stale(const char *key, size_t klen)
 {
+	if (!__atomic_load_n(&g.npromos, __ATOMIC_ACQUIRE))
+		return; /* the common case: nothing is being promoted */
+	uint64_t h = promo_hash(key, klen);
 	pthread_mutex_lock(&g.plock);
-	for (struct promo *p = g.promos; p; p = p->next)
-		if (p->klen == klen && memcmp(p->key, key, klen) == 0)
+	for (struct promo *p = *promo_chain(h); p; p = p->next)
+		if (p->h == h && p->klen == klen &&
+		    memcmp(p->key, key, klen) == 0)
 			__atomic_store_n(&p->stale, true, __ATOMIC_RELAXED);
 	pthread_mutex_unlock(&g.plock);
 }
@@ -867,11 +888,13 @@ static void waiters_tell(struct rx_reactor *r, struct promo_wait *w, int res,
 static void promo_free(struct promo *p, int res)
 {
 	pthread_mutex_lock(&g.plock);
-	struct promo **pp = &g.promos;
+	struct promo **pp = promo_chain(p->h);
 	while (*pp && *pp != p)
 		pp = &(*pp)->next;
-	if (*pp)
+	if (*pp) {
 		*pp = p->next;
+		__atomic_sub_fetch(&g.npromos, 1, __ATOMIC_RELEASE);
+	}
 	struct promo_wait *w = p->waiters;
 	p->waiters = NULL;
 	pthread_mutex_unlock(&g.plock);
@@ -1034,8 +1057,8 @@ static struct promo *promo_new(struct rx_reactor *r, const char *key,
 	struct promo *p = calloc(1, sizeof(*p) + klen);
 	if (!p)
 		return NULL;
-	*p = (struct promo){.r = r, .kp = p->key, .klen = klen,
-			    .t0 = pc_now_ns()};
+	*p = (struct promo){.r = r, .h = promo_hash(key, klen), .kp = p->key,
+			    .klen = klen, .t0 = pc_now_ns()};
 	memcpy(p->key, key, klen);
 	return p;
 }
@@ -1044,9 +1067,11 @@ static struct promo *promo_new(struct rx_reactor *r, const char *key,
  * when not NULL, joins that one). */
 static bool promo_insert(struct promo *p, struct promo_wait *w)
 {
+	struct promo **chain = promo_chain(p->h);
 	pthread_mutex_lock(&g.plock);
-	for (struct promo *o = g.promos; o; o = o->next) {
-		if (o->klen == p->klen && memcmp(o->key, p->key, p->klen) == 0) {
+	for (struct promo *o = *chain; o; o = o->next) {
+		if (o->h == p->h && o->klen == p->klen &&
+		    memcmp(o->key, p->key, p->klen) == 0) {
 			if (w) {
 				w->next = o->waiters;
 				o->waiters = w;
@@ -1055,8 +1080,9 @@ static bool promo_insert(struct promo *p, struct promo_wait *w)
 			return false;
 		}
 	}
-	p->next = g.promos;
-	g.promos = p;
+	p->next = *chain;
+	*chain = p;
+	__atomic_add_fetch(&g.npromos, 1, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&g.plock);
 	return true;
 }
@@ -1697,17 +1723,21 @@ static void disk_fini(struct pc_ctx *ctx)
 	disk_remote_fini();
 	if (!g.on)
 		return;
-	while (g.promos) { /* cut short by the end of the loops */
-		struct promo *p = g.promos;
-		g.promos = p->next;
-		while (p->waiters) {
-			struct promo_wait *w = p->waiters;
-			p->waiters = w->next;
-			free(w);
+	/* promotions cut short by the end of the loops */
+	for (unsigned b = 0; b < PROMO_BUCKETS; b++) {
+		while (g.promos[b]) {
+			struct promo *p = g.promos[b];
+			g.promos[b] = p->next;
+			while (p->waiters) {
+				struct promo_wait *w = p->waiters;
+				p->waiters = w->next;
+				free(w);
+			}
+			free(p->buf);
+			free(p);
 		}
-		free(p->buf);
-		free(p);
 	}
+	g.npromos = 0;
 	pthread_mutex_destroy(&g.plock);
 	/* A clean stop: everything written is synced (the reactors ended,
 	 * so a blocking call is fine here). */
