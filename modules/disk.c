@@ -151,6 +151,7 @@ struct promo {
 	bool stale;             /* the key was set or removed meanwhile */
 	uint64_t charged;       /* bytes counted in g.promo_bytes */
 	uint64_t t0;
+	uint64_t copied;        /* payload bytes put into the pool */
 	struct dl_loc loc;
 	uint8_t *buf;
 	struct pool_ref ref;
@@ -191,7 +192,8 @@ static struct {
 	met_id promo_lat;
 	/* atomics, exported as counters */
 	uint64_t writes, write_bytes, dropped, write_errors, promotions,
-		promote_errors, bad;
+		promote_bytes, promote_errors, bad;
+	uint64_t ios; /* atomic: reads and writes with the kernel */
 } g = {.fd = -1};
 
 static _Thread_local struct dq *t_dq;
@@ -427,6 +429,7 @@ static void write_finish(struct wslot *w, int64_t res)
 static void write_done(void *arg, int64_t res)
 {
 	struct wslot *w = arg;
+	__atomic_sub_fetch(&g.ios, 1, __ATOMIC_RELAXED);
 	write_finish(w, res);
 	pump(w->q);
 }
@@ -472,9 +475,12 @@ static void write_copied(struct wslot *w)
 		at = hoff;
 		w->iolen += DL_BLOCK;
 	}
+	cnt(&g.ios, 1);
 	ret = rx_file_write(w->q->r, g.fd, io, w->iolen, at, write_done, w);
-	if (ret < 0)
+	if (ret < 0) {
+		__atomic_sub_fetch(&g.ios, 1, __ATOMIC_RELAXED);
 		write_finish(w, ret);
+	}
 }
 
 static void write_copy_done(struct copier_job *j)
@@ -643,6 +649,7 @@ static void promo_end(struct promo *p, int res)
 {
 	if (res == 0) {
 		cnt(&g.promotions, 1);
+		cnt(&g.promote_bytes, p->copied);
 		met_observe_ns(g.promo_lat, pc_now_ns() - p->t0);
 	}
 	else if (res != -ESTALE)
@@ -713,6 +720,7 @@ static void promo_copied(struct copier_job *j)
 		promo_end(p, -EIO);
 		return;
 	}
+	p->copied = p->loc.len;
 	/* Evicting this generation later keeps it again. */
 	dl_retag(g.d, p->key, p->klen, p->loc.seq, gen);
 	rec_fill(&p->rec, true, addr, p->loc.len, gen);
@@ -722,6 +730,7 @@ static void promo_copied(struct copier_job *j)
 static void promo_read(void *arg, int64_t res)
 {
 	struct promo *p = arg;
+	__atomic_sub_fetch(&g.ios, 1, __ATOMIC_RELAXED);
 	dl_put(g.d, p->loc.region);
 	if (res != (int64_t)p->loc.total) {
 		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "a page read at offset %llu "
@@ -800,10 +809,12 @@ static int disk_promote(struct rx_reactor *r, const char *key, size_t klen,
 		return -EBUSY;
 	}
 	int ret = -ENOMEM;
+	cnt(&g.ios, 1);
 	if ((p->buf = block_alloc(p->loc.total)))
 		ret = rx_file_read(r, g.fd, p->buf, p->loc.total, p->loc.off,
 				   promo_read, p);
 	if (ret < 0) {
+		__atomic_sub_fetch(&g.ios, 1, __ATOMIC_RELAXED);
 		dl_put(g.d, p->loc.region);
 		promo_free(p);
 		cnt(&g.promote_errors, 1);
@@ -1055,6 +1066,9 @@ static void metrics_register(void)
 	met_register_fn("peercache_disk_queue_bytes",
 			"page bytes waiting for their write-through", NULL,
 			atomic_of, &g.queued);
+	met_register_fn("peercache_disk_ios_in_flight",
+			"reads and writes of the store file with the kernel "
+			"now (its queue depth)", NULL, atomic_of, &g.ios);
 	met_register_fn("peercache_disk_direct_io",
 			"1: the store file uses O_DIRECT; 0: buffered", NULL,
 			direct_of, NULL);
@@ -1074,6 +1088,9 @@ static void metrics_register(void)
 		 "page writes that failed (I/O errors)", &g.write_errors},
 		{"peercache_disk_promotions_total",
 		 "pages brought back from disk into the pool", &g.promotions},
+		{"peercache_disk_promote_bytes_total",
+		 "payload bytes of the pages brought back from disk",
+		 &g.promote_bytes},
 		{"peercache_disk_promote_errors_total",
 		 "promotions that failed (I/O, damaged record, no pool room)",
 		 &g.promote_errors},

@@ -105,7 +105,7 @@ static struct {
 	unsigned read_timeout_ms;   /* rpc_timeout: a read never waits longer */
 	uint64_t deadline_ns;       /* request_deadline */
 	met_id deadline_hit, rd_suspect;
-	met_id rd_req, rd_hit, rd_miss, rd_local, rd_remote, rd_fail;
+	met_id rd_req, rd_hit, rd_miss, rd_local, rd_remote, rd_fail, rd_tier;
 	met_id wr_req, wr_pages, wr_bytes, ex_req, ex_found, del_req;
 	met_id rd_bytes; /* every path: kv.get, session, shim, local, remote */
 	met_id lat_read, lat_write, ev_pub, tier_kept, promotes;
@@ -725,12 +725,16 @@ static void promote_done(void *arg, int res)
 }
 
 /* A page this node produced lives in the next tier: ask for it back. This
- * get misses; the next one finds the page in memory. */
+ * get misses; the next one finds the page in memory. A page the tier is
+ * bringing back (this ask or one under way) counts as a tier hit. */
 static void fetch_promote(struct fetch *f, unsigned i, const struct dir_rec *r)
 {
-	if (g.tier->promote(f->r, f->ks.k[i], f->ks.len[i], r, promote_done,
-			    NULL) == 0)
+	int ret = g.tier->promote(f->r, f->ks.k[i], f->ks.len[i], r,
+				  promote_done, NULL);
+	if (ret == 0)
 		met_inc(g.promotes);
+	if (ret == 0 || ret == -EALREADY)
+		met_inc(g.rd_tier);
 }
 
 /* Should record j be read from its producer? Staging is taken for it. */
@@ -1250,6 +1254,10 @@ static int kv_init(struct pc_ctx *ctx)
 	    "pages served from this node's pool (no network)");
 	CTR(g.rd_remote, "peercache_read_remote_hits_total",
 	    "pages read from another node's pool");
+	CTR(g.rd_tier, "peercache_read_disk_hits_total",
+	    "pages a get found in the disk tier (this node's, not in memory): "
+	    "that get misses (counted in peercache_read_misses_total too) and "
+	    "a promotion brings the page back for the next");
 	CTR(g.rd_fail, "peercache_read_failures_total",
 	    "remote pages that failed to arrive or to validate (counted as "
 	    "misses)");
