@@ -87,6 +87,10 @@
 			   * full batch while one is in flight are not kept
 			   * (kv unpublishes them) */
 #define DISK_ANNOUNCE_GAP_MS 1
+#define DISK_READ_BUFS 64  /* promotion read buffers kept per reactor, */
+#define DISK_READ_KEEP (32u << 20) /* and their bytes at most: a buffer
+			    * freed (munmap) and made again (mmap, faults)
+			    * per page cost more than its copy */
 #define DISK_STORE_FILE "store.pcd"
 #define DISK_ID_FILE "store.id"
 
@@ -140,6 +144,11 @@ struct dq {
 	uint64_t cursor;
 	bool announcing;
 	uint64_t announced;
+	/* promotion read buffers kept for the next ones */
+	unsigned nbufs;
+	size_t kept;
+	uint8_t *bufs[DISK_READ_BUFS];
+	size_t bufcap[DISK_READ_BUFS];
 };
 
 /* A promotion in flight (on the list g.promos). */
@@ -154,6 +163,7 @@ struct promo {
 	uint64_t copied;        /* payload bytes put into the pool */
 	struct dl_loc loc;
 	uint8_t *buf;
+	size_t cap;             /* buf's bytes */
 	struct pool_ref ref;
 	struct copier_job job;
 	struct dir_rec rec;
@@ -209,6 +219,38 @@ static void *block_alloc(size_t n)
 {
 	void *p = NULL;
 	return posix_memalign(&p, DL_BLOCK, n) == 0 ? p : NULL;
+}
+
+/* An aligned buffer of at least n bytes for a read on q's reactor: a kept
+ * one when one is large enough. *cap: its size. */
+static uint8_t *read_buf_take(struct dq *q, size_t n, size_t *cap)
+{
+	for (unsigned i = 0; q && i < q->nbufs; i++) {
+		if (q->bufcap[i] < n)
+			continue;
+		uint8_t *b = q->bufs[i];
+		*cap = q->bufcap[i];
+		q->kept -= *cap;
+		q->nbufs--;
+		q->bufs[i] = q->bufs[q->nbufs];
+		q->bufcap[i] = q->bufcap[q->nbufs];
+		return b;
+	}
+	*cap = n;
+	return block_alloc(n);
+}
+
+/* Keep b (cap bytes) for the next read on q's reactor, or free it. */
+static void read_buf_give(struct dq *q, uint8_t *b, size_t cap)
+{
+	if (b && q && !q->stopping && q->nbufs < DISK_READ_BUFS &&
+	    q->kept + cap <= DISK_READ_KEEP) {
+		q->kept += cap;
+		q->bufs[q->nbufs] = b;
+		q->bufcap[q->nbufs++] = cap;
+		return;
+	}
+	free(b);
 }
 
 /* The record of an own page: resident at addr, or (addr 0) in this tier. */
@@ -641,7 +683,7 @@ static void promo_free(struct promo *p)
 	if (p->charged)
 		__atomic_sub_fetch(&g.promo_bytes, p->charged,
 				   __ATOMIC_RELAXED);
-	free(p->buf);
+	read_buf_give(t_dq, p->buf, p->cap);
 	free(p);
 }
 
@@ -810,7 +852,7 @@ static int disk_promote(struct rx_reactor *r, const char *key, size_t klen,
 	}
 	int ret = -ENOMEM;
 	cnt(&g.ios, 1);
-	if ((p->buf = block_alloc(p->loc.total)))
+	if ((p->buf = read_buf_take(t_dq, p->loc.total, &p->cap)))
 		ret = rx_file_read(r, g.fd, p->buf, p->loc.total, p->loc.off,
 				   promo_read, p);
 	if (ret < 0) {
@@ -1243,6 +1285,9 @@ static void disk_exit(struct rx_reactor *r, struct pc_ctx *ctx)
 	free(q->fill);
 	free(q->sent);
 	q->fill = q->sent = NULL;
+	while (q->nbufs)
+		free(q->bufs[--q->nbufs]);
+	q->kept = 0;
 }
 
 static void disk_fini(struct pc_ctx *ctx)
