@@ -57,6 +57,7 @@
  * device had not written; the rebuild then finds the last complete
  * records), moving non-resident records on membership changes.
  */
+#include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -115,6 +116,8 @@ struct wslot {
 	struct copier_job job;
 	struct dl_loc loc;
 	size_t iolen;
+	uint64_t sum;           /* the pool's checksum of the page, when */
+	bool have_sum;          /* it has one (not summed again then) */
 };
 
 /* Non-resident records on their way to placement. */
@@ -503,7 +506,8 @@ static void write_copied(struct wslot *w)
 	uint32_t rb = dl_region_bytes(g.d);
 	w->loc = (struct dl_loc){.off = w->loc.off, .total = (uint32_t)total,
 				 .len = it->len, .gen = it->gen,
-				 .sum = w->job.sumv, .seq = w->loc.seq,
+				 .sum = w->have_sum ? w->sum : w->job.sumv,
+				 .seq = w->loc.seq,
 				 .region = (uint32_t)(w->loc.off / rb)};
 	dl_rec_hdr_encode(w->buf + DL_BLOCK, it->klen, it->len, it->gen,
 			  w->loc.seq, w->loc.sum);
@@ -564,13 +568,20 @@ static bool write_start(struct wslot *w)
 		}
 		w->cap = DL_BLOCK + total;
 	}
+	/* The pool's checksum is XXH3-64 of the payload, as the record's
+	 * is: taken over, the copy does not sum the page again. The page
+	 * is pinned, so the bytes copied are the ones it describes. */
+	const struct pool_hdr *ph = (const struct pool_hdr *)hdr;
+	w->have_sum = le16toh(ph->flags) & POOL_HDR_F_CHECKSUM;
+	w->sum = le64toh(ph->checksum);
 	uint8_t *rec = w->buf + DL_BLOCK;
 	memcpy(rec + DL_HDR_BYTES, it->key, it->klen);
 	size_t used = DL_HDR_BYTES + it->klen + len;
 	memset(rec + used, 0, total - used);
 	w->job = (struct copier_job){.dst = rec + DL_HDR_BYTES + it->klen,
 				     .src = hdr + POOL_HDR_BYTES, .len = len,
-				     .sum = true, .done = write_copy_done,
+				     .sum = !w->have_sum,
+				     .done = write_copy_done,
 				     .arg = w};
 	if (copier_copy(w->q->r, &w->job) == 1)
 		write_copied(w);

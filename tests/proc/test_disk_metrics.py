@@ -98,3 +98,21 @@ def test_remote_hits_are_not_disk_hits(node_factory, tmp_path):
     assert d["peercache_read_disk_hits_total"] == 0
     assert d["peercache_read_misses_total"] == len(keys) - found
     assert a.stop() == 0 and b.stop() == 0
+
+
+def test_records_are_summed_with_and_without_pool_checksums(node_factory, tmp_path):
+    """The write-through takes the pool's checksum of a page when it has
+    one (page_checksums, the default) and sums the copy itself when not:
+    either way every record promotes byte-exact, none is found damaged."""
+    for on in ("true", "false"):
+        n = disk_node(node_factory, tmp_path / ("store-" + on), "--page-checksums", on)
+        cl = RpcClient(n.endpoint("rpc"))
+        keys = ["sum-%s/%d" % (on, i) for i in range(32)]
+        set_through(n, cl, keys)
+        for k in keys:
+            assert get_back(cl, k) == page(k), k
+        m = metrics_of(n)
+        assert m["peercache_disk_promotions_total"] > 0
+        assert m["peercache_disk_bad_pages_total"] == 0
+        assert m["peercache_disk_promote_errors_total"] == 0
+        assert n.stop() == 0
