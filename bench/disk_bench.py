@@ -35,11 +35,11 @@ Per run, on DISK_PATH:
      peercache_disk_promote_bytes_total over the time from the first
      exists to every page promoted.
   3. fio: a VOLUME file, sequential write then sequential read, bs = PAGE,
-     iodepth = the node's queue depth, rounded: for the write, its mean
-     I/O in flight while its write-through queue held pages (4 writes per
-     reactor at most); for the read, the mean number of promotions under
-     way (asked, not done: each is one read) over phase 2 (promote_ios is
-     the mean of those that were with the kernel).
+     iodepth = the node's queue depth, rounded: its mean I/O in flight
+     (peercache_disk_ios_in_flight) while its write-through queue held
+     pages (4 writes per reactor at most), and over phase 2 (promote_ios;
+     promote_qd is the mean number of promotions asked and not yet counted
+     done, which runs ahead of the reads by the 5 ms the count lags).
   4. set latency: LAT_SETS one-page sets (new keys, one local client,
      closed loop) into a node with the tier off, then on (the
      order alternates between runs), LAT_POOL pool (the pool evicts); p50
@@ -231,9 +231,10 @@ def promotion(path, keys):
     n = node(path, VOLUME + (256 << 20))
     n.wait_for("re-announced", timeout=300)
     cl = RpcClient(n.endpoint("rpc"), timeout=120)
-    # The sampler's scrapes are the only ones (each costs the node CPU), and
-    # often: the next window waits for the count, which must not be what
-    # limits the node (2 windows per 5 ms is 3.3 GB/s of 256 KiB pages).
+    # The sampler's scrapes are the only ones (each costs the node ~0.5 ms
+    # of CPU), and often: the next window waits for the count, which must
+    # not be what limits the node (2 windows per 5 ms is 3.3 GB/s of
+    # 256 KiB pages; every 10 ms measured 0.84 GB/s instead of 1.2).
     s = Sampler(n, ["peercache_disk_promote_bytes_total", "peercache_disk_ios_in_flight",
                     "peercache_disk_promotions_total"], every=0.005)
     t0 = time.monotonic()
@@ -337,7 +338,7 @@ def main():
              (r["promote_p50_s"], r["promote_p99_s"])) = promotion(store, keys)
             clear(store)
             r["fio_write_qd"] = wq = max(1, int(round(r["wt_qd"])))
-            r["fio_read_qd"] = rq = max(1, int(round(r["promote_qd"])))
+            r["fio_read_qd"] = rq = max(1, int(round(r["promote_ios"])))
             r["fio_write_gbps"], r["fio_write_p50_s"], r["fio_write_p99_s"] = fio(path, "write", wq)
             r["fio_read_gbps"], r["fio_read_p50_s"], r["fio_read_p99_s"] = fio(path, "read", rq)
             os.unlink(os.path.join(path, "fio.dat"))
