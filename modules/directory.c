@@ -57,6 +57,7 @@
 #include "modules/membership.h"
 #include "modules/modules.h"
 #include "modules/peer_health.h"
+#include "modules/placement_wire.h"
 #include "rpc/client.h"
 #include "rpc/rpc.h"
 #include "storage/ring.h"
@@ -593,50 +594,6 @@ static int read_keys(struct mp_rd *p, struct get_keys *gk, uint32_t *n)
 	return 0;
 }
 
-static void pack_rec(msgpack_packer *pk, const struct dir_rec *r)
-{
-	msgpack_pack_array(pk, 7);
-	mp_pack_cstr(pk, r->node);
-	mp_pack_cstr(pk, r->data);
-	msgpack_pack_uint64(pk, r->addr);
-	msgpack_pack_uint32(pk, r->rkey);
-	msgpack_pack_uint32(pk, r->len);
-	msgpack_pack_uint64(pk, r->gen);
-	if (r->resident)
-		msgpack_pack_true(pk);
-	else
-		msgpack_pack_false(pk);
-}
-
-static int read_str(struct mp_rd *p, char *out, size_t cap)
-{
-	const char *s;
-	uint32_t n;
-	if (mp_rd_str(p, &s, &n) < 0 || n == 0 || n >= cap)
-		return -EINVAL;
-	memcpy(out, s, n);
-	out[n] = '\0';
-	return 0;
-}
-
-static int read_rec(struct mp_rd *p, struct dir_rec *r)
-{
-	uint32_t n;
-	uint64_t rkey, len;
-	if (mp_rd_array(p, &n) < 0 || n != 7 ||
-	    read_str(p, r->node, sizeof(r->node)) < 0 ||
-	    read_str(p, r->data, sizeof(r->data)) < 0 ||
-	    mp_rd_uint(p, &r->addr) < 0 || mp_rd_uint(p, &rkey) < 0 ||
-	    mp_rd_uint(p, &len) < 0 || mp_rd_uint(p, &r->gen) < 0 ||
-	    mp_rd_bool(p, &r->resident) < 0 || rkey > UINT32_MAX ||
-	    len > UINT32_MAX)
-		return -EINVAL;
-	r->rkey = (uint32_t)rkey;
-	r->len = (uint32_t)len;
-	r->found = true;
-	return 0;
-}
-
 /* ------------------------------------------------- who may publish what */
 
 /* The host of "host:port" (the part before the last ':'), or -EINVAL. */
@@ -757,7 +714,7 @@ static int read_entry(struct mp_rd *p, const char **key, uint32_t *klen,
 	uint32_t two;
 	if (mp_rd_array(p, &two) < 0 || two != 2 ||
 	    mp_rd_str(p, key, klen) < 0 || *klen == 0 ||
-	    *klen > DIR_KEY_MAX || read_rec(p, r) < 0)
+	    *klen > DIR_KEY_MAX || pl_rec_read(p, r) < 0)
 		return -EINVAL;
 	return 0;
 }
@@ -800,8 +757,8 @@ static void m_put(struct rpc_call *call, struct mp_rd *p)
 	bool announced = mp_peek(p) != MP_T_END;
 	if (announced &&
 	    (mp_rd_array(p, &three) < 0 || three != 3 ||
-	     read_str(p, who.node, sizeof(who.node)) < 0 ||
-	     read_str(p, who.data, sizeof(who.data)) < 0 ||
+	     pl_str_read(p, who.node, sizeof(who.node)) < 0 ||
+	     pl_str_read(p, who.data, sizeof(who.data)) < 0 ||
 	     mp_rd_uint(p, &inc) < 0 || mp_peek(p) != MP_T_END)) {
 		rpc_reply_error(call, RPC_E_BAD_PARAMS, "second parameter: "
 				"expected [node, data, incarnation]");
@@ -901,7 +858,7 @@ static void m_del(struct rpc_call *call, struct mp_rd *p)
 		    mp_rd_str(p, &key, &klen) < 0 || klen == 0 ||
 		    klen > DIR_KEY_MAX ||
 		    (!(any = mp_rd_try_nil(p)) &&
-		     read_str(p, node, sizeof(node)) < 0) ||
+		     pl_str_read(p, node, sizeof(node)) < 0) ||
 		    mp_rd_uint(p, &gen) < 0) {
 			free(res);
 			rpc_reply_error(call, RPC_E_BAD_PARAMS, "entry %u: "
@@ -1035,7 +992,8 @@ static void job_rpc_done(void *arg, const struct rpc_result *res)
 			continue;
 		}
 		/* lookup */
-		if (ok && mp_peek(&r) != MP_T_NIL && read_rec(&r, &j->recs[k]) == 0)
+		if (ok && mp_peek(&r) != MP_T_NIL &&
+		    pl_rec_read(&r, &j->recs[k]) == 0)
 			j->done_key[k] = true;
 		else if (ok)
 			mp_skip(&r);
@@ -1066,7 +1024,7 @@ static void pack_call_params(struct job *j, msgpack_packer *pk,
 			msgpack_pack_array(pk, 2);
 			msgpack_pack_str(pk, j->klens[k]);
 			msgpack_pack_str_body(pk, j->keys[k], j->klens[k]);
-			pack_rec(pk, &j->recs[k]);
+			pl_rec_pack(pk, &j->recs[k]);
 		} else {
 			msgpack_pack_array(pk, 3);
 			msgpack_pack_str(pk, j->klens[k]);

@@ -40,7 +40,10 @@
  * sequence, checksum field) and its payload checksum while copying it into
  * a pool reservation, commit it, tell the index the pool's new generation
  * (dl_retag), publish the resident record. One promotion per key at a
- * time: a second ask while one runs shares it (-EALREADY to the caller).
+ * time: a second ask while one runs shares it (-EALREADY to kv's ask; a
+ * peer's, disk_promote_wait, joins its waiters and is told the outcome and
+ * the resident record on its own reactor). modules/disk_remote.c serves
+ * peers' disk.promote with it, and asks peers for theirs.
  * Promotions under way hold at most a quarter of the pool in reservations
  * (a page alone always goes); an ask beyond that is not started (-EBUSY).
  * A record whose header or checksum fails leaves the index, is counted and
@@ -51,11 +54,24 @@
  * verified); reactor 0 then re-announces every indexed page as a
  * non-resident record, DISK_NR_BATCH at a time.
  *
- * Not here yet (docs/disk.md): remote promotion (a non-resident record of
- * another node is a miss), the degraded state on I/O faults (errors are
- * counted and logged), fsync (a crash may lose what the page cache or the
- * device had not written; the rebuild then finds the last complete
- * records), moving non-resident records on membership changes.
+ * Durability: fdatasync through a reactor's ring (one at a time for the
+ * node) when a region fills, every DISK_SYNC_MS after writes (reactor 0),
+ * and at a clean stop (fini, main thread).
+ *
+ * Faults (docs/disk.md "Faults"): the first read, write or sync that fails
+ * for the disk's sake (not a cancel at stop) degrades the tier until the
+ * restart — logged once with the cause, the module's degraded hook
+ * (/healthz, node.health) and peercache_disk_degraded. Degraded: nothing
+ * is queued or indexed any more, offer refuses (kv unpublishes), a read
+ * that fails drops its record; reads of pages on disk go on (checked).
+ * Test builds (PEERCACHE_FAULT_INJECTION) can make ops fail with EIO
+ * (PEERCACHE_TEST_DISK_FAULT).
+ *
+ * With disk_enabled off the module still publishes a tier (tier_none's
+ * hooks plus remote promotion): such a node reads other nodes' disk pages.
+ *
+ * Membership changes: the republish walk moves the records of the pages
+ * the store holds (disk_scan, the tier's scan hook) after the pool's.
  */
 #include <endian.h>
 #include <errno.h>
@@ -75,6 +91,7 @@
 #include "common/settings.h"
 #include "common/util.h"
 #include "modules/copier.h"
+#include "modules/disk_int.h"
 #include "modules/modules.h"
 #include "modules/placement.h"
 #include "modules/tier.h"
@@ -92,6 +109,7 @@
 #define DISK_READ_KEEP (32u << 20) /* and their bytes at most: a buffer
 			    * freed (munmap) and made again (mmap, faults)
 			    * per page cost more than its copy */
+#define DISK_SYNC_MS 1000  /* pages written since the last sync: synced */
 #define DISK_STORE_FILE "store.pcd"
 #define DISK_ID_FILE "store.id"
 
@@ -136,6 +154,7 @@ struct nrbatch {
 struct dq {
 	struct rx_reactor *r;
 	bool stopping;
+	struct rx_timer sync;        /* reactor 0: the periodic sync */
 	struct wt_item *head, *tail;
 	struct wslot w[DISK_WRITES];
 	struct rx_timer kick;        /* starts writes on the next pass */
@@ -154,12 +173,25 @@ struct dq {
 	size_t bufcap[DISK_READ_BUFS];
 };
 
+/* Someone else waiting for a promotion under way (a peer's disk.promote
+ * that asked while it ran): told on its own reactor. */
+struct promo_wait {
+	struct promo_wait *next;
+	struct rx_reactor *r;
+	disk_promoted_fn done;
+	void *arg;
+	int res;
+	struct dir_rec rec;
+};
+
 /* A promotion in flight (on the list g.promos). */
 struct promo {
 	struct promo *next;
 	struct rx_reactor *r;
-	void (*done)(void *arg, int res);
+	void (*done)(void *arg, int res); /* kv's ask, or */
+	disk_promoted_fn wdone;           /* a peer's (disk_promote_wait) */
 	void *arg;
+	struct promo_wait *waiters;       /* asks that joined it (g.plock) */
 	bool stale;             /* the key was set or removed meanwhile */
 	uint64_t charged;       /* bytes counted in g.promo_bytes */
 	uint64_t t0;
@@ -175,6 +207,13 @@ struct promo {
 	size_t klen;
 	char key[];
 };
+
+/* I/O on the store, and how it failed: peercache_disk_errors_total. */
+enum { OP_READ, OP_WRITE, OP_FSYNC, OP__N };
+enum { E_EIO, E_ENOSPC, E_EROFS, E_OTHER, E__N };
+static const char *const op_names[OP__N] = {"read", "write", "fsync"};
+static const char *const err_names[E__N] = {"EIO", "ENOSPC", "EROFS",
+					     "other"};
 
 /* Pages the store evicted with a region, to unpublish. */
 struct evl {
@@ -205,9 +244,27 @@ static struct {
 	met_id promo_lat;
 	/* atomics, exported as counters */
 	uint64_t writes, write_bytes, dropped, write_errors, promotions,
-		promote_bytes, promote_errors, bad;
+		promote_bytes, promote_errors, bad, syncs;
 	uint64_t ios; /* atomic: reads and writes with the kernel */
+	uint64_t errs[OP__N][E__N];   /* atomics: failed I/O by op and kind */
+	/* Degraded (an I/O fault; until the restart): 0 no, 2 being set (by
+	 * the one thread that won it), 1 yes, why readable. */
+	int degraded;
+	char why[160];
+	/* Syncs (fdatasync through a reactor's ring): one at a time for the
+	 * node (syncing), another one wanted meanwhile (sync_wanted). */
+	bool syncing, sync_wanted;
+	uint64_t synced_writes;     /* g.writes when the last sync started */
+	unsigned faults;            /* test builds: 1 << OP_x fails with EIO */
 } g = {.fd = -1};
+
+#ifdef PEERCACHE_FAULT_INJECTION
+/* Test builds only: an op armed by PEERCACHE_TEST_DISK_FAULT completes with
+ * EIO whatever the kernel said (a write may have reached the disk). */
+#define FAULT(op, res) (g.faults & (1u << (op)) ? -EIO : (res))
+#else
+#define FAULT(op, res) (res)
+#endif
 
 static _Thread_local struct dq *t_dq;
 
@@ -216,6 +273,45 @@ static _Thread_local struct dq *t_dq;
 static void cnt(uint64_t *c, uint64_t n)
 {
 	__atomic_add_fetch(c, n, __ATOMIC_RELAXED);
+}
+
+static bool degraded(void)
+{
+	return __atomic_load_n(&g.degraded, __ATOMIC_ACQUIRE) != 0;
+}
+
+/* An I/O of op at off failed with res (a negative errno, or a short
+ * count): counted, and — unless it says nothing about the disk (the ring
+ * cancelled it at a stop, no memory, no slot) — the tier is degraded for
+ * good (until a restart): logged once, with the cause. After a failed
+ * write or sync the data is taken as lost, never retried and trusted.
+ * true when the disk failed (not only the ring). */
+static bool io_failed(unsigned op, int64_t res, uint64_t off)
+{
+	int e = res < 0 ? (int)-res : 0;
+	unsigned kind = e == EIO ? E_EIO : e == ENOSPC ? E_ENOSPC
+			: e == EROFS ? E_EROFS : E_OTHER;
+	cnt(&g.errs[op][kind], 1);
+	if (e == ECANCELED || e == ENOMEM || e == EAGAIN || e == EBUSY ||
+	    e == ESHUTDOWN)
+		return false;
+	int expect = 0;
+	if (!__atomic_compare_exchange_n(&g.degraded, &expect, 2, false,
+					 __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+		return true; /* already */
+	if (op == OP_FSYNC)
+		snprintf(g.why, sizeof(g.why), "fsync of the store failed: %s",
+			 strerror(e));
+	else
+		snprintf(g.why, sizeof(g.why), "a %s at offset %llu failed: %s",
+			 op_names[op], (unsigned long long)off,
+			 e ? strerror(e) : "short transfer");
+	__atomic_store_n(&g.degraded, 1, __ATOMIC_RELEASE);
+	PC_LOGE(LOG_MOD, "disk tier degraded: %s. The node keeps serving from "
+		"memory; no page is written to disk any more, evicted pages are "
+		"dropped, pages already on disk are read while their checksums "
+		"hold. Restart the node once the disk is fixed", g.why);
+	return true;
 }
 
 static void *block_alloc(size_t n)
@@ -435,6 +531,73 @@ static void evl_send(struct rx_reactor *r, struct evl *e)
 		evl_free(e);
 }
 
+/* key's record (generation gen) cannot be read: it leaves the index, and
+ * its non-resident record leaves placement (unless the pool holds the key:
+ * then the record is the pool's). */
+static void record_drop(struct rx_reactor *r, const char *key, size_t klen,
+			uint64_t gen)
+{
+	dl_del(g.d, key, klen, gen);
+	struct evl *e = calloc(1, sizeof(*e));
+	if (!e)
+		return; /* its record stays: a read of it misses */
+	on_store_evict(e, key, klen, gen);
+	evl_send(r, e);
+}
+
+/* --------------------------------------------------------- durability */
+
+static void sync_done(void *arg, int64_t res);
+
+static void sync_start(struct dq *q)
+{
+	__atomic_store_n(&g.sync_wanted, false, __ATOMIC_SEQ_CST);
+	uint64_t writes = __atomic_load_n(&g.writes, __ATOMIC_RELAXED);
+	int ret = rx_file_fsync(q->r, g.fd, true, sync_done, q);
+	if (ret < 0) { /* the periodic sync tries again */
+		__atomic_store_n(&g.syncing, false, __ATOMIC_SEQ_CST);
+		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "cannot start a sync of the "
+			  "store: %s (tried again later)", strerror(-ret));
+		return;
+	}
+	__atomic_store_n(&g.synced_writes, writes, __ATOMIC_RELAXED);
+}
+
+/* An fdatasync of the store, through q's ring (never a blocking call on a
+ * reactor): one at a time for the node; one asked while one runs follows
+ * it (it covers the writes that completed meanwhile). */
+static void sync_request(struct dq *q)
+{
+	if (degraded() || q->stopping)
+		return;
+	__atomic_store_n(&g.sync_wanted, true, __ATOMIC_SEQ_CST);
+	if (!__atomic_exchange_n(&g.syncing, true, __ATOMIC_SEQ_CST))
+		sync_start(q);
+}
+
+static void sync_done(void *arg, int64_t res)
+{
+	struct dq *q = arg;
+	res = FAULT(OP_FSYNC, res);
+	if (res < 0)
+		io_failed(OP_FSYNC, res, 0);
+	else
+		cnt(&g.syncs, 1);
+	__atomic_store_n(&g.syncing, false, __ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&g.sync_wanted, __ATOMIC_SEQ_CST))
+		sync_request(q);
+}
+
+/* Reactor 0, every DISK_SYNC_MS: pages written since the last sync get
+ * one, so a crash of the machine loses at most about that much. */
+static void sync_tick(struct rx_reactor *r, struct rx_timer *t)
+{
+	(void)r;
+	if (__atomic_load_n(&g.writes, __ATOMIC_RELAXED) !=
+	    __atomic_load_n(&g.synced_writes, __ATOMIC_RELAXED))
+		sync_request(t->arg);
+}
+
 /* --------------------------------------------------------- write-through */
 
 static void pump(struct dq *q);
@@ -446,19 +609,29 @@ static void item_done(struct wslot *w)
 	w->it = NULL;
 }
 
-/* The write ended with res: index the record or give its place back. */
+/* The write ended with res: index the record or give its place back. A
+ * record whose write failed is never indexed (nor announced); nor is one
+ * that completes once the tier is degraded. */
 static void write_finish(struct wslot *w, int64_t res)
 {
 	struct wt_item *it = w->it;
-	if (res != (int64_t)w->iolen) {
-		if (w->iolen > w->loc.total) /* the region's header with it */
+	bool opened = w->iolen > w->loc.total; /* the region's header too */
+	if (res != (int64_t)w->iolen || degraded()) {
+		if (opened)
 			dl_abort_header(g.d, w->loc.off);
 		else
 			dl_abort(g.d, w->loc.off);
-		cnt(&g.write_errors, 1);
-		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "a page write at offset %llu "
-			  "failed: %s", (unsigned long long)w->loc.off,
-			  res < 0 ? strerror((int)-res) : "short write");
+		if (res != (int64_t)w->iolen) {
+			cnt(&g.write_errors, 1);
+			io_failed(OP_WRITE, res, w->loc.off);
+			PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "a page write at "
+				  "offset %llu failed: %s",
+				  (unsigned long long)w->loc.off,
+				  res < 0 ? strerror((int)-res)
+					  : "short write");
+		} else {
+			cnt(&g.dropped, 1);
+		}
 	} else if (!pool_contains(g.pool, it->key, it->klen)) {
 		/* Removed (or evicted) meanwhile: not indexed. */
 		dl_abort(g.d, w->loc.off);
@@ -468,6 +641,10 @@ static void write_finish(struct wslot *w, int64_t res)
 	} else {
 		cnt(&g.write_errors, 1);
 	}
+	/* A region filled: what it holds is synced now (the writes of other
+	 * reactors still in flight into it, by the next sync). */
+	if (opened && res == (int64_t)w->iolen)
+		sync_request(w->q);
 	item_done(w);
 }
 
@@ -475,7 +652,7 @@ static void write_done(void *arg, int64_t res)
 {
 	struct wslot *w = arg;
 	__atomic_sub_fetch(&g.ios, 1, __ATOMIC_RELAXED);
-	write_finish(w, res);
+	write_finish(w, FAULT(OP_WRITE, res));
 	pump(w->q);
 }
 
@@ -543,6 +720,10 @@ static bool write_start(struct wslot *w)
 	struct wt_item *it = w->it;
 	const uint8_t *hdr;
 	uint64_t len, gen;
+	if (degraded()) {
+		cnt(&g.dropped, 1);
+		return false;
+	}
 	if (pool_get(g.pool, it->key, it->klen, &w->ref, &hdr, &len, &gen) < 0)
 		return false; /* evicted or removed before its turn */
 	uint64_t total = dl_record_bytes(it->klen, len);
@@ -626,8 +807,8 @@ static void disk_committed(const struct tier_page *pg, uint64_t len)
 	/* The store's copy, if any, is an older page of the key now. */
 	dl_del(g.d, pg->key, pg->klen, 0);
 	promos_mark_stale(pg->key, pg->klen);
-	if (!q || q->stopping) {
-		cnt(&g.dropped, !q); /* not a reactor thread */
+	if (!q || q->stopping || degraded()) {
+		cnt(&g.dropped, !q || degraded()); /* not a reactor thread */
 		return;
 	}
 	uint64_t now = __atomic_add_fetch(&g.queued, len, __ATOMIC_RELAXED);
@@ -660,6 +841,12 @@ static int disk_offer(const struct tier_page *pg)
 {
 	struct dq *q = t_dq;
 	struct dl_loc loc;
+	if (degraded()) {
+		/* Not kept: kv unpublishes the record, and the copy (if any)
+		 * leaves the index. */
+		dl_del(g.d, pg->key, pg->klen, pg->gen);
+		return -EIO;
+	}
 	if (!q || q->stopping || !dl_get(g.d, pg->key, pg->klen, &loc))
 		return -ENOTSUP;
 	dl_put(g.d, loc.region);
@@ -682,7 +869,37 @@ static void disk_drop(const char *key, size_t klen)
 	promos_mark_stale(key, klen);
 }
 
-static void promo_free(struct promo *p)
+static void wait_run(struct rx_reactor *r, void *arg)
+{
+	(void)r;
+	struct promo_wait *w = arg;
+	w->done(w->arg, w->res, w->res ? NULL : &w->rec);
+	free(w);
+}
+
+/* Tell the asks that joined a promotion how it ended (res; rec when 0),
+ * each on its own reactor: at once on this one, posted to another (rare:
+ * two peers asked for one key through connections on two reactors). */
+static void waiters_tell(struct rx_reactor *r, struct promo_wait *w, int res,
+			 const struct dir_rec *rec)
+{
+	while (w) {
+		struct promo_wait *next = w->next;
+		w->res = res;
+		if (res == 0)
+			w->rec = *rec;
+		if (w->r == r)
+			wait_run(r, w);
+		else if (rx_post(w->r, wait_run, w) < 0)
+			PC_LOG_RL(PC_LOG_ERROR, LOG_MOD, "out of memory: a peer "
+				  "waiting for a promotion is not told (its call "
+				  "times out)");
+		w = next;
+	}
+}
+
+/* p leaves the list; the asks that joined it learn res. */
+static void promo_free(struct promo *p, int res)
 {
 	pthread_mutex_lock(&g.plock);
 	struct promo **pp = &g.promos;
@@ -690,10 +907,13 @@ static void promo_free(struct promo *p)
 		pp = &(*pp)->next;
 	if (*pp)
 		*pp = p->next;
+	struct promo_wait *w = p->waiters;
+	p->waiters = NULL;
 	pthread_mutex_unlock(&g.plock);
 	if (p->charged)
 		__atomic_sub_fetch(&g.promo_bytes, p->charged,
 				   __ATOMIC_RELAXED);
+	waiters_tell(p->r, w, res, &p->rec);
 	read_buf_give(t_dq, p->buf, p->cap);
 	free(p);
 }
@@ -707,8 +927,11 @@ static void promo_end(struct promo *p, int res)
 	}
 	else if (res != -ESTALE)
 		cnt(&g.promote_errors, 1);
-	p->done(p->arg, res);
-	promo_free(p);
+	if (p->done)
+		p->done(p->arg, res);
+	else
+		p->wdone(p->arg, res, res ? NULL : &p->rec);
+	promo_free(p, res);
 }
 
 static void promo_published(void *arg)
@@ -742,7 +965,7 @@ static bool promo_from_pool(struct promo *p)
 /* A record that is not what the index says: it leaves, counted. */
 static void promo_bad(struct promo *p, const char *why)
 {
-	dl_del(g.d, p->key, p->klen, p->loc.gen);
+	record_drop(p->r, p->key, p->klen, p->loc.gen);
 	cnt(&g.bad, 1);
 	PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "a page on disk at offset %llu is "
 		  "damaged (%s): dropped, never served",
@@ -784,11 +1007,16 @@ static void promo_read(void *arg, int64_t res)
 {
 	struct promo *p = arg;
 	__atomic_sub_fetch(&g.ios, 1, __ATOMIC_RELAXED);
+	res = FAULT(OP_READ, res);
 	dl_put(g.d, p->loc.region);
 	if (res != (int64_t)p->loc.total) {
 		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "a page read at offset %llu "
-			  "failed: %s", (unsigned long long)p->loc.off,
+			  "failed: %s; the page is dropped",
+			  (unsigned long long)p->loc.off,
 			  res < 0 ? strerror((int)-res) : "short read");
+		/* A miss, and never tried again: the record goes. */
+		if (io_failed(OP_READ, res, p->loc.off))
+			record_drop(p->r, p->key, p->klen, p->loc.gen);
 		promo_end(p, res < 0 ? (int)res : -EIO);
 		return;
 	}
@@ -820,34 +1048,47 @@ static void promo_read(void *arg, int64_t res)
 		promo_copied(&p->job);
 }
 
-static int disk_promote(struct rx_reactor *r, const char *key, size_t klen,
-			const struct dir_rec *rec,
-			void (*done)(void *arg, int res), void *arg)
+static struct promo *promo_new(struct rx_reactor *r, const char *key,
+			       size_t klen)
 {
-	(void)rec;
-	if (klen == 0 || klen > DL_KEY_MAX)
-		return -EINVAL;
 	struct promo *p = calloc(1, sizeof(*p) + klen);
 	if (!p)
-		return -ENOMEM;
-	*p = (struct promo){.r = r, .done = done, .arg = arg, .kp = p->key,
-			    .klen = klen, .t0 = pc_now_ns()};
+		return NULL;
+	*p = (struct promo){.r = r, .kp = p->key, .klen = klen,
+			    .t0 = pc_now_ns()};
 	memcpy(p->key, key, klen);
+	return p;
+}
+
+/* Make p key's promotion; false when one is under way (p is not used; w,
+ * when not NULL, joins that one). */
+static bool promo_insert(struct promo *p, struct promo_wait *w)
+{
 	pthread_mutex_lock(&g.plock);
 	for (struct promo *o = g.promos; o; o = o->next) {
-		if (o->klen == klen && memcmp(o->key, key, klen) == 0) {
+		if (o->klen == p->klen && memcmp(o->key, p->key, p->klen) == 0) {
+			if (w) {
+				w->next = o->waiters;
+				o->waiters = w;
+			}
 			pthread_mutex_unlock(&g.plock);
-			free(p);
-			return -EALREADY; /* shares the one under way */
+			return false;
 		}
 	}
 	p->next = g.promos;
 	g.promos = p;
 	pthread_mutex_unlock(&g.plock);
+	return true;
+}
+
+/* Run the promotion p (on the list): 0 when under way (promo_end runs
+ * later), or -errno (p is gone, its asker not called). */
+static int promo_start(struct promo *p)
+{
 	if (promo_from_pool(p))
 		return 0;
-	if (!dl_get(g.d, key, klen, &p->loc)) {
-		promo_free(p);
+	if (!dl_get(g.d, p->key, p->klen, &p->loc)) {
+		promo_free(p, -ENOENT);
 		return -ENOENT;
 	}
 	/* Promotions under way hold pool reservations, which cannot be
@@ -858,30 +1099,109 @@ static int disk_promote(struct rx_reactor *r, const char *key, size_t klen,
 					  __ATOMIC_RELAXED);
 	if (now > g.promo_max && now != p->charged) { /* alone: always */
 		dl_put(g.d, p->loc.region);
-		promo_free(p);
+		promo_free(p, -EBUSY);
 		return -EBUSY;
 	}
 	int ret = -ENOMEM;
 	cnt(&g.ios, 1);
 	if ((p->buf = read_buf_take(t_dq, p->loc.total, &p->cap)))
-		ret = rx_file_read(r, g.fd, p->buf, p->loc.total, p->loc.off,
+		ret = rx_file_read(p->r, g.fd, p->buf, p->loc.total, p->loc.off,
 				   promo_read, p);
 	if (ret < 0) {
 		__atomic_sub_fetch(&g.ios, 1, __ATOMIC_RELAXED);
 		dl_put(g.d, p->loc.region);
-		promo_free(p);
+		promo_free(p, ret);
 		cnt(&g.promote_errors, 1);
 	}
 	return ret;
 }
 
-static const struct tier_ops disk_tier = {
+static int disk_promote(struct rx_reactor *r, const char *key, size_t klen,
+			const struct dir_rec *rec,
+			void (*done)(void *arg, int res), void *arg)
+{
+	(void)rec;
+	if (klen == 0 || klen > DL_KEY_MAX)
+		return -EINVAL;
+	struct promo *p = promo_new(r, key, klen);
+	if (!p)
+		return -ENOMEM;
+	p->done = done;
+	p->arg = arg;
+	if (!promo_insert(p, NULL)) {
+		free(p);
+		return -EALREADY; /* shares the one under way */
+	}
+	return promo_start(p);
+}
+
+int disk_promote_wait(struct rx_reactor *r, const char *key, size_t klen,
+		      struct dir_rec *rec, disk_promoted_fn done, void *arg)
+{
+	if (!g.on)
+		return -ENOTSUP;
+	if (klen == 0 || klen > DL_KEY_MAX)
+		return -EINVAL;
+	struct pool_ref ref;
+	const uint8_t *hdr;
+	uint64_t len, gen;
+	if (pool_get(g.pool, key, klen, &ref, &hdr, &len, &gen) == 0) {
+		rec_fill(rec, true, (uintptr_t)hdr, len, gen);
+		pool_unpin(g.pool, &ref);
+		return 1; /* in memory: its record is the answer */
+	}
+	struct promo *p = promo_new(r, key, klen);
+	struct promo_wait *w = malloc(sizeof(*w));
+	if (!p || !w) {
+		free(p);
+		free(w);
+		return -ENOMEM;
+	}
+	*w = (struct promo_wait){.r = r, .done = done, .arg = arg};
+	if (!promo_insert(p, w)) {
+		free(p);
+		return 0; /* joined the one under way */
+	}
+	free(w);
+	p->wdone = done;
+	p->arg = arg;
+	int ret = promo_start(p);
+	return ret < 0 ? ret : 0;
+}
+
+struct scan_ctx {
+	void (*fn)(void *arg, const struct tier_page *pg, uint64_t len);
+	void *arg;
+};
+
+static void scan_one(void *arg, const char *key, size_t klen,
+		     const struct dl_loc *loc)
+{
+	struct scan_ctx *c = arg;
+	struct tier_page pg = {key, klen, loc->gen};
+	c->fn(c->arg, &pg, loc->len);
+}
+
+static int disk_scan(uint64_t *cursor, unsigned max,
+		     void (*fn)(void *arg, const struct tier_page *pg,
+				uint64_t len),
+		     void *arg)
+{
+	struct scan_ctx c = {fn, arg};
+	return dl_scan(g.d, cursor, max, scan_one, &c);
+}
+
+/* The tier service: disk_tier with the disk tier on, else remote_only (no
+ * pages of its own, but it asks peers to promote theirs); disk_remote_init
+ * adds the remote promotion to both. */
+static struct tier_ops disk_tier = {
 	.name = "disk",
 	.offer = disk_offer,
 	.promote = disk_promote,
 	.committed = disk_committed,
 	.holds = disk_holds,
 	.drop = disk_drop,
+	.scan = disk_scan,
 };
 
 /* ------------------------------------------------------ warm restart */
@@ -958,6 +1278,21 @@ static int mkdirs(const char *path)
 	return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
 }
 
+/* fsync the directory dir: a file created or renamed in it stays after a
+ * crash of the machine (init: a blocking call on the main thread). */
+static int dir_sync(const char *dir)
+{
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	int ret = fsync(fd) < 0 ? -errno : 0;
+	close(fd);
+	if (ret < 0)
+		PC_LOGE(LOG_MOD, "cannot sync the directory %s: %s", dir,
+			strerror(-ret));
+	return ret;
+}
+
 /* The store's identity: read, or made once (16 random bytes). */
 static int store_id(const char *dir, uint8_t id[16])
 {
@@ -985,6 +1320,8 @@ static int store_id(const char *dir, uint8_t id[16])
 	close(fd);
 	if (ret == 0 && rename(tmp, path) < 0)
 		ret = -errno;
+	if (ret == 0)
+		ret = dir_sync(dir);
 	if (ret == 0)
 		PC_LOGI(LOG_MOD, "new store identity written to %s", path);
 	return ret;
@@ -1104,8 +1441,31 @@ static double direct_of(void *arg)
 	return g.direct;
 }
 
+static double degraded_of(void *arg)
+{
+	(void)arg;
+	return degraded();
+}
+
 static void metrics_register(void)
 {
+	met_register_fn("peercache_disk_degraded",
+			"1: the disk tier is degraded by an I/O fault (until "
+			"a restart): nothing is written, evicted pages are "
+			"dropped", NULL, degraded_of, NULL);
+	for (unsigned op = 0; op < OP__N; op++) {
+		for (unsigned k = 0; k < E__N; k++) {
+			static char labels[OP__N][E__N][48];
+			snprintf(labels[op][k], sizeof(labels[op][k]),
+				 "op=\"%s\",error=\"%s\"", op_names[op],
+				 err_names[k]);
+			met_register_counter_fn("peercache_disk_errors_total",
+						"failed I/O on the store file, "
+						"by operation and error",
+						labels[op][k], atomic_of,
+						&g.errs[op][k]);
+		}
+	}
 	met_register_fn("peercache_disk_capacity_bytes",
 			"disk tier store bytes", NULL, stat_of, (void *)0);
 	met_register_fn("peercache_disk_bytes_used",
@@ -1147,6 +1507,8 @@ static void metrics_register(void)
 		{"peercache_disk_promote_errors_total",
 		 "promotions that failed (I/O, damaged record, no pool room)",
 		 &g.promote_errors},
+		{"peercache_disk_syncs_total",
+		 "fdatasyncs of the store file that succeeded", &g.syncs},
 		{"peercache_disk_bad_pages_total",
 		 "records dropped because their header or checksum failed "
 		 "(at the rebuild or on a read)", &g.bad},
@@ -1174,14 +1536,52 @@ static void disk_close(void)
 	g.dqs = NULL;
 }
 
+static struct tier_ops remote_only;
+
+#ifdef PEERCACHE_FAULT_INJECTION
+/* Test builds: PEERCACHE_TEST_DISK_FAULT=read,write,fsync (any of them)
+ * makes those ops on the store complete with EIO. Loud: never silent. */
+static int faults_arm(void)
+{
+	const char *v = getenv("PEERCACHE_TEST_DISK_FAULT");
+	if (!v || !*v)
+		return 0;
+	char buf[64];
+	snprintf(buf, sizeof(buf), "%s", v);
+	for (char *save, *t = strtok_r(buf, ",", &save); t;
+	     t = strtok_r(NULL, ",", &save)) {
+		unsigned op = 0;
+		while (op < OP__N && strcmp(t, op_names[op]) != 0)
+			op++;
+		if (op == OP__N) {
+			PC_LOGE(LOG_MOD, "PEERCACHE_TEST_DISK_FAULT: unknown op "
+				"'%s' (read, write, fsync)", t);
+			return -EINVAL;
+		}
+		g.faults |= 1u << op;
+	}
+	PC_LOGW(LOG_MOD, "fault injection (a test build): the store's%s%s%s"
+		" fail with EIO", g.faults & 1u << OP_READ ? " reads" : "",
+		g.faults & 1u << OP_WRITE ? " writes" : "",
+		g.faults & 1u << OP_FSYNC ? " fsyncs" : "");
+	return 0;
+}
+#endif
+
 static int disk_init(struct pc_ctx *ctx)
 {
 	const struct pc_settings *s = ctx->cfg;
 	memset(&g, 0, sizeof(g));
 	g.fd = -1;
 	g.ctx = ctx;
-	if (!s->disk_enabled)
-		return 0;
+	if (!s->disk_enabled) {
+		remote_only = tier_none;
+		int ret = disk_remote_init(ctx, &remote_only, false);
+		if (ret == 0 &&
+		    (ret = svc_publish_tier(ctx, "disk", &remote_only)) < 0)
+			disk_remote_fini();
+		return ret;
+	}
 	const struct svc_pool *ps;
 	if (!(ps = svc_need_pool(ctx, "disk")) ||
 	    !(g.pl = svc_need_placement(ctx, "disk")) ||
@@ -1194,7 +1594,12 @@ static int disk_init(struct pc_ctx *ctx)
 	g.promo_max = pst.capacity / 4;
 	g.checksums = s->page_checksums;
 	g.queue_max = s->disk_queue_max;
-	int ret = mkdirs(s->disk_path);
+	int ret;
+#ifdef PEERCACHE_FAULT_INJECTION
+	if ((ret = faults_arm()) < 0)
+		return ret;
+#endif
+	ret = mkdirs(s->disk_path);
 	if (ret < 0) {
 		PC_LOGE(LOG_MOD, "disk_path %s cannot be created: %s",
 			s->disk_path, strerror(-ret));
@@ -1216,10 +1621,16 @@ static int disk_init(struct pc_ctx *ctx)
 	}
 	g.dqs = calloc(ctx->threads, sizeof(*g.dqs));
 	if (!g.dqs || (ret = store_open(s->disk_path, p.capacity)) < 0 ||
+	    (ret = dir_sync(s->disk_path)) < 0 || /* the store file stays */
 	    (ret = store_rebuild()) < 0 ||
-	    (ret = svc_publish_tier(ctx, "disk", &disk_tier)) < 0) {
+	    (ret = disk_remote_init(ctx, &disk_tier, true)) < 0) {
 		disk_close();
 		return ret < 0 ? ret : -ENOMEM;
+	}
+	if ((ret = svc_publish_tier(ctx, "disk", &disk_tier)) < 0) {
+		disk_remote_fini();
+		disk_close();
+		return ret;
 	}
 	pthread_mutex_init(&g.plock, NULL);
 	g.on = true;
@@ -1234,8 +1645,9 @@ static int disk_init(struct pc_ctx *ctx)
 static int disk_start(struct rx_reactor *r, struct pc_ctx *ctx)
 {
 	(void)ctx;
-	if (!g.on)
-		return 0;
+	int ret = disk_remote_start(r);
+	if (ret < 0 || !g.on)
+		return ret;
 	struct dq *q = &g.dqs[rx_reactor_id(r)];
 	q->r = r;
 	q->fill = calloc(1, sizeof(*q->fill));
@@ -1247,7 +1659,11 @@ static int disk_start(struct rx_reactor *r, struct pc_ctx *ctx)
 	rx_timer_init(&q->kick, kick, q);
 	rx_timer_init(&q->flush, nr_flush, q);
 	rx_timer_init(&q->announce, announce_step, q);
+	rx_timer_init(&q->sync, sync_tick, q);
 	t_dq = q;
+	if (rx_reactor_id(r) == 0)
+		rx_timer_start(r, &q->sync, RX_MS(DISK_SYNC_MS),
+			       RX_MS(DISK_SYNC_MS));
 	struct dl_stats st;
 	dl_stats(g.d, &st);
 	if (rx_reactor_id(r) == 0 && st.keys) {
@@ -1260,6 +1676,7 @@ static int disk_start(struct rx_reactor *r, struct pc_ctx *ctx)
 static void disk_stop(struct rx_reactor *r, struct pc_ctx *ctx)
 {
 	(void)ctx;
+	disk_remote_stop(r);
 	if (!g.on)
 		return;
 	struct dq *q = &g.dqs[rx_reactor_id(r)];
@@ -1267,11 +1684,13 @@ static void disk_stop(struct rx_reactor *r, struct pc_ctx *ctx)
 	rx_timer_stop(r, &q->kick);
 	rx_timer_stop(r, &q->flush);
 	rx_timer_stop(r, &q->announce);
+	rx_timer_stop(r, &q->sync);
 }
 
 static void disk_exit(struct rx_reactor *r, struct pc_ctx *ctx)
 {
 	(void)ctx;
+	disk_remote_exit(r);
 	if (!g.on)
 		return;
 	struct dq *q = &g.dqs[rx_reactor_id(r)];
@@ -1303,18 +1722,40 @@ static void disk_exit(struct rx_reactor *r, struct pc_ctx *ctx)
 
 static void disk_fini(struct pc_ctx *ctx)
 {
+	if (svc_find_tier(ctx))
+		svc_withdraw_tier(ctx);
+	disk_remote_fini();
 	if (!g.on)
 		return;
-	svc_withdraw_tier(ctx);
 	while (g.promos) { /* cut short by the end of the loops */
 		struct promo *p = g.promos;
 		g.promos = p->next;
+		while (p->waiters) {
+			struct promo_wait *w = p->waiters;
+			p->waiters = w->next;
+			free(w);
+		}
 		free(p->buf);
 		free(p);
 	}
 	pthread_mutex_destroy(&g.plock);
+	/* A clean stop: everything written is synced (the reactors ended,
+	 * so a blocking call is fine here). */
+	if (!degraded() && g.fd >= 0 && fdatasync(g.fd) < 0)
+		PC_LOGE(LOG_MOD, "the last sync of the store failed: %s; pages "
+			"written lately may be lost if the machine crashes",
+			strerror(errno));
 	disk_close();
 	g.on = false;
+}
+
+/* The module's degraded hook (/healthz, node.health): any thread. */
+static int disk_degraded(char *why, size_t cap)
+{
+	if (__atomic_load_n(&g.degraded, __ATOMIC_ACQUIRE) != 1)
+		return 0;
+	snprintf(why, cap, "%s", g.why);
+	return 1;
 }
 
 const struct pc_module pc_mod_disk = {
@@ -1324,4 +1765,6 @@ const struct pc_module pc_mod_disk = {
 	.stop = disk_stop,
 	.exit = disk_exit,
 	.fini = disk_fini,
+	.degraded = disk_degraded,
+	.rpc_methods = disk_rpc_methods, /* modules/disk_remote.c */
 };

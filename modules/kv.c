@@ -25,7 +25,10 @@
  *          network; otherwise a placement lookup, then one read straight
  *          into the destination. Every remotely read page is validated (key
  *          hash, generation, length, checksum unless page_checksums=false)
- *          and a page that fails is a miss, counted.
+ *          and a page that fails is a miss, counted. A record of a page on
+ *          another node's disk (non-resident) is first promoted by its
+ *          producer (the tier's promote_remote); the reads wait for the
+ *          fresh locations, within the call's deadline.
  *
  * Memory per call: one arena (common/arena.h) holds the call's state — key
  * copies, records, flags, reads — whatever the batch size. get (staged
@@ -37,8 +40,8 @@
  * first refusal ends the call's staging.
  *
  * Deadlines and frozen peers: every set, get, exists and delete gets one
- * budget, request_deadline, from its start. The placement round trips and
- * the data reads share it — a read gets what the lookup left, never a
+ * budget, request_deadline, from its start. The placement round trips,
+ * the remote promotions and the data reads share it — a read gets what the lookup left, never a
  * timeout of its own on top — so a call touching a peer that stopped
  * answering returns within the budget. A page whose producer is suspect
  * (the "health" service) is a miss at once, and exists does not count it; a
@@ -521,6 +524,15 @@ static int kv_publish(struct rx_reactor *rr, const struct kv_item *it,
 /* A local page's state during a fetch's local pass. */
 enum { LOC_NONE, LOC_PINNED, LOC_READY };
 
+struct fetch;
+
+/* A record whose producer is asked to promote its page (fetch_promoted). */
+struct fetch_pr {
+	struct fetch *f;
+	unsigned j;
+	bool promoted; /* the producer promoted it: read, a disk hit */
+};
+
 struct fetch {
 	struct rx_reactor *r;
 	unsigned n;
@@ -546,6 +558,8 @@ struct fetch {
 	struct tp_read *reads;
 	unsigned *readr;     /* read -> record */
 	unsigned nreads;
+	struct fetch_pr *pr; /* record -> its remote promotion */
+	unsigned promoting;  /* remote promotions not answered yet */
 	kv_done_fn done;     /* fetch */
 	kv_got_fn got;       /* get */
 	void *arg;
@@ -580,12 +594,14 @@ static struct fetch *fetch_layout(struct pc_arena *a, const struct kv_item *it,
 	size_t *ll = pc_arena_take(a, n * sizeof(*ll));
 	struct tp_read *reads = pc_arena_take(a, n * sizeof(*reads));
 	unsigned *readr = pc_arena_take(a, n * sizeof(*readr));
+	struct fetch_pr *pr = pc_arena_take(a, n * sizeof(*pr));
 	if (f)
 		*f = (struct fetch){.n = n, .ks = ks, .at = at, .want = want,
 				    .len = len, .ok = ok, .loc = loc,
 				    .refs = refs, .src = src, .hdr = hdr,
 				    .recs = recs, .ridx = ridx, .lk = lk,
-				    .ll = ll, .reads = reads, .readr = readr};
+				    .ll = ll, .reads = reads, .readr = readr,
+				    .pr = pr};
 	return f;
 }
 
@@ -710,7 +726,7 @@ static void fetch_read_done(void *arg, struct tp_read *reads, unsigned n)
 		}
 		f->ok[i] = true;
 		f->len[i] = r->len;
-		met_inc(g.rd_remote);
+		met_inc(f->pr[ri].promoted ? g.rd_tier : g.rd_remote);
 		met_add(g.landed, r->len);
 	}
 	fetch_finish(f);
@@ -744,7 +760,8 @@ static bool fetch_wants_read(struct fetch *f, unsigned j)
 	unsigned i = f->ridx[j];
 	if (!r->found)
 		return false;
-	if (!r->resident) { /* in a lower tier */
+	if (!r->resident) { /* in a lower tier (another node's: its
+			     * promotion did not come back, fetch_promoted) */
 		if (g.pl->is_here(r))
 			fetch_promote(f, i, r);
 		return false;
@@ -759,9 +776,9 @@ static bool fetch_wants_read(struct fetch *f, unsigned j)
 	return fetch_dest_ok(f, i, r->len);
 }
 
-static void fetch_looked_up(void *arg)
+/* Read what the records name (after the remote promotions). */
+static void fetch_reads(struct fetch *f)
 {
-	struct fetch *f = arg;
 	/* The reads get what the lookup left of the budget. */
 	uint64_t now = pc_now_ns();
 	uint64_t left_ms = now < f->deadline ? (f->deadline - now) / 1000000u
@@ -803,6 +820,52 @@ static void fetch_looked_up(void *arg)
 				      f->reads, f->nreads, f->read_ms,
 				      fetch_read_done, f) < 0)
 		fetch_finish(f);
+}
+
+/* A producer answered the promotion of record pr->j's page: read it from
+ * its fresh (resident) record; without one, the record stays non-resident
+ * and the page is a miss. */
+static void fetch_promoted(void *arg, int res, const struct dir_rec *fresh)
+{
+	struct fetch_pr *pr = arg;
+	struct fetch *f = pr->f;
+	if (res == 0) {
+		f->recs[pr->j] = *fresh;
+		pr->promoted = true;
+	}
+	if (--f->promoting == 0)
+		fetch_reads(f);
+}
+
+/*
+ * Records of pages on another node's disk (non-resident): ask their
+ * producers to promote them (the tier batches per producer and shares
+ * one request per key), then read every page — the reads wait for the
+ * answers, all within the call's deadline. Pages this node's tier holds
+ * are promoted in fetch_wants_read, without waiting.
+ */
+static void fetch_looked_up(void *arg)
+{
+	struct fetch *f = arg;
+	f->promoting = 1; /* until every producer was asked */
+	for (unsigned j = 0; j < f->nrec && pc_now_ns() < f->deadline; j++) {
+		struct dir_rec *r = &f->recs[j];
+		unsigned i = f->ridx[j];
+		if (!r->found || r->resident || g.pl->is_here(r) ||
+		    (f->want[i] && f->want[i] != r->len))
+			continue;
+		if (producer_suspect(r)) { /* not answering: a miss now */
+			met_inc(g.rd_suspect);
+			continue;
+		}
+		f->pr[j] = (struct fetch_pr){f, j, false};
+		if (g.tier->promote_remote(f->r, f->ks.k[i], f->ks.len[i], r,
+					   f->deadline, fetch_promoted,
+					   &f->pr[j]) == 0)
+			f->promoting++;
+	}
+	if (--f->promoting == 0)
+		fetch_reads(f);
 }
 
 /* Pin item i's page if this node holds it and the item may take it. */
@@ -1017,13 +1080,38 @@ static bool exists_in_tier(struct exists_op *e, unsigned i,
 	return true;
 }
 
+static void exists_promoted(void *arg, int res, const struct dir_rec *fresh)
+{
+	(void)arg;
+	(void)fresh;
+	if (res < 0)
+		PC_LOGD(LOG_MOD, "a remote promotion for exists failed: %s",
+			strerror(-res));
+}
+
+/* Is a record another node's page on its disk (a non-resident record)? It
+ * counts unless its producer is suspect, and a best-effort promotion is
+ * asked of the producer, so that the next get finds the page in memory. */
+static bool exists_remote_tier(struct exists_op *e, unsigned i,
+			       const struct dir_rec *r)
+{
+	if (!r->found || r->resident || g.pl->is_here(r) ||
+	    producer_suspect(r))
+		return false;
+	/* Its own budget: the exists answers now. */
+	return g.tier->promote_remote(e->r, e->ks.k[i], e->ks.len[i], r,
+				      op_deadline(), exists_promoted,
+				      NULL) != -ENOTSUP;
+}
+
 static void exists_done(void *arg)
 {
 	struct exists_op *e = arg;
 	unsigned count = e->local;
 	for (unsigned i = e->local; i < e->ks.n && e->recs; i++) {
 		const struct dir_rec *r = &e->recs[i - e->local];
-		if (!exists_readable(r) && !exists_in_tier(e, i, r))
+		if (!exists_readable(r) && !exists_in_tier(e, i, r) &&
+		    !exists_remote_tier(e, i, r))
 			break;
 		count++;
 	}
@@ -1253,11 +1341,13 @@ static int kv_init(struct pc_ctx *ctx)
 	CTR(g.rd_local, "peercache_read_local_hits_total",
 	    "pages served from this node's pool (no network)");
 	CTR(g.rd_remote, "peercache_read_remote_hits_total",
-	    "pages read from another node's pool");
+	    "pages read from another node's pool (a page its producer "
+	    "promoted from disk for the get counts as a disk hit)");
 	CTR(g.rd_tier, "peercache_read_disk_hits_total",
-	    "pages a get found in the disk tier (this node's, not in memory): "
-	    "that get misses (counted in peercache_read_misses_total too) and "
-	    "a promotion brings the page back for the next");
+	    "pages a get found on a disk: another node's, promoted by its "
+	    "producer and read (a hit), or this node's, whose promotion the "
+	    "get started (that get misses, counted in "
+	    "peercache_read_misses_total too; the next finds it in memory)");
 	CTR(g.rd_fail, "peercache_read_failures_total",
 	    "remote pages that failed to arrive or to validate (counted as "
 	    "misses)");

@@ -1,7 +1,8 @@
 /*
  * modules/metrics.c — the metrics HTTP endpoint: /metrics (Prometheus text),
- * /healthz (200 "ok" when ready, 503 "starting" / "stopping"), and the
- * built-in dashboard at /.
+ * /healthz (200 "ok" when ready, 503 "starting" / "stopping"; a line per
+ * degraded part, the modules' degraded hooks), and the built-in dashboard
+ * at /.
  *
  * Owns: the HTTP listener on metrics_bind:metrics_port (reactor 0), its
  * connections, and the node-level metrics (uptime, build, transport, the
@@ -164,7 +165,10 @@ static bool is_scrape(const struct http_request *req)
 }
 
 /* 200 "ok" once every module started on every reactor; 503 "starting" or
- * "stopping" otherwise, so a script (or a load balancer) can wait on it. */
+ * "stopping" otherwise, so a script (or a load balancer) can wait on it.
+ * A part degraded on its own (the disk tier) adds a line "<part> degraded:
+ * <cause>" and keeps the 200: the node still serves from memory, and a
+ * load balancer must not take it out for that. */
 static void r_healthz(const struct http_request *req, struct http_response *r)
 {
 	(void)req;
@@ -174,6 +178,16 @@ static void r_healthz(const struct http_request *req, struct http_response *r)
 		r->status = 503;
 	pc_wbuf_append(&r->body, name, strlen(name));
 	pc_wbuf_append(&r->body, "\n", 1);
+	struct pc_degraded dg[8];
+	unsigned n = pc_modules_degraded(g.ctx, dg, PC_ARRAY_LEN(dg));
+	for (unsigned i = 0; i < n && i < PC_ARRAY_LEN(dg); i++) {
+		char line[sizeof(dg[i].why) + 64];
+		int len = snprintf(line, sizeof(line), "%s degraded: %s\n",
+				   dg[i].part, dg[i].why);
+		if (len > 0)
+			pc_wbuf_append(&r->body, line,
+				       PC_MIN((size_t)len, sizeof(line) - 1));
+	}
 }
 
 static void r_dashboard(const struct http_request *req,

@@ -157,6 +157,25 @@ unsigned pc_modules_reload(struct pc_ctx *ctx, const struct pc_settings *fresh)
 	return failed;
 }
 
+unsigned pc_modules_degraded(const struct pc_ctx *ctx, struct pc_degraded *out,
+			     unsigned max)
+{
+	unsigned n = 0;
+	for (size_t i = 0; i < ctx->inited; i++) {
+		const struct pc_module *m = ctx->modules[i];
+		char why[sizeof(out->why)] = "";
+		if (!m->degraded || m->degraded(why, sizeof(why)) != 1)
+			continue;
+		if (n < max) {
+			out[n].part = m->name;
+			memcpy(out[n].why, why, sizeof(why));
+			out[n].why[sizeof(out[n].why) - 1] = '\0';
+		}
+		n++;
+	}
+	return n;
+}
+
 static int hook_start(struct rx_reactor *r, void *arg)
 {
 	return pc_modules_start(r, arg);

@@ -54,6 +54,11 @@ struct pc_module {
 	 * keeps the settings the node started with). Apply what the module can
 	 * change at run time, log what it changed; 0 or -errno (logged). */
 	int (*reload)(struct pc_ctx *ctx, const struct pc_settings *fresh);
+	/* Optional: a part this module runs that can fail on its own while
+	 * the node keeps serving (the disk tier). Any thread, never blocks:
+	 * 1 with why (a short cause, NUL-terminated within cap) when the part
+	 * is degraded, else 0. /healthz and node.health list such parts. */
+	int (*degraded)(char *why, size_t cap);
 	/* Handlers collected by the RPC server / HTTP server modules; NULL-
 	 * terminated tables (name == NULL ends them), or NULL for none. */
 	const struct rpc_method *rpc_methods;
@@ -122,6 +127,17 @@ int pc_modules_start(struct rx_reactor *r, struct pc_ctx *ctx);
 void pc_modules_stop(struct rx_reactor *r, struct pc_ctx *ctx);
 void pc_modules_exit(struct rx_reactor *r, struct pc_ctx *ctx);
 void pc_modules_fini(struct pc_ctx *ctx);
+/* A degraded part of the node: its module's name and the cause. */
+struct pc_degraded {
+	const char *part;
+	char why[200];
+};
+
+/* The degraded parts (at most max into out; how many there are). Any
+ * thread, after init. */
+unsigned pc_modules_degraded(const struct pc_ctx *ctx, struct pc_degraded *out,
+			     unsigned max);
+
 /* Offer fresh settings to every started module with a reload hook (main
  * thread, while the reactors run). Returns how many hooks failed. */
 unsigned pc_modules_reload(struct pc_ctx *ctx, const struct pc_settings *fresh);

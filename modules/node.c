@@ -54,15 +54,29 @@ static void m_info(struct rpc_call *call, struct mp_rd *params)
 	rpc_reply_end(call);
 }
 
+#define DEGRADED_MAX 8
+
+/* status is the node's (ready: "ok"); a part that failed on its own while
+ * the node serves (a module's degraded hook: the disk tier) is listed in
+ * "degraded" with its cause, and does not change status. */
 static void m_health(struct rpc_call *call, struct mp_rd *params)
 {
 	(void)params;
+	struct pc_degraded dg[DEGRADED_MAX];
+	unsigned n = pc_modules_degraded(g_ctx, dg, DEGRADED_MAX);
+	n = n < DEGRADED_MAX ? n : DEGRADED_MAX;
 	msgpack_packer *pk = rpc_reply_begin(call);
-	msgpack_pack_map(pk, 2);
+	msgpack_pack_map(pk, 3);
 	mp_pack_cstr(pk, "status"); /* "ok" once ready (main.c) */
 	mp_pack_cstr(pk, pc_ctx_state_name(pc_ctx_state(g_ctx)));
 	mp_pack_cstr(pk, "uptime_s");
 	msgpack_pack_double(pk, uptime_s());
+	mp_pack_cstr(pk, "degraded");
+	msgpack_pack_map(pk, n);
+	for (unsigned i = 0; i < n; i++) {
+		mp_pack_cstr(pk, dg[i].part);
+		mp_pack_cstr(pk, dg[i].why);
+	}
 	rpc_reply_end(call);
 }
 
@@ -70,7 +84,8 @@ static const struct rpc_method node_methods[] = {
 	{"node.info", m_info, 0,
 	 "node id, version, mode, transport, uptime, threads, addresses"},
 	{"node.health", m_health, 0,
-	 "\"ok\" once every module started; \"starting\" / \"stopping\""},
+	 "\"ok\" once every module started; \"starting\" / \"stopping\"; "
+	 "degraded parts (the disk tier) with their cause"},
 	{NULL, NULL, 0, NULL},
 };
 

@@ -4,7 +4,9 @@
  * "republish").
  *
  * Owns: one walk at a time over the publish pool (storage/pool.h
- * pool_scan), on reactor 0, and the rings it compares, each held by a
+ * pool_scan) and then over the pages the next tier holds that the pool
+ * does not (tier_ops.scan: the disk tier's pages, whose records are
+ * non-resident), on reactor 0, and the rings it compares, each held by a
  * reference: `placed`, the rings this node's records may have been placed
  * against (one after a finished walk; a change that interrupts a walk adds
  * the interrupted target, since the pages walked so far were moved to it),
@@ -36,7 +38,12 @@
  *
  * Never wrong: a page replaced or evicted while its record is in flight is
  * published with its old generation; readers validate (key, generation,
- * length, checksum), so such a record is a miss, never wrong bytes.
+ * length, checksum), so such a record is a miss, never wrong bytes. A
+ * non-resident record that moves names a page of the tier; a reader asks
+ * this node to promote it (docs/disk.md). A page the pool holds again by
+ * the tier walk's turn is left to the pool walk's record (skipped), one
+ * the pool takes back or the tier evicts while its record is in flight
+ * leaves a record that costs a miss, as above.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -48,6 +55,7 @@
 #include "modules/placement.h"
 #include "modules/membership.h"
 #include "modules/modules.h"
+#include "modules/tier.h"
 #include "storage/pool.h"
 #include "storage/ring.h"
 
@@ -72,6 +80,8 @@ static struct {
 	bool folded;
 	struct ring *target;     /* reference: the walk's ring; NULL: idle */
 	uint64_t cursor;         /* pool_scan position */
+	bool in_tier;            /* the pool is walked; now the tier's pages */
+	uint64_t tcursor;        /* tier scan position */
 	bool busy;               /* a publish is in flight */
 	bool stopping;
 	uint64_t walk_sent;      /* records sent in this walk */
@@ -83,8 +93,9 @@ static struct {
 	size_t klens[REPUB_BATCH];
 	struct dir_rec recs[REPUB_BATCH];
 	bool ok[REPUB_BATCH];
-	met_id sent, stored, walks;
+	met_id sent, stored, walks, sent_nr;
 	const struct svc_cluster *cl;     /* services, looked up in init */
+	const struct tier_ops *tier;      /* or NULL: no tier */
 	const struct pl_ops *pl;
 	const struct mb_api *mb;
 } g;
@@ -105,26 +116,79 @@ static bool key_moves(const void *key, size_t klen)
 	return ng > 0 || all > 0;
 }
 
-/* pool_scan callback, stripe lock held: copy the record if it moves. */
-static void collect(void *arg, const struct pool_entry_info *e)
+/* Add this node's record of key to the batch if the key moves (a scan's
+ * callback, its lock held: copies only). addr 0: not resident. */
+static void batch_add(const char *key, size_t klen, uint64_t addr,
+		      uint64_t len, uint64_t gen)
 {
-	(void)arg;
-	if (e->keylen == 0 || e->keylen > DIR_KEY_MAX || e->len > UINT32_MAX ||
-	    g.n == REPUB_BATCH || !key_moves(e->key, e->keylen))
+	if (klen == 0 || klen > DIR_KEY_MAX || len > UINT32_MAX ||
+	    g.n == REPUB_BATCH || !key_moves(key, klen))
 		return;
 	unsigned i = g.n++;
-	memcpy(g.keys[i], e->key, e->keylen);
-	g.klens[i] = e->keylen;
+	memcpy(g.keys[i], key, klen);
+	g.klens[i] = klen;
 	struct dir_rec *r = &g.recs[i];
 	memset(r, 0, sizeof(*r));
 	r->found = true;
-	r->resident = true;
+	r->resident = addr != 0;
 	snprintf(r->node, sizeof(r->node), "%s", g.cl->self_id);
 	snprintf(r->data, sizeof(r->data), "%s", g.cl->self_data);
-	r->addr = e->addr;
+	r->addr = addr;
 	r->rkey = g.rkey;
-	r->len = (uint32_t)e->len;
-	r->gen = e->gen;
+	r->len = (uint32_t)len;
+	r->gen = gen;
+}
+
+/* pool_scan callback, stripe lock held. */
+static void collect(void *arg, const struct pool_entry_info *e)
+{
+	(void)arg;
+	batch_add(e->key, e->keylen, e->addr, e->len, e->gen);
+}
+
+/* tier scan callback, the tier's lock held: a page in the tier, its
+ * record non-resident (unless the pool holds it: see tier_drop_pooled). */
+static void collect_tier(void *arg, const struct tier_page *pg, uint64_t len)
+{
+	(void)arg;
+	batch_add(pg->key, pg->klen, 0, len, pg->gen);
+}
+
+/* Leave out of the batch the tier's pages the pool holds too: their
+ * record is the pool's (resident), moved by the pool walk. */
+static void tier_drop_pooled(void)
+{
+	unsigned n = 0;
+	for (unsigned i = 0; i < g.n; i++) {
+		if (pool_contains(g.pool, g.keys[i], g.klens[i]))
+			continue;
+		if (n != i) {
+			memcpy(g.keys[n], g.keys[i], g.klens[i]);
+			g.klens[n] = g.klens[i];
+			g.recs[n] = g.recs[i];
+		}
+		n++;
+	}
+	g.n = n;
+}
+
+/* One slice of the walk into the batch: the pool's pages, then the
+ * tier's. 1 while more remain. */
+static int walk_slice(void)
+{
+	if (!g.in_tier) {
+		int more = pool_scan(g.pool, &g.cursor, REPUB_BATCH, collect,
+				     NULL);
+		if (more || !g.tier)
+			return more;
+		g.in_tier = true; /* the tier's pages from the next step on */
+		g.tcursor = 0;
+		return 1;
+	}
+	int more = g.tier->scan(&g.tcursor, REPUB_BATCH, collect_tier, NULL);
+	tier_drop_pooled();
+	met_add(g.sent_nr, g.n);
+	return more;
 }
 
 /* Forget the placed rings (and the fold). */
@@ -186,7 +250,7 @@ static void step(struct rx_reactor *r, struct rx_timer *t)
 	if (g.busy || !g.target || g.stopping)
 		return; /* the publish in flight re-arms when it is done */
 	g.n = 0;
-	int more = pool_scan(g.pool, &g.cursor, REPUB_BATCH, collect, NULL);
+	int more = walk_slice();
 	if (g.n) {
 		for (unsigned i = 0; i < g.n; i++)
 			g.kptr[i] = g.keys[i];
@@ -237,6 +301,7 @@ static void on_change(struct rx_reactor *r, enum mb_event ev,
 	}
 	g.target = ring_ref(now);
 	g.cursor = 0;
+	g.in_tier = false;
 	if (!g.busy)
 		rx_timer_start(r, &g.step, 0, 0);
 }
@@ -275,6 +340,12 @@ static int rp_init(struct pc_ctx *ctx)
 	g.walks = met_register(MET_COUNTER, "peercache_republish_walks_total",
 			       "walks over the pool after membership changes",
 			       NULL);
+	g.sent_nr = met_register(MET_COUNTER,
+				 "peercache_republish_nonresident_total",
+				 "of those, non-resident records (pages the "
+				 "disk tier holds, not the pool)", NULL);
+	/* The disk module (the tier) inits before this one. */
+	g.tier = svc_find_tier(ctx);
 	return g.mb->subscribe(MB_ON(MB_JOIN) | MB_ON(MB_LEAVE),
 					      on_change, NULL);
 }

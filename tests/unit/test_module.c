@@ -133,3 +133,39 @@ Test(module, endpoints_are_published_and_replaced)
 	cr_assert_str_eq(ep[1].addr, "/tmp/x.sock");
 	pc_ctx_fini(&ctx);
 }
+
+static int g_sick;
+
+static int degraded_hook(char *why, size_t cap)
+{
+	if (!g_sick)
+		return 0;
+	snprintf(why, cap, "a write at offset %d failed", g_sick);
+	return 1;
+}
+
+static const struct pc_module mod_sick = {.name = "disk",
+					  .degraded = degraded_hook};
+
+Test(module, degraded_parts_are_listed_only_while_degraded_and_inited)
+{
+	const struct pc_module *const mods[] = {&mod1, &mod_sick, &mod2};
+	struct pc_ctx ctx;
+	struct pc_degraded dg[2];
+	reset(-1, -1);
+	g_sick = 0;
+	cr_assert_eq(pc_ctx_init(&ctx, NULL, 1, mods, 3), 0);
+	g_sick = 7;
+	cr_assert_eq(pc_modules_degraded(&ctx, dg, 2), 0, "not inited yet");
+	cr_assert_eq(pc_modules_init(&ctx), 0);
+	g_sick = 0;
+	cr_assert_eq(pc_modules_degraded(&ctx, dg, 2), 0);
+	g_sick = 4096;
+	cr_assert_eq(pc_modules_degraded(&ctx, dg, 2), 1);
+	cr_assert_str_eq(dg[0].part, "disk");
+	cr_assert_str_eq(dg[0].why, "a write at offset 4096 failed");
+	cr_assert_eq(pc_modules_degraded(&ctx, dg, 0), 1, "counted, not copied");
+	pc_modules_fini(&ctx);
+	cr_assert_eq(pc_modules_degraded(&ctx, dg, 2), 0, "after fini");
+	pc_ctx_fini(&ctx);
+}
