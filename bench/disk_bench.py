@@ -35,6 +35,8 @@ Per run, on DISK_PATH:
      peercache_disk_promote_bytes_total over the time from the first
      exists to every page promoted.
   3. fio: a VOLUME file, sequential write then sequential read, bs = PAGE,
+     and the write again with an fdatasync every 64 MiB (as the tier syncs
+     its store each time a region fills: fio_write_sync_gbps, wt_sync_ratio),
      iodepth = the node's queue depth, rounded: its mean I/O in flight
      (peercache_disk_ios_in_flight) while its write-through queue held
      pages (4 writes per reactor at most), and over phase 2 (promote_ios;
@@ -88,6 +90,7 @@ LAT_SETS = int(os.environ.get("LAT_SETS", "5000"))
 LAT_POOL = os.environ.get("LAT_POOL", "256mb")
 NODE_ARGS = os.environ.get("NODE_ARGS", "").split()
 RESULTS_DIR = os.environ.get("RESULTS_DIR", os.path.join(BUILD, "bench-results"))
+REGION = 64 << 20   # the default disk_region_size
 NPAGES = VOLUME // PAGE
 GB = 1e9
 
@@ -115,7 +118,7 @@ def node(path, pool, *args, disk=True):
             "--pool-size", str(pool)]
     if disk:
         argv += ["--disk-enabled", "true", "--disk-path", path, "--disk-size",
-                 str(VOLUME * 2 + (128 << 20)), "--disk-region-size", "64mb"]
+                 str(VOLUME * 2 + (128 << 20)), "--disk-region-size", str(REGION)]
     n = Node(argv + list(args) + NODE_ARGS)
     n.sock = sock
     n.wait_for("ready", timeout=300)
@@ -269,13 +272,13 @@ def promotion(path, keys):
     return gbps, qd, ios, lat
 
 
-def fio(path, rw, qd):
+def fio(path, rw, qd, *extra):
     """fio sequential rw on a VOLUME file: GB/s, clat p50, p99 (s)."""
     out = subprocess.run(
         ["fio", "--name=disk_bench", "--filename=" + os.path.join(path, "fio.dat"),
          "--size=%d" % VOLUME, "--bs=%d" % PAGE, "--rw=" + rw, "--ioengine=io_uring",
-         "--direct=1", "--iodepth=%d" % qd, "--numjobs=1", "--output-format=json"],
-        capture_output=True, text=True)
+         "--direct=1", "--iodepth=%d" % qd, "--numjobs=1", "--output-format=json"]
+        + list(extra), capture_output=True, text=True)
     if out.returncode != 0:
         raise SystemExit("fio failed: %s" % out.stderr[-2000:])
     job = json.loads(out.stdout)["jobs"][0]["read" if rw == "read" else "write"]
@@ -340,6 +343,10 @@ def main():
             r["fio_write_qd"] = wq = max(1, int(round(r["wt_qd"])))
             r["fio_read_qd"] = rq = max(1, int(round(r["promote_ios"])))
             r["fio_write_gbps"], r["fio_write_p50_s"], r["fio_write_p99_s"] = fio(path, "write", wq)
+            # The tier syncs the store each time a region fills (and each
+            # second): fio with an fdatasync as often is the other baseline.
+            r["fio_write_sync_gbps"] = fio(path, "write", wq, "--fdatasync=%d"
+                                           % max(1, REGION // PAGE))[0]
             r["fio_read_gbps"], r["fio_read_p50_s"], r["fio_read_p99_s"] = fio(path, "read", rq)
             os.unlink(os.path.join(path, "fio.dat"))
             order = (False, True) if run % 2 == 0 else (True, False)
@@ -348,6 +355,8 @@ def main():
                 tag = "on" if disk else "off"
                 r["set_p50_%s_s" % tag], r["set_p99_%s_s" % tag] = set_latency(store, disk)
             r["wt_ratio"] = r["wt_gbps"] / r["fio_write_gbps"] if r["wt_gbps"] else None
+            r["wt_sync_ratio"] = (r["wt_gbps"] / r["fio_write_sync_gbps"]
+                                  if r["wt_gbps"] else None)
             r["promote_ratio"] = r["promote_gbps"] / r["fio_read_gbps"]
             r["set_p99_on_off"] = r["set_p99_on_s"] / r["set_p99_off_s"]
             rows.append(r)
@@ -358,7 +367,8 @@ def main():
             shutil.rmtree(path, ignore_errors=True)
         else:
             shutil.rmtree(store, ignore_errors=True)
-    keys = ["fio_write_gbps", "wt_gbps", "wt_ratio", "fio_read_gbps", "promote_gbps",
+    keys = ["fio_write_gbps", "wt_gbps", "wt_ratio", "fio_write_sync_gbps", "wt_sync_ratio",
+            "fio_read_gbps", "promote_gbps",
             "promote_ratio", "set_p99_off_s", "set_p99_on_s", "set_p99_on_off",
             "set_p50_off_s", "set_p50_on_s", "fio_write_p50_s", "fio_write_p99_s",
             "fio_read_p50_s", "fio_read_p99_s", "promote_p50_s", "promote_p99_s",
