@@ -73,6 +73,7 @@
  * Membership changes: the republish walk moves the records of the pages
  * the store holds (disk_scan, the tier's scan hook) after the pool's.
  */
+#include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -105,6 +106,10 @@
 			   * full batch while one is in flight are not kept
 			   * (kv unpublishes them) */
 #define DISK_ANNOUNCE_GAP_MS 1
+#define DISK_READ_BUFS 64  /* promotion read buffers kept per reactor, */
+#define DISK_READ_KEEP (32u << 20) /* and their bytes at most: a buffer
+			    * freed (munmap) and made again (mmap, faults)
+			    * per page cost more than its copy */
 #define DISK_SYNC_MS 1000  /* pages written since the last sync: synced */
 #define DISK_STORE_FILE "store.pcd"
 #define DISK_ID_FILE "store.id"
@@ -130,6 +135,8 @@ struct wslot {
 	struct copier_job job;
 	struct dl_loc loc;
 	size_t iolen;
+	uint64_t sum;           /* the pool's checksum of the page, when */
+	bool have_sum;          /* it has one (not summed again then) */
 };
 
 /* Non-resident records on their way to placement. */
@@ -160,6 +167,11 @@ struct dq {
 	uint64_t cursor;
 	bool announcing;
 	uint64_t announced;
+	/* promotion read buffers kept for the next ones */
+	unsigned nbufs;
+	size_t kept;
+	uint8_t *bufs[DISK_READ_BUFS];
+	size_t bufcap[DISK_READ_BUFS];
 };
 
 /* Someone else waiting for a promotion under way (a peer's disk.promote
@@ -189,8 +201,10 @@ struct promo {
 	bool stale;             /* the key was set or removed meanwhile */
 	uint64_t charged;       /* bytes counted in g.promo_bytes */
 	uint64_t t0;
+	uint64_t copied;        /* payload bytes put into the pool */
 	struct dl_loc loc;
 	uint8_t *buf;
+	size_t cap;             /* buf's bytes */
 	struct pool_ref ref;
 	struct copier_job job;
 	struct dir_rec rec;
@@ -240,7 +254,8 @@ static struct {
 	met_id promo_lat;
 	/* atomics, exported as counters */
 	uint64_t writes, write_bytes, dropped, write_errors, promotions,
-		promote_errors, bad, syncs;
+		promote_bytes, promote_errors, bad, syncs;
+	uint64_t ios; /* atomic: reads and writes with the kernel */
 	uint64_t errs[OP__N][E__N];   /* atomics: failed I/O by op and kind */
 	/* Degraded (an I/O fault; until the restart): 0 no, 2 being set (by
 	 * the one thread that won it), 1 yes, why readable. */
@@ -313,6 +328,38 @@ static void *block_alloc(size_t n)
 {
 	void *p = NULL;
 	return posix_memalign(&p, DL_BLOCK, n) == 0 ? p : NULL;
+}
+
+/* An aligned buffer of at least n bytes for a read on q's reactor: a kept
+ * one when one is large enough. *cap: its size. */
+static uint8_t *read_buf_take(struct dq *q, size_t n, size_t *cap)
+{
+	for (unsigned i = 0; q && i < q->nbufs; i++) {
+		if (q->bufcap[i] < n)
+			continue;
+		uint8_t *b = q->bufs[i];
+		*cap = q->bufcap[i];
+		q->kept -= *cap;
+		q->nbufs--;
+		q->bufs[i] = q->bufs[q->nbufs];
+		q->bufcap[i] = q->bufcap[q->nbufs];
+		return b;
+	}
+	*cap = n;
+	return block_alloc(n);
+}
+
+/* Keep b (cap bytes) for the next read on q's reactor, or free it. */
+static void read_buf_give(struct dq *q, uint8_t *b, size_t cap)
+{
+	if (b && q && !q->stopping && q->nbufs < DISK_READ_BUFS &&
+	    q->kept + cap <= DISK_READ_KEEP) {
+		q->kept += cap;
+		q->bufs[q->nbufs] = b;
+		q->bufcap[q->nbufs++] = cap;
+		return;
+	}
+	free(b);
 }
 
 /* The record of an own page: resident at addr, or (addr 0) in this tier. */
@@ -614,6 +661,7 @@ static void write_finish(struct wslot *w, int64_t res)
 static void write_done(void *arg, int64_t res)
 {
 	struct wslot *w = arg;
+	__atomic_sub_fetch(&g.ios, 1, __ATOMIC_RELAXED);
 	write_finish(w, FAULT(OP_WRITE, res));
 	pump(w->q);
 }
@@ -645,7 +693,8 @@ static void write_copied(struct wslot *w)
 	uint32_t rb = dl_region_bytes(g.d);
 	w->loc = (struct dl_loc){.off = w->loc.off, .total = (uint32_t)total,
 				 .len = it->len, .gen = it->gen,
-				 .sum = w->job.sumv, .seq = w->loc.seq,
+				 .sum = w->have_sum ? w->sum : w->job.sumv,
+				 .seq = w->loc.seq,
 				 .region = (uint32_t)(w->loc.off / rb)};
 	dl_rec_hdr_encode(w->buf + DL_BLOCK, it->klen, it->len, it->gen,
 			  w->loc.seq, w->loc.sum);
@@ -659,9 +708,12 @@ static void write_copied(struct wslot *w)
 		at = hoff;
 		w->iolen += DL_BLOCK;
 	}
+	cnt(&g.ios, 1);
 	ret = rx_file_write(w->q->r, g.fd, io, w->iolen, at, write_done, w);
-	if (ret < 0)
+	if (ret < 0) {
+		__atomic_sub_fetch(&g.ios, 1, __ATOMIC_RELAXED);
 		write_finish(w, ret);
+	}
 }
 
 static void write_copy_done(struct copier_job *j)
@@ -707,13 +759,20 @@ static bool write_start(struct wslot *w)
 		}
 		w->cap = DL_BLOCK + total;
 	}
+	/* The pool's checksum is XXH3-64 of the payload, as the record's
+	 * is: taken over, the copy does not sum the page again. The page
+	 * is pinned, so the bytes copied are the ones it describes. */
+	const struct pool_hdr *ph = (const struct pool_hdr *)hdr;
+	w->have_sum = le16toh(ph->flags) & POOL_HDR_F_CHECKSUM;
+	w->sum = le64toh(ph->checksum);
 	uint8_t *rec = w->buf + DL_BLOCK;
 	memcpy(rec + DL_HDR_BYTES, it->key, it->klen);
 	size_t used = DL_HDR_BYTES + it->klen + len;
 	memset(rec + used, 0, total - used);
 	w->job = (struct copier_job){.dst = rec + DL_HDR_BYTES + it->klen,
 				     .src = hdr + POOL_HDR_BYTES, .len = len,
-				     .sum = true, .done = write_copy_done,
+				     .sum = !w->have_sum,
+				     .done = write_copy_done,
 				     .arg = w};
 	if (copier_copy(w->q->r, &w->job) == 1)
 		write_copied(w);
@@ -902,7 +961,7 @@ static void promo_free(struct promo *p, int res)
 		__atomic_sub_fetch(&g.promo_bytes, p->charged,
 				   __ATOMIC_RELAXED);
 	waiters_tell(p->r, w, res, &p->rec);
-	free(p->buf);
+	read_buf_give(t_dq, p->buf, p->cap);
 	free(p);
 }
 
@@ -910,6 +969,7 @@ static void promo_end(struct promo *p, int res)
 {
 	if (res == 0) {
 		cnt(&g.promotions, 1);
+		cnt(&g.promote_bytes, p->copied);
 		met_observe_ns(g.promo_lat, pc_now_ns() - p->t0);
 	}
 	else if (res != -ESTALE)
@@ -1001,6 +1061,7 @@ static void promo_copied(struct copier_job *j)
 		promo_end(p, -EIO);
 		return;
 	}
+	p->copied = p->loc.len;
 	/* Evicting this generation later keeps it again. */
 	dl_retag(g.d, p->key, p->klen, p->loc.seq, gen);
 	rec_fill(&p->rec, true, addr, p->loc.len, gen);
@@ -1010,6 +1071,7 @@ static void promo_copied(struct copier_job *j)
 static void promo_read(void *arg, int64_t res)
 {
 	struct promo *p = arg;
+	__atomic_sub_fetch(&g.ios, 1, __ATOMIC_RELAXED);
 	res = FAULT(OP_READ, res);
 	dl_put(g.d, p->loc.region);
 	if (res != (int64_t)p->loc.total) {
@@ -1109,10 +1171,12 @@ static int promo_start(struct promo *p)
 		return -EBUSY;
 	}
 	int ret = -ENOMEM;
-	if ((p->buf = block_alloc(p->loc.total)))
+	cnt(&g.ios, 1);
+	if ((p->buf = read_buf_take(t_dq, p->loc.total, &p->cap)))
 		ret = rx_file_read(p->r, g.fd, p->buf, p->loc.total, p->loc.off,
 				   promo_read, p);
 	if (ret < 0) {
+		__atomic_sub_fetch(&g.ios, 1, __ATOMIC_RELAXED);
 		dl_put(g.d, p->loc.region);
 		promo_free(p, ret);
 		cnt(&g.promote_errors, 1);
@@ -1484,6 +1548,9 @@ static void metrics_register(void)
 	met_register_fn("peercache_disk_queue_bytes",
 			"page bytes waiting for their write-through", NULL,
 			atomic_of, &g.queued);
+	met_register_fn("peercache_disk_ios_in_flight",
+			"reads and writes of the store file with the kernel "
+			"now (its queue depth)", NULL, atomic_of, &g.ios);
 	met_register_fn("peercache_disk_direct_io",
 			"1: the store file uses O_DIRECT; 0: buffered", NULL,
 			direct_of, NULL);
@@ -1503,6 +1570,9 @@ static void metrics_register(void)
 		 "page writes that failed (I/O errors)", &g.write_errors},
 		{"peercache_disk_promotions_total",
 		 "pages brought back from disk into the pool", &g.promotions},
+		{"peercache_disk_promote_bytes_total",
+		 "payload bytes of the pages brought back from disk",
+		 &g.promote_bytes},
 		{"peercache_disk_promote_errors_total",
 		 "promotions that failed (I/O, damaged record, no pool room)",
 		 &g.promote_errors},
@@ -1714,6 +1784,9 @@ static void disk_exit(struct rx_reactor *r, struct pc_ctx *ctx)
 	free(q->fill);
 	free(q->sent);
 	q->fill = q->sent = NULL;
+	while (q->nbufs)
+		free(q->bufs[--q->nbufs]);
+	q->kept = 0;
 }
 
 static void disk_fini(struct pc_ctx *ctx)

@@ -108,7 +108,7 @@ static struct {
 	unsigned read_timeout_ms;   /* rpc_timeout: a read never waits longer */
 	uint64_t deadline_ns;       /* request_deadline */
 	met_id deadline_hit, rd_suspect;
-	met_id rd_req, rd_hit, rd_miss, rd_local, rd_remote, rd_fail;
+	met_id rd_req, rd_hit, rd_miss, rd_local, rd_remote, rd_fail, rd_tier;
 	met_id wr_req, wr_pages, wr_bytes, ex_req, ex_found, del_req;
 	met_id rd_bytes; /* every path: kv.get, session, shim, local, remote */
 	met_id lat_read, lat_write, ev_pub, tier_kept, promotes;
@@ -530,6 +530,7 @@ struct fetch;
 struct fetch_pr {
 	struct fetch *f;
 	unsigned j;
+	bool promoted; /* the producer promoted it: read, a disk hit */
 };
 
 struct fetch {
@@ -725,7 +726,7 @@ static void fetch_read_done(void *arg, struct tp_read *reads, unsigned n)
 		}
 		f->ok[i] = true;
 		f->len[i] = r->len;
-		met_inc(g.rd_remote);
+		met_inc(f->pr[ri].promoted ? g.rd_tier : g.rd_remote);
 		met_add(g.landed, r->len);
 	}
 	fetch_finish(f);
@@ -740,12 +741,16 @@ static void promote_done(void *arg, int res)
 }
 
 /* A page this node produced lives in the next tier: ask for it back. This
- * get misses; the next one finds the page in memory. */
+ * get misses; the next one finds the page in memory. A page the tier is
+ * bringing back (this ask or one under way) counts as a tier hit. */
 static void fetch_promote(struct fetch *f, unsigned i, const struct dir_rec *r)
 {
-	if (g.tier->promote(f->r, f->ks.k[i], f->ks.len[i], r, promote_done,
-			    NULL) == 0)
+	int ret = g.tier->promote(f->r, f->ks.k[i], f->ks.len[i], r,
+				  promote_done, NULL);
+	if (ret == 0)
 		met_inc(g.promotes);
+	if (ret == 0 || ret == -EALREADY)
+		met_inc(g.rd_tier);
 }
 
 /* Should record j be read from its producer? Staging is taken for it. */
@@ -824,8 +829,10 @@ static void fetch_promoted(void *arg, int res, const struct dir_rec *fresh)
 {
 	struct fetch_pr *pr = arg;
 	struct fetch *f = pr->f;
-	if (res == 0)
+	if (res == 0) {
 		f->recs[pr->j] = *fresh;
+		pr->promoted = true;
+	}
 	if (--f->promoting == 0)
 		fetch_reads(f);
 }
@@ -851,7 +858,7 @@ static void fetch_looked_up(void *arg)
 			met_inc(g.rd_suspect);
 			continue;
 		}
-		f->pr[j] = (struct fetch_pr){f, j};
+		f->pr[j] = (struct fetch_pr){f, j, false};
 		if (g.tier->promote_remote(f->r, f->ks.k[i], f->ks.len[i], r,
 					   f->deadline, fetch_promoted,
 					   &f->pr[j]) == 0)
@@ -1334,7 +1341,13 @@ static int kv_init(struct pc_ctx *ctx)
 	CTR(g.rd_local, "peercache_read_local_hits_total",
 	    "pages served from this node's pool (no network)");
 	CTR(g.rd_remote, "peercache_read_remote_hits_total",
-	    "pages read from another node's pool");
+	    "pages read from another node's pool (a page its producer "
+	    "promoted from disk for the get counts as a disk hit)");
+	CTR(g.rd_tier, "peercache_read_disk_hits_total",
+	    "pages a get found on a disk: another node's, promoted by its "
+	    "producer and read (a hit), or this node's, whose promotion the "
+	    "get started (that get misses, counted in "
+	    "peercache_read_misses_total too; the next finds it in memory)");
 	CTR(g.rd_fail, "peercache_read_failures_total",
 	    "remote pages that failed to arrive or to validate (counted as "
 	    "misses)");

@@ -69,7 +69,9 @@ struct tier_ops {
 	int (*offer)(const struct tier_page *pg);
 	/* Bring key's page (rec: its non-resident record) back into memory.
 	 * 0 when started (done(arg, res) runs later, on r), or -errno when
-	 * not (done does not run): -ENOENT when the tier does not hold it. */
+	 * not (done does not run): -ENOENT when the tier does not hold it,
+	 * -EALREADY when a promotion of key is under way (the page comes
+	 * back with that one). */
 	int (*promote)(struct rx_reactor *r, const char *key, size_t klen,
 		       const struct dir_rec *rec,
 		       void (*done)(void *arg, int res), void *arg);

@@ -7,7 +7,8 @@
 #          promtool (prometheus), headless Chromium (dashboard tests), etcd
 #          (etcd-server: the etcd discovery backend's tests), and
 #          torch, numpy, pip and setuptools (the SGLang shim's tests)
-#   bench  build + redis and memcached (side-by-side baselines)
+#   bench  build + redis and memcached (side-by-side baselines), fio (the
+#          disk tier's baseline)
 # Only missing packages are installed (apt-get, as root or through sudo);
 # when everything is present this prints nothing and touches nothing.
 set -euo pipefail
@@ -18,7 +19,7 @@ test_pkgs=(libcriterion-dev python3 python3-pytest python3-msgpack clang
            llvm libclang-rt-14-dev prometheus chromium fonts-dejavu-core curl
            python3-torch python3-numpy python3-pip python3-setuptools
            etcd-server)
-bench_pkgs=(redis-server redis-tools memcached)
+bench_pkgs=(redis-server redis-tools memcached fio)
 
 case "${1:-build}" in
   build) want=("${build_pkgs[@]}") ;;

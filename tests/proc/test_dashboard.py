@@ -31,7 +31,7 @@ import time
 
 import pytest
 
-from conftest import BUILD, ROOT, RpcClient
+from conftest import BUILD, ROOT, RpcClient, metrics_of
 
 DASHBOARD = os.path.join(ROOT, "modules", "dashboard.html")
 ARTIFACTS = os.path.join(BUILD, "test-artifacts")
@@ -527,3 +527,76 @@ def test_absent_metrics_disconnect_and_counter_reset(browser, standin):
     browser.wait_updates(before + 2)
     assert float(browser.values()["rpc-rps"]["value"]) >= 0
     assert browser.problems(http_errors_expected=True) == []
+
+
+def test_hit_ratio_by_tier_and_disk_degraded(browser, standin):
+    state = {"degraded": None}
+
+    def metrics():
+        lines = [
+            'peercache_uptime_seconds{node="n1"} 3',
+            'peercache_read_requests_total{node="n1"} 200',
+            'peercache_read_hits_total{node="n1"} 140',
+            'peercache_read_local_hits_total{node="n1"} 100',
+            'peercache_read_remote_hits_total{node="n1"} 40',
+            'peercache_read_disk_hits_total{node="n1"} 20',
+            'peercache_read_misses_total{node="n1"} 60',
+            'peercache_disk_bytes_used{node="n1"} 1048576',
+            'peercache_disk_capacity_bytes{node="n1"} 2097152',
+            'peercache_disk_queue_bytes{node="n1"} 0',
+        ]
+        if state["degraded"] is not None:
+            lines.append('peercache_disk_degraded{node="n1"} %d' % state["degraded"])
+        return "\n".join(lines) + "\n"
+    s = standin(metrics)
+    browser.navigate(s.url + "?interval=300")
+    browser.wait_updates(2)
+    v = browser.values()
+    for id_, want in (("read-local-hit-ratio", 0.5), ("read-remote-hit-ratio", 0.2),
+                      ("read-disk-hit-ratio", 0.1), ("read-miss-ratio", 0.2),
+                      ("read-hit-ratio", 0.7), ("disk-fill", 0.5)):
+        assert float(v[id_]["value"]) == pytest.approx(want), (id_, v[id_])
+    assert v["read-miss-ratio"]["text"] == "20.0%"
+    widths = browser.eval("['local', 'remote', 'disk'].map(b => "
+                          "document.getElementById('tier-bar-' + b).style.width)")
+    assert widths == ["50%", "20%", "10%"]
+    # No degraded gauge in this version: its row is not shown.
+    hidden = "document.getElementById('disk-degraded-row').hidden"
+    assert browser.eval(hidden) is True
+    assert v["disk-ios"]["text"] == "n/a"
+    # The gauge appears: the row shows it, in the warning colour when set.
+    state["degraded"] = 1
+    browser.wait_until("!" + hidden, what="the degraded row")
+    browser.wait_until("document.getElementById('disk-degraded').textContent === 'yes'")
+    assert "warn" in browser.values()["disk-degraded"]["cls"]
+    state["degraded"] = 0
+    browser.wait_until("document.getElementById('disk-degraded').textContent === 'no'")
+    browser.screenshot(os.path.join(ARTIFACTS, "dashboard-tiers.png"))
+    assert browser.problems() == []
+
+
+def test_dashboard_shows_disk_hits_of_a_live_node(node_factory, browser, tmp_path):
+    from test_disk_tier import disk_node, get_back, page, set_through
+    n = disk_node(node_factory, tmp_path / "store")
+    c = RpcClient(n.endpoint("rpc"))
+    keys = ["dash/%d" % i for i in range(48)]
+    set_through(n, c, keys)
+    assert get_back(c, keys[0]) == page(keys[0])   # from disk, then local
+    browser.navigate("http://%s/?interval=300" % n.endpoint("metrics"))
+    browser.wait_updates(2)
+    v = browser.values()
+    m = metrics_of(n)
+    reqs = m["peercache_read_requests_total"]
+    assert float(v["read-disk-hit-ratio"]["value"]) == \
+        pytest.approx(m["peercache_read_disk_hits_total"] / reqs) != 0
+    assert float(v["read-local-hit-ratio"]["value"]) == \
+        pytest.approx(m["peercache_read_local_hits_total"] / reqs) != 0
+    assert float(v["disk-used"]["value"]) == m["peercache_disk_bytes_used"]
+    assert float(v["promotes-total"]["value"]) >= 1
+    assert v["promote-p99"]["value"] is not None
+    # Latencies come from the node's "_hist_seconds" histograms.
+    assert v["write-p50"]["value"] is not None, v["write-p50"]
+    assert v["disk-ios"]["value"] is not None
+    assert browser.problems() == []
+    c.close()
+    assert n.stop() == 0
