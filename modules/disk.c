@@ -19,8 +19,9 @@
  * Every hook runs on the reactor that calls it, and all its I/O
  * (rx_file_read / rx_file_write on that reactor's ring), copies (the
  * copier, in slices) and placement calls complete there — but a kv
- * promotion may be handed to another reactor (below) and complete there. The index has its
- * own mutex; the promotions list has one; the queued-bytes count is atomic.
+ * promotion may be handed to another reactor (below) and complete there.
+ * The index has its own mutex; the promotions list has one; the
+ * queued-bytes count is atomic.
  *
  * Write-through: kv's commit of a page queues (key, gen, len) on its
  * reactor, within disk_queue_max bytes for the node (beyond: not queued,
@@ -1190,7 +1191,7 @@ static int promo_admit(struct promo *p)
 }
 
 /* Start the read of an admitted p on its reactor (p->r, this thread): 0,
- * or -errno (its region given back, counted; p is the caller's to end). */
+ * or -errno (its region given back; p is the caller's to end). */
 static int promo_issue(struct promo *p)
 {
 	if (!p->runs) {
