@@ -11,8 +11,9 @@ Knobs from the environment (defaults in brackets): PEERCACHE_BUILD_DIR
 O_DIRECT, checked first], RUNS [3], PAGE [262144 bytes: fio's block size
 too], VOLUME [1gb written per run, by fio and by the node], THREADS [2,
 peercached --threads], CLIENTS [2 connections setting pages], SET_BATCH [16
-pages per set], PROMOTE_WINDOW [32: pages per kv.exists while promoting;
-between one and two windows are being promoted at a time], LAT_SETS [5000 one-page sets per latency run],
+pages per set], PROMOTE_WINDOW [32: pages per kv.exists while promoting],
+PROMOTE_DEPTH [128: pages asked and not yet counted promoted, at most],
+PROMOTE_SCRAPE_MS [10: the node's metrics scraped while promoting], LAT_SETS [5000 one-page sets per latency run],
 LAT_POOL [256mb], NODE_ARGS [more peercached options for every node, e.g.
 "--copy-slice-bytes 2mb"], RESULTS_DIR [$PEERCACHE_BUILD_DIR/bench-results].
 
@@ -29,9 +30,11 @@ Per run, on DISK_PATH:
   2. promotion: the node restarted on the same store (its pool holds
      VOLUME: nothing promoted is evicted again): every page is
      non-resident; kv.exists of PROMOTE_WINDOW keys at a time starts
-     their promotions, the next window as soon as fewer than two are under
-     way (peercache_disk_promotions_total, sampled every 5 ms: the only
-     scrapes, as each costs the node CPU); the figure is
+     their promotions, the next window as soon as it keeps at most
+     PROMOTE_DEPTH asked and not counted done
+     (peercache_disk_promotions_total, scraped every PROMOTE_SCRAPE_MS
+     while asking, every 5 ms once all are asked: the only scrapes, each
+     ~0.5 ms of node CPU; promote_scrape_hz); the figure is
      peercache_disk_promote_bytes_total over the time from the first
      exists to every page promoted.
   3. fio: a VOLUME file, sequential write then sequential read, bs = PAGE,
@@ -41,7 +44,7 @@ Per run, on DISK_PATH:
      (peercache_disk_ios_in_flight) while its write-through queue held
      pages (4 writes per reactor at most), and over phase 2 (promote_ios;
      promote_qd is the mean number of promotions asked and not yet counted
-     done, which runs ahead of the reads by the 5 ms the count lags).
+     done, which runs ahead of the reads by the scrape gap the count lags).
   4. set latency: LAT_SETS one-page sets (new keys, one local client,
      closed loop) into a node with the tier off, then on (the
      order alternates between runs), LAT_POOL pool (the pool evicts); p50
@@ -86,6 +89,8 @@ THREADS = int(os.environ.get("THREADS", "2"))
 CLIENTS = int(os.environ.get("CLIENTS", "2"))
 SET_BATCH = int(os.environ.get("SET_BATCH", "16"))
 PROMOTE_WINDOW = int(os.environ.get("PROMOTE_WINDOW", "32"))
+PROMOTE_DEPTH = int(os.environ.get("PROMOTE_DEPTH", "128"))
+PROMOTE_SCRAPE_MS = float(os.environ.get("PROMOTE_SCRAPE_MS", "10"))
 LAT_SETS = int(os.environ.get("LAT_SETS", "5000"))
 LAT_POOL = os.environ.get("LAT_POOL", "256mb")
 NODE_ARGS = os.environ.get("NODE_ARGS", "").split()
@@ -234,12 +239,14 @@ def promotion(path, keys):
     n = node(path, VOLUME + (256 << 20))
     n.wait_for("re-announced", timeout=300)
     cl = RpcClient(n.endpoint("rpc"), timeout=120)
-    # The sampler's scrapes are the only ones (each costs the node ~0.5 ms
-    # of CPU), and often: the next window waits for the count, which must
-    # not be what limits the node (2 windows per 5 ms is 3.3 GB/s of
-    # 256 KiB pages; every 10 ms measured 0.84 GB/s instead of 1.2).
+    # The sampler's scrapes are the only ones, and each costs the node
+    # ~0.5 ms of CPU: every 5 ms took ~10 % of the node. So they are rare
+    # (PROMOTE_SCRAPE_MS) while windows are being asked, and the asks run
+    # up to PROMOTE_DEPTH ahead of the count, enough that its lag does not
+    # starve the node (PROMOTE_DEPTH / rate > the scrape gap); once all
+    # are asked, every 5 ms, so that the end is seen within 5 ms.
     s = Sampler(n, ["peercache_disk_promote_bytes_total", "peercache_disk_ios_in_flight",
-                    "peercache_disk_promotions_total"], every=0.005)
+                    "peercache_disk_promotions_total"], every=PROMOTE_SCRAPE_MS / 1e3)
     t0 = time.monotonic()
     deadline = t0 + 600
     issued = 0
@@ -251,15 +258,18 @@ def promotion(path, keys):
             break
         if time.monotonic() > deadline:
             raise SystemExit("promotion did not finish:\n" + n.text()[-2000:])
-        if issued < len(keys) and issued - done < 2 * PROMOTE_WINDOW:
+        if issued < len(keys) and issued - done + PROMOTE_WINDOW <= PROMOTE_DEPTH:
             part = keys[issued:issued + PROMOTE_WINDOW]
             err, count = cl.call("kv.exists", [part])
             assert err is None and count == len(part), (err, count)
             issued += len(part)
+            if issued == len(keys):
+                s.every = 0.005
         else:
             time.sleep(0.001)
     dt = time.monotonic() - t0
     rows = s.stop()
+    scrapes = sum(1 for r in rows if t0 <= r[0] <= t0 + dt) / dt
     m = metrics_of(n)
     gbps = m["peercache_disk_promote_bytes_total"] / dt / GB
     # The tier's queue depth here: promotions under way, time-weighted.
@@ -269,7 +279,7 @@ def promotion(path, keys):
            m.get('peercache_disk_promote_latency_seconds{quantile="0.99"}'))
     assert m["peercache_disk_promote_errors_total"] == 0, "promotions failed"
     stop(n)
-    return gbps, qd, ios, lat
+    return gbps, qd, ios, lat, scrapes
 
 
 def fio(path, rw, qd, *extra):
@@ -338,7 +348,8 @@ def main():
             (r["wt_gbps"], r["set_ingest_gbps"], r["wt_qd"], r["wt_busy_s"],
              keys) = write_through(store)
             (r["promote_gbps"], r["promote_qd"], r["promote_ios"],
-             (r["promote_p50_s"], r["promote_p99_s"])) = promotion(store, keys)
+             (r["promote_p50_s"], r["promote_p99_s"]),
+             r["promote_scrape_hz"]) = promotion(store, keys)
             clear(store)
             r["fio_write_qd"] = wq = max(1, int(round(r["wt_qd"])))
             r["fio_read_qd"] = rq = max(1, int(round(r["promote_ios"])))
@@ -372,7 +383,8 @@ def main():
             "promote_ratio", "set_p99_off_s", "set_p99_on_s", "set_p99_on_off",
             "set_p50_off_s", "set_p50_on_s", "fio_write_p50_s", "fio_write_p99_s",
             "fio_read_p50_s", "fio_read_p99_s", "promote_p50_s", "promote_p99_s",
-            "set_ingest_gbps", "wt_qd", "promote_qd", "promote_ios", "wt_busy_s"]
+            "set_ingest_gbps", "wt_qd", "promote_qd", "promote_ios", "promote_scrape_hz",
+            "wt_busy_s"]
     sp = bench_results.spread(rows, keys)
     print("| figure (%d runs, page %d B, %.2f GB a run) | min | median | max |"
           % (RUNS, PAGE, NPAGES * PAGE / GB))
@@ -388,6 +400,7 @@ def main():
         (loads0, bench_results.loadavg()),
         {"page": PAGE, "volume": VOLUME, "runs": RUNS, "threads": THREADS,
          "clients": CLIENTS, "set_batch": SET_BATCH, "promote_window": PROMOTE_WINDOW,
+         "promote_depth": PROMOTE_DEPTH, "promote_scrape_ms": PROMOTE_SCRAPE_MS,
          "lat_sets": LAT_SETS, "node_args": NODE_ARGS, "lat_pool": LAT_POOL, "path": path},
         runs=rows, summary=sp)
     log("results in %s" % out)

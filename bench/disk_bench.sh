@@ -19,6 +19,8 @@
 #   CLIENTS              local clients setting pages [2]
 #   SET_BATCH            pages per set [16]
 #   PROMOTE_WINDOW       pages per kv.exists while promoting [32]
+#   PROMOTE_DEPTH        pages asked and not yet seen promoted, at most [128]
+#   PROMOTE_SCRAPE_MS    metrics scrape gap while promoting, ms [10]
 #   LAT_SETS             one-page sets per latency measurement [5000]
 #   LAT_POOL             pool of the latency nodes [256mb]
 #   NODE_ARGS            more peercached options for every node []
@@ -38,6 +40,8 @@ THREADS=${THREADS:-2}
 CLIENTS=${CLIENTS:-2}
 SET_BATCH=${SET_BATCH:-16}
 PROMOTE_WINDOW=${PROMOTE_WINDOW:-32}
+PROMOTE_DEPTH=${PROMOTE_DEPTH:-128}
+PROMOTE_SCRAPE_MS=${PROMOTE_SCRAPE_MS:-10}
 LAT_SETS=${LAT_SETS:-5000}
 LAT_POOL=${LAT_POOL:-256mb}
 NODE_ARGS=${NODE_ARGS:-}
@@ -50,6 +54,9 @@ need_count THREADS "$THREADS"
 need_count CLIENTS "$CLIENTS"
 need_count SET_BATCH "$SET_BATCH"
 need_count PROMOTE_WINDOW "$PROMOTE_WINDOW"
+need_count PROMOTE_DEPTH "$PROMOTE_DEPTH"
+need_count PROMOTE_SCRAPE_MS "$PROMOTE_SCRAPE_MS"
+((PROMOTE_DEPTH >= PROMOTE_WINDOW)) || die "PROMOTE_DEPTH must be at least PROMOTE_WINDOW"
 need_count LAT_SETS "$LAT_SETS"
 need_python
 if ! command -v fio >/dev/null; then
@@ -63,5 +70,5 @@ if [[ ! -x $BUILD/server/peercached || ! -e $BUILD/client/libpeercache.so.0 ]]; 
 fi
 
 export PEERCACHE_BUILD_DIR=$BUILD RUNS PAGE VOLUME THREADS CLIENTS SET_BATCH \
-	PROMOTE_WINDOW LAT_SETS LAT_POOL NODE_ARGS DISK_PATH RESULTS_DIR
+	PROMOTE_WINDOW PROMOTE_DEPTH PROMOTE_SCRAPE_MS LAT_SETS LAT_POOL NODE_ARGS DISK_PATH RESULTS_DIR
 exec "$PY" "$REPO/bench/disk_bench.py"

@@ -6,7 +6,8 @@
  * (a node without the disk module). The kv module (modules/kv.c) calls
  * it; the disk tier (modules/disk.c) is its real implementation.
  * Threading: hooks are called on a reactor thread; promote completes on
- * it, never inside the call.
+ * it or on another reactor's thread (the tier may spread its work: the
+ * done of promote must not need r's thread), never inside the call.
  *
  * The three places a tier joins the life of a page:
  *   1. Eviction — when the pool evicts a page for space, kv offers it to
@@ -68,7 +69,8 @@ struct tier_ops {
 	 * record non-resident), or -errno (not kept: kv unpublishes it). */
 	int (*offer)(const struct tier_page *pg);
 	/* Bring key's page (rec: its non-resident record) back into memory.
-	 * 0 when started (done(arg, res) runs later, on r), or -errno when
+	 * 0 when started (done(arg, res) runs later, on r or on another
+	 * reactor the tier chose: it must be thread-safe), or -errno when
 	 * not (done does not run): -ENOENT when the tier does not hold it,
 	 * -EALREADY when a promotion of key is under way (the page comes
 	 * back with that one). */
