@@ -27,6 +27,7 @@
 #include "modules/membership.h"
 #include "modules/modules.h"
 #include "modules/placement.h"
+#include "modules/placement_wire.h"
 #include "reactor/group.h"
 #include "rpc/client.h"
 #include "rpc/rpc.h"
@@ -138,18 +139,7 @@ static void o_get(struct rpc_call *call, struct mp_rd *p)
 			msgpack_pack_nil(pk);
 			continue;
 		}
-		const struct dir_rec *r = &e->rec;
-		msgpack_pack_array(pk, 7);
-		mp_pack_cstr(pk, r->node);
-		mp_pack_cstr(pk, r->data);
-		msgpack_pack_uint64(pk, r->addr);
-		msgpack_pack_uint32(pk, r->rkey);
-		msgpack_pack_uint32(pk, r->len);
-		msgpack_pack_uint64(pk, r->gen);
-		if (r->resident)
-			msgpack_pack_true(pk);
-		else
-			msgpack_pack_false(pk);
+		pl_rec_pack(pk, &e->rec);
 	}
 	pthread_mutex_unlock(&o->mu);
 	rpc_reply_end(call);
