@@ -63,6 +63,20 @@ need_seconds() {
 
 need_python() { [[ -x $PY ]] || die "$PY not found (Debian package python3)"; }
 
+# size_bytes SIZE LO HI: SIZE (a count with suffix k or m, binary units) in
+# bytes, or stop here if it is not one or is outside LO..HI bytes. Messages
+# name it as an entry of SIZES.
+size_bytes() {
+	[[ $1 =~ ^([0-9]+)([kKmM]?)$ ]] || die "SIZES: '$1' is not a size like 64k or 1m"
+	local n=$((10#${BASH_REMATCH[1]}))
+	case ${BASH_REMATCH[2]} in
+	k | K) n=$((n << 10)) ;;
+	m | M) n=$((n << 20)) ;;
+	esac
+	((n >= $2 && n <= $3)) || die "SIZES: '$1' is not within $2 .. $3 bytes"
+	echo "$n"
+}
+
 # ------------------------------------------------------------ tools ----
 
 # Installs redis-server, redis-benchmark and redis-cli with apt-get if any is

@@ -22,7 +22,10 @@
  *   redis      --batch pipelined GETs (RESP);
  *   memcached  one multi-get "get k1 ... kB" (text protocol);
  *   tcp        8 bytes asking our --serve-tcp sink for batch x value bytes;
- *   dir        dir.get of the batch only, keys/s (no payload).
+ *   dir        dir.get of the batch only, keys/s (no payload);
+ *   kvget      kv.get of the batch on a node (--port), which gets each page
+ *              the way its mode does (p2p: directory and READ; slotmap: one
+ *              READ of the owner's bucket) and answers with the pages.
  * Each reply goes straight into the worker's destination buffer and is
  * checked on the way (p2p_targets.c). A failure stops the worker with a
  * message naming the item; main reports it and exits 1.
@@ -70,6 +73,7 @@ static const struct target_ops targets[] = {
 	[T_MEMCACHED] = {"memcached", target_mc_issue, target_text_complete, true},
 	[T_TCP] = {"tcp", target_tcp_issue, target_tcp_complete, true},
 	[T_DIR] = {"dir", target_dir_issue, target_dir_complete, false},
+	[T_KVGET] = {"kvget", target_kvget_issue, target_kvget_complete, true},
 };
 
 static int worker_run(struct worker *w)
@@ -152,10 +156,13 @@ static int worker_init(struct worker *w, struct bench *b, unsigned idx)
 	}
 	if (ret < 0)
 		return ret;
-	w->size_text_len = (size_t)snprintf(w->size_text, sizeof(w->size_text),
-					    o->target == T_REDIS ? "$%" PRIu64 "\r\n"
-								 : " 0 %" PRIu64 "\r\n",
-					    o->value_bytes);
+	if (o->target == T_KVGET)
+		w->size_text_len = target_kvget_bin_head(w->size_text, o->value_bytes);
+	else
+		w->size_text_len = (size_t)snprintf(w->size_text, sizeof(w->size_text),
+						    o->target == T_REDIS ? "$%" PRIu64 "\r\n"
+									 : " 0 %" PRIu64 "\r\n",
+						    o->value_bytes);
 	w->iov = pc_xcalloc(3u * o->batch + 1, sizeof(*w->iov));
 	w->slots = pc_xcalloc(o->pipeline, sizeof(*w->slots));
 	for (unsigned i = 0; i < o->pipeline; i++) {
@@ -213,19 +220,26 @@ static void usage(FILE *out)
 		"  memcached  one multi-get 'get k1 ... kB' (text protocol)\n"
 		"  tcp        batch x value bytes from a --serve-tcp sink\n"
 		"  dir        dir.get of the batch only; keys/s\n"
+		"  kvget      kv.get of the batch on the node at --port, which gets\n"
+		"             each page as its mode does (p2p or slotmap)\n"
 		"Payloads are received straight into each thread's destination buffer.\n"
 		"\n"
-		"  --target T         p2p | redis | memcached | tcp | dir (required)\n"
+		"  --target T         p2p | redis | memcached | tcp | dir | kvget\n"
+		"                     (required)\n"
 		"  --host H           server address, loopback only (default 127.0.0.1)\n"
 		"  --port P           RPC port (p2p, dir), server port, or sink port\n"
 		"  --threads T        reader threads, one connection each (default 1, max %u)\n"
 		"  --batch B          keys per batch (default 32, max %u)\n"
-		"  --pipeline P       batches in flight per thread (default 1, max %u)\n"
+		"  --pipeline P       batches in flight per thread (default 1, max %u;\n"
+		"                     kvget: 1)\n"
 		"  --value-bytes N    value size, suffixes k m (KiB, MiB) (default 1m;\n"
 		"                     %u .. 64m)\n"
 		"  --keys K           working set (default max(64, 512 MiB / N), at\n"
 		"                     most 1M; max %u)\n"
 		"  --no-lookup        p2p: no dir.get per batch, records from setup\n"
+		"  --held-by P        kvget: read only the keys whose pages the node\n"
+		"                     with RPC port P holds in its slots (slot.probe;\n"
+		"                     slotmap mode), so that every read is of that node\n"
 		"  --no-setup         values already stored (p2p, dir still learn the\n"
 		"                     records with dir.get)\n"
 		"  --setup-only       store the values and exit\n"
@@ -276,7 +290,8 @@ static bool parse_secs(const char *s, double lo, double hi, double *out)
 
 enum { O_TARGET = 256, O_HOST, O_PORT, O_THREADS, O_BATCH, O_PIPELINE,
        O_VALUE, O_KEYS, O_NO_LOOKUP, O_NO_SETUP, O_SETUP_ONLY, O_DURATION,
-       O_WARMUP, O_TIMEOUT, O_PREFIX, O_SEED, O_JSON, O_SERVE, O_HELP };
+       O_WARMUP, O_TIMEOUT, O_PREFIX, O_SEED, O_JSON, O_SERVE, O_HELD_BY,
+       O_HELP };
 
 /* Returns 0, 1 for --help, or -EINVAL with the message printed. */
 static int parse_opts(int argc, char **argv, struct opts *o)
@@ -291,7 +306,8 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		{"duration", 1, NULL, O_DURATION}, {"warmup", 1, NULL, O_WARMUP},
 		{"timeout", 1, NULL, O_TIMEOUT}, {"prefix", 1, NULL, O_PREFIX},
 		{"seed", 1, NULL, O_SEED}, {"json", 0, NULL, O_JSON},
-		{"serve-tcp", 0, NULL, O_SERVE}, {"help", 0, NULL, O_HELP},
+		{"serve-tcp", 0, NULL, O_SERVE}, {"held-by", 1, NULL, O_HELD_BY},
+		{"help", 0, NULL, O_HELP},
 		{NULL, 0, NULL, 0},
 	};
 	*o = (struct opts){.host = "127.0.0.1", .threads = 1, .batch = 32,
@@ -327,6 +343,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		case O_VALUE: NUM(value_bytes, VALUE_BYTES_MIN, VALUE_BYTES_MAX, true);
 		case O_KEYS: NUM(keys, 1, KEYS_MAX, false);
 		case O_SEED: NUM(seed, 0, UINT64_MAX, false);
+		case O_HELD_BY: NUM(held_port, 1, 65535, false);
 		case O_NO_LOOKUP: o->lookup = false; break;
 		case O_NO_SETUP: o->setup = false; break;
 		case O_SETUP_ONLY: o->run = false; break;
@@ -368,6 +385,11 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		why = "--port is required";
 	else if (!o->setup && !o->run)
 		why = "--no-setup with --setup-only leaves nothing to do";
+	else if (o->target == T_KVGET && o->pipeline != 1)
+		why = "kvget takes --pipeline 1 (a node may answer kv.get calls in "
+		      "any order)";
+	else if (o->held_port && o->target != T_KVGET)
+		why = "--held-by is for --target kvget";
 	if (!o->keys)
 		o->keys = (unsigned)PC_MAX(64, PC_MIN(1u << 20, (512ull << 20) / o->value_bytes));
 	if (!why && o->keys < o->batch)
@@ -444,6 +466,8 @@ static int setup(struct bench *b)
 			      : setup_p2p(b, &c);
 	if (ret == 0 && o->run && (o->target == T_P2P || o->target == T_DIR))
 		ret = setup_learn_records(b, &c);
+	if (ret == 0 && o->run && o->held_port)
+		ret = setup_learn_held(b);
 	wire_conn_close(&c);
 	b->setup_s = (double)(pc_now_ns() - t0) / 1e9;
 	return ret;

@@ -47,7 +47,7 @@
 
 /* ------------------------------------------------------------ options ---- */
 
-enum target_id { T_P2P, T_REDIS, T_MEMCACHED, T_TCP, T_DIR };
+enum target_id { T_P2P, T_REDIS, T_MEMCACHED, T_TCP, T_DIR, T_KVGET };
 
 struct opts {
 	enum target_id target;
@@ -69,6 +69,7 @@ struct opts {
 	bool serve_tcp;
 	const char *prefix;
 	uint64_t seed;
+	uint16_t held_port; /* kvget: only keys this node's slots hold (0: all) */
 };
 
 /* --------------------------------------------------- keys and values ---- */
@@ -96,6 +97,7 @@ struct bench {
 	char (*name)[KEY_BYTES_MAX];
 	uint8_t *name_len;
 	struct rec *recs;                   /* p2p, dir */
+	bool *held;                         /* kvget --held-by: per key */
 	struct addr members[MEMBERS_MAX];   /* RPC endpoints of the ring */
 	unsigned nmembers;
 	struct addr peers[MEMBERS_MAX];     /* data endpoints */
@@ -127,6 +129,9 @@ int setup_p2p(struct bench *b, struct wire_conn *c);
 int setup_text(struct bench *b, struct wire_conn *c, bool redis);
 /* Learns the members from seed, then every key's record and owner (p2p, dir). */
 int setup_learn_records(struct bench *b, struct wire_conn *seed);
+/* kvget --held-by: which keys the node at o->held_port holds in its slots
+ * (slot.probe, slotmap mode), into b->held. */
+int setup_learn_held(struct bench *b);
 /* Fills b->pool, the key pools batches draw from. */
 int setup_pools_make(struct bench *b);
 
@@ -140,7 +145,7 @@ struct slot {
 	uint8_t *dst;        /* batch x value_bytes: payloads land here */
 	uint64_t t_issue;
 	uint64_t id_base;    /* p2p: data request id of item 0 */
-	uint32_t msgid;      /* dir */
+	uint32_t msgid;      /* dir, kvget */
 };
 
 struct worker {
@@ -149,14 +154,15 @@ struct worker {
 	pthread_t th;
 	struct wire_conn rpc[MEMBERS_MAX];  /* p2p, dir: one per member */
 	struct wire_conn data[MEMBERS_MAX]; /* p2p: one per data endpoint */
-	struct wire_conn srv;               /* redis, memcached, tcp */
+	struct wire_conn srv;               /* redis, memcached, tcp, kvget */
 	struct slot *slots;
 	unsigned fifo[PIPELINE_MAX];    /* slots in flight, oldest first */
 	unsigned nfifo;
 	unsigned *perm[MEMBERS_MAX];    /* per pool: partial Fisher-Yates state */
 	struct wire_buf req;
 	struct iovec *iov;              /* 3 per item + 1 */
-	char size_text[40];             /* "$N\r\n" (redis), " 0 N\r\n" (memcached) */
+	char size_text[40];             /* "$N\r\n" (redis), " 0 N\r\n" (memcached),
+					 * a value's bin header (kvget) */
 	size_t size_text_len;
 	uint64_t rng;
 	uint64_t seq;                   /* next data request id */
@@ -189,6 +195,10 @@ int target_tcp_complete(struct worker *w, struct slot *s, struct slot **done);
 int target_dir_issue(struct worker *w, struct slot *s);
 int target_dir_complete(struct worker *w, struct slot *oldest,
 			struct slot **done);
+int target_kvget_issue(struct worker *w, struct slot *s);
+/* A value's MessagePack bin header (into out, 5 bytes at most); its length. */
+size_t target_kvget_bin_head(char *out, uint64_t value_bytes);
+int target_kvget_complete(struct worker *w, struct slot *s, struct slot **done);
 
 /* -------------------------------------------- the tcp sink (p2p_sink.c) ---- */
 

@@ -72,18 +72,6 @@ TARGETS=(p2p p2p_nolookup memcached redis tcp)
 DIR_TARGETS=(dir redis)
 CONNS=$THREADS  # what bench_python records as the connection counts
 
-# size_bytes 64k -> 65536 (suffix k or m, binary units)
-size_bytes() {
-	[[ $1 =~ ^([0-9]+)([kKmM]?)$ ]] || die "SIZES: '$1' is not a size like 64k or 1m"
-	local n=$((10#${BASH_REMATCH[1]}))
-	case ${BASH_REMATCH[2]} in
-	k | K) n=$((n << 10)) ;;
-	m | M) n=$((n << 20)) ;;
-	esac
-	((n >= 16 && n <= 64 << 20)) || die "SIZES: '$1' is not within 16 .. 64m"
-	echo "$n"
-}
-
 need_count RUNS "$RUNS"
 need_counts THREADS
 need_counts DIR_THREADS
@@ -94,7 +82,7 @@ need_seconds DURATION WARMUP
 [[ $DIR == [01] ]] || die "DIR must be 0 or 1, got '$DIR'"
 [[ -n ${SIZES// /} ]] || die "SIZES is empty"
 SIZE_BYTES=()
-for s in $SIZES; do SIZE_BYTES+=("$(size_bytes "$s")"); done
+for s in $SIZES; do SIZE_BYTES+=("$(size_bytes "$s" 16 $((64 << 20)))"); done
 ((DIR_KEYS >= DIR_BATCH)) || die "DIR_KEYS must be at least DIR_BATCH"
 need_python
 

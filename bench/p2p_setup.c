@@ -2,7 +2,8 @@
  * bench/p2p_setup.c — pc-p2p-bench's setup: the keys and their stamped
  * values, storing them (kv.set on a node, SET/set on redis/memcached),
  * learning the members and every key's record (cluster.members, dir.get),
- * and the key pools the batches draw from.
+ * which keys a slotmap node holds (slot.probe, kvget --held-by), and the
+ * key pools the batches draw from.
  *
  * Owns: nothing after it returns but what it fills in struct bench. Runs on
  * the main thread before any worker starts; setup_value_ok and
@@ -328,6 +329,51 @@ int setup_learn_records(struct bench *b, struct wire_conn *seed)
 	return ret;
 }
 
+/*
+ * kvget --held-by: asks the node at o->held_port slot.probe [keys,
+ * value_bytes] for every key (slotmap mode: the committed length of each
+ * key's page in its own slots, 0 if none) and keeps in b->held which keys
+ * it holds whole, so that a reader elsewhere reads each of them from that
+ * one owner.
+ */
+int setup_learn_held(struct bench *b)
+{
+	struct wire_conn c;
+	struct wire_buf w = {0};
+	int ret = wire_conn_open(&c, "held-by node", b->o.host, b->o.held_port,
+				 b->o.timeout_ms);
+	if (ret < 0)
+		return ret;
+	b->held = pc_xcalloc(b->nkeys, sizeof(*b->held));
+	for (unsigned k0 = 0, id = 1; k0 < b->nkeys && ret == 0;
+	     k0 += SETUP_CALL_KEYS, id++) {
+		unsigned cnt = PC_MIN(SETUP_CALL_KEYS, b->nkeys - k0);
+		struct wire_rd r;
+		uint64_t n, len;
+		wire_rpc_begin(&w, id, "slot.probe");
+		wire_mp_array(&w, 2);
+		wire_mp_array(&w, cnt);
+		for (unsigned k = k0; k < k0 + cnt; k++)
+			wire_mp_str(&w, b->name[k], b->name_len[k]);
+		wire_mp_uint(&w, b->o.value_bytes);
+		if ((ret = wire_send(&c, w.p, w.len)) < 0 ||
+		    (ret = wire_rpc_reply(&c, "slot.probe", id, &r)) < 0)
+			break;
+		if (wire_rd_array(&r, &n) < 0 || n != cnt) {
+			ret = wire_fail(EPROTO, "slot.probe: expected %u lengths", cnt);
+			break;
+		}
+		for (unsigned k = k0; k < k0 + cnt && ret == 0; k++) {
+			if (wire_rd_uint(&r, &len) < 0)
+				ret = wire_fail(EPROTO, "slot.probe: a length is not a uint");
+			b->held[k] = len == b->o.value_bytes;
+		}
+	}
+	wire_conn_close(&c);
+	free(w.p);
+	return ret;
+}
+
 /* The key pools batches draw from (see struct bench). */
 int setup_pools_make(struct bench *b)
 {
@@ -336,7 +382,8 @@ int setup_pools_make(struct bench *b)
 		b->pool[p] = pc_xcalloc(b->nkeys, sizeof(unsigned));
 	for (unsigned k = 0; k < b->nkeys; k++) {
 		unsigned p = b->o.target == T_DIR ? b->recs[k].owner : 0;
-		b->pool[p][b->npool[p]++] = k;
+		if (!b->held || b->held[k])
+			b->pool[p][b->npool[p]++] = k;
 	}
 	/* Drop empty pools (a member that owns none of our keys). */
 	unsigned kept = 0;
@@ -351,6 +398,7 @@ int setup_pools_make(struct bench *b)
 	b->npools = kept;
 	if (!kept)
 		return wire_fail(EINVAL, "no owner holds --batch %u of the keys; raise"
-				 " --keys", b->o.batch);
+				 " --keys%s", b->o.batch,
+				 b->held ? " (or the --held-by node's slots)" : "");
 	return 0;
 }

@@ -1,13 +1,15 @@
 /*
  * bench/p2p_targets.c — pc-p2p-bench's targets: each target's issue and
- * complete (p2p, redis, memcached, tcp, dir), which the workers' loop in
- * p2p_bench.c calls, and the data port's wire structs the p2p target uses.
+ * complete (p2p, redis, memcached, tcp, dir, kvget), which the workers'
+ * loop in p2p_bench.c calls, and the data port's wire structs the p2p
+ * target uses.
  *
  * Owns: nothing; issue and complete run on each worker's thread, over the
  * worker's own connections and buffers, and only read struct bench.
  *
  * Checks, all cheap and all on the hot path: framing bytes are exactly what a
- * hit looks like; the data response's magic, status, id and length; the page
+ * hit looks like (kvget: the reply's framing when every key is a hit); the
+ * data response's magic, status, id and length; the page
  * header's magic, generation and length against the record; and for every
  * value target except tcp the first and last 8 bytes of each payload, stamped
  * at setup with the key's number (a reply for the wrong key fails the run).
@@ -468,4 +470,90 @@ int target_dir_complete(struct worker *w, struct slot *oldest, struct slot **don
 	}
 	*done = s;
 	return 0;
+}
+
+/* --- kvget --------------------------------------------------------------- */
+
+/* The head of the node's reply when every key is a hit: [1, msgid, nil,
+ * [ with msgpack-c's smallest encodings (how the node packs); its length. */
+static size_t kvget_reply_head(uint8_t *out, uint32_t msgid, unsigned batch)
+{
+	size_t n = 0;
+	out[n++] = 0x94;
+	out[n++] = 0x01;
+	if (msgid < 128)
+		out[n++] = (uint8_t)msgid;
+	else
+		n += msgid <= 0xff ? wire_put_field(out + n, 0xcc, msgid, 1)
+		     : msgid <= 0xffff ? wire_put_field(out + n, 0xcd, msgid, 2)
+				       : wire_put_field(out + n, 0xce, msgid, 4);
+	out[n++] = 0xc0;
+	n += batch < 16 ? wire_put_field(out + n, (uint8_t)(0x90 | batch), 0, 0)
+			: wire_put_field(out + n, 0xdc, batch, 2);
+	return n;
+}
+
+/* A value's bin header, as the node packs it: the same for every item. */
+size_t target_kvget_bin_head(char *out, uint64_t value_bytes)
+{
+	uint8_t *o = (uint8_t *)out;
+	return value_bytes <= 0xff ? wire_put_field(o, 0xc4, value_bytes, 1)
+	       : value_bytes <= 0xffff ? wire_put_field(o, 0xc5, value_bytes, 2)
+				       : wire_put_field(o, 0xc6, value_bytes, 4);
+}
+
+int target_kvget_issue(struct worker *w, struct slot *s)
+{
+	const struct bench *b = w->b;
+	pick_keys(w, s, 0);
+	s->msgid = ++w->msgid;
+	wire_rpc_begin(&w->req, s->msgid, "kv.get");
+	wire_mp_array(&w->req, 1);
+	wire_mp_array(&w->req, b->o.batch);
+	for (unsigned j = 0; j < b->o.batch; j++)
+		wire_mp_str(&w->req, b->name[s->keys[j]], b->name_len[s->keys[j]]);
+	return wire_send(&w->srv, w->req.p, w->req.len);
+}
+
+/* The reply is received in place: its head into the slot's last header
+ * area, each value's bin header into the item's, the value into its
+ * destination. Anything but the framing of all hits (a miss, an error, a
+ * reply to another call) fails the run, naming what came instead. */
+int target_kvget_complete(struct worker *w, struct slot *s, struct slot **done)
+{
+	const struct bench *b = w->b;
+	uint8_t want[16], *end = s->hdr + (size_t)b->o.batch * ITEM_HDR_BYTES;
+	size_t hn = kvget_reply_head(want, s->msgid, b->o.batch), got, off;
+	size_t bn = w->size_text_len;
+	char shown[96];
+	unsigned n = 0;
+	*done = s;
+	w->iov[n++] = (struct iovec){end, hn};
+	for (unsigned j = 0; j < b->o.batch; j++) {
+		w->iov[n++] = (struct iovec){s->hdr + (size_t)j * ITEM_HDR_BYTES, bn};
+		w->iov[n++] = (struct iovec){item_dst(w, s, j), b->o.value_bytes};
+	}
+	int ret = wire_recv_iov(&w->srv, w->iov, n, &got);
+	if (memcmp(end, want, PC_MIN(hn, got)) != 0)
+		return wire_fail(EPROTO, "%s: kv.get: not the reply of all hits to "
+				 "msgid %u: %s...", w->srv.name, s->msgid,
+				 wire_show(end, PC_MIN(hn, got), shown, sizeof(shown)));
+	off = hn;
+	for (unsigned j = 0; j < b->o.batch && off < got; j++) {
+		const uint8_t *h = s->hdr + (size_t)j * ITEM_HDR_BYTES;
+		unsigned k = s->keys[j];
+		if (memcmp(h, w->size_text, PC_MIN(bn, got - off)) != 0)
+			return wire_fail(EPROTO, "%s: kv.get: %s: not a %" PRIu64
+					 "-byte value (a miss?): %s", w->srv.name,
+					 b->name[k], b->o.value_bytes,
+					 wire_show(h, PC_MIN(bn, got - off), shown,
+						   sizeof(shown)));
+		off += bn + b->o.value_bytes;
+		if (off > got)
+			return ret;
+		if (!setup_value_ok(b, item_dst(w, s, j), k))
+			return wire_fail(EPROTO, "%s: kv.get: %s: payload of another key",
+					 w->srv.name, b->name[k]);
+	}
+	return ret;
 }

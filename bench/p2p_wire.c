@@ -230,14 +230,18 @@ void wire_buf_put(struct wire_buf *b, const void *p, size_t n)
 	b->len += n;
 }
 
-/* Marker then an n-byte big-endian field. */
+size_t wire_put_field(uint8_t *out, uint8_t marker, uint64_t v, unsigned n)
+{
+	out[0] = marker;
+	for (unsigned i = 0; i < n; i++)
+		out[1 + i] = (uint8_t)(v >> (8 * (n - 1 - i)));
+	return 1 + n;
+}
+
 static void buf_field(struct wire_buf *b, uint8_t marker, uint64_t v, unsigned n)
 {
 	uint8_t t[9];
-	t[0] = marker;
-	for (unsigned i = 0; i < n; i++)
-		t[1 + i] = (uint8_t)(v >> (8 * (n - 1 - i)));
-	wire_buf_put(b, t, 1 + n);
+	wire_buf_put(b, t, wire_put_field(t, marker, v, n));
 }
 
 void wire_mp_array(struct wire_buf *b, uint32_t n)

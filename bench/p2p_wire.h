@@ -74,6 +74,9 @@ struct wire_buf {
 /* Makes room for more bytes after b->len (asserts on allocation failure). */
 void wire_buf_reserve(struct wire_buf *b, size_t more);
 void wire_buf_put(struct wire_buf *b, const void *p, size_t n);
+/* A marker then v as an n-byte big-endian field (n <= 8) at out; returns
+ * 1 + n. */
+size_t wire_put_field(uint8_t *out, uint8_t marker, uint64_t v, unsigned n);
 void wire_mp_array(struct wire_buf *b, uint32_t n);
 void wire_mp_str(struct wire_buf *b, const char *s, size_t n);
 void wire_mp_bin_head(struct wire_buf *b, uint64_t n);

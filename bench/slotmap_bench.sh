@@ -1,0 +1,253 @@
+#!/usr/bin/env bash
+# bench/slotmap_bench.sh — slotmap against p2p on the get path (issue 15,
+# item 7): kv.get latency at batch 1 (p50, p99) and throughput at batch 32,
+# for each page size, with the p2p bench's load generator (pc-p2p-bench
+# --target kvget).
+#
+# Two clusters run side by side, one per mode, each of two nodes on
+# loopback: an owner A and a reader B. The working set is stored through A
+# (kv.set). pc-p2p-bench asks B for the pages (kv.get), and B gets each the
+# way its mode does:
+#   p2p      a dir.get to the key's directory owner (A or B itself, half
+#            each on two nodes), then a READ of A's pool on the data port;
+#   slotmap  one READ of the key's bucket in its owner's slot region
+#            (slot_max_page_bytes = the page size, 4 ways). Only keys that
+#            A owns are read (--held-by A: slot.probe), so every get is a
+#            remote one, as every p2p get is.
+# For each size, RUNS rounds of (batch 1 latency, batch 32 throughput) on
+# both modes, the order of the modes swapping every round so that machine
+# noise hits both alike. Prints markdown tables (min / median / max over the
+# runs, and the paired ratios slotmap/p2p: run i over run i) on stdout and
+# writes every run to $BUILD/bench-results/slotmap-<timestamp>.json.
+# Progress on stderr. Both modes' nodes allow kv.get replies of a whole
+# batch of 4 MiB pages (the limits of docs/protocol.md raised alike).
+#
+# Environment (defaults in brackets):
+#   PEERCACHE_BUILD_DIR  build tree [<repo>/build]; built if peercached or
+#                        pc-p2p-bench is missing
+#   SIZES                page sizes, suffix k or m ["256k 4m"]
+#   RUNS                 rounds per size [5]
+#   DURATION             measured seconds per run [3]
+#   WARMUP               unmeasured seconds before each run [1]
+#   BATCH                keys per batch for the throughput runs [32]
+#   THREADS              reader threads of the throughput runs [1]
+#   WORKSET_MB           working set per size: keys = max(128, WORKSET_MB /
+#                        size) [512]
+#   NODE_THREADS         peercached --threads [2]
+#   PIN                  1: servers on CPU 1, clients on CPU 0 [0]
+#   RESULTS_DIR          where the JSON goes [$BUILD/bench-results]
+#
+# Only 127.0.0.1 is contacted; the nodes are stopped by PID after each size
+# and on exit (bench/lib.sh). Do not run it while others measure or build:
+# the machine has two cores.
+set -euo pipefail
+
+BENCH_NAME=slotmap_bench
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+SIZES=${SIZES:-"256k 4m"}
+BATCH=${BATCH:-32}
+THREADS=${THREADS:-1}
+WORKSET_MB=${WORKSET_MB:-512}
+NODE_THREADS=${NODE_THREADS:-2}
+NODE_BIN=${PEERCACHED:-$BUILD/server/peercached}
+P2P_BIN=${PC_P2P_BENCH:-$BUILD/bench/pc-p2p-bench}
+MODES=(p2p slotmap)
+CONNS=$THREADS  # what bench_python records as the connection counts
+
+need_count RUNS "$RUNS"
+for v in BATCH THREADS WORKSET_MB NODE_THREADS; do need_count "$v" "${!v}"; done
+need_seconds DURATION WARMUP
+[[ -n ${SIZES// /} ]] || die "SIZES is empty"
+SIZE_BYTES=()
+for s in $SIZES; do SIZE_BYTES+=("$(size_bytes "$s" 4096 $((64 << 20)))"); done
+need_python
+if [[ ! -x $P2P_BIN || ! -x $NODE_BIN ]]; then
+	bench_build "pc-p2p-bench or peercached missing"
+fi
+"$P2P_BIN" --help | grep -q kvget || die "$P2P_BIN has no kvget target: rebuild it"
+bench_pin
+bench_workdir
+
+# ------------------------------------------------------------- servers ----
+
+# cluster_up MODE SIZE KEYS: an owner and a reader node of MODE for KEYS
+# pages of SIZE bytes; sets OWNER_<MODE> and READER_<MODE> (RPC ports) and
+# PIDS_<MODE>.
+cluster_up() {
+	local mode=$1 size=$2 keys=$3 pool i port pa pb
+	local -a extra=()
+	pa=$(free_port)
+	pb=$(free_port)
+	while [[ $pb == "$pa" ]]; do pb=$(free_port); done
+	if [[ $mode == slotmap ]]; then
+		# 4 ways and about 4 slots per key of the whole set: some
+		# buckets overflow anyway (keys land at random); those keys
+		# are left out by --held-by.
+		pool=$(((keys * (size + 4096) * 4 >> 20) + 64))
+		extra=(--mode slotmap --slot-max-page-bytes "$size" --slot-ways 4)
+	else
+		pool=$(((keys * (size + 4096) * 3 >> 20) + 256))
+	fi
+	local -a pids=()
+	for i in 0 1; do
+		port=$pa
+		((i)) && port=$pb
+		SERVER_NAME="peercached $mode $i"
+		server_start "$WORK/$mode$i.out" "$WORK/$mode$i.err" \
+			"${SERVER_CPU[@]}" "$NODE_BIN" --bind "$HOST" --rpc-port "$port" \
+			--peers "$HOST:$pa,$HOST:$pb" --data-port 0 --meta-port 0 \
+			--metrics-port 0 --socket "" --threads "$NODE_THREADS" \
+			--pool-size "${pool}mb" --pool-prefault false --log-level info \
+			--rpc-max-message-bytes 512mb --conn-out-max 1gb \
+			--rpc-max-reply-bytes 4gb --kv-staging-max 2gb "${extra[@]}"
+		pids+=("$SERVER_PID")
+		rpc_port_wait "peercached $mode $i" "$WORK/$mode$i.out" "$WORK/$mode$i.err"
+	done
+	printf -v "OWNER_$mode" %s "$pa"
+	printf -v "READER_$mode" %s "$pb"
+	printf -v "PIDS_$mode" %s "${pids[*]}"
+	log "$mode: owner 127.0.0.1:$pa, reader 127.0.0.1:$pb, pool $pool MiB"
+}
+
+cluster_down() {
+	local -n started=PIDS_$1
+	local p
+	for p in $started; do
+		kill -0 "$p" 2>/dev/null || { server_log_tail "$WORK/$1"*.err; die "a $1 node died during the runs"; }
+		server_stop "$p"
+	done
+}
+
+# ---------------------------------------------------------------- runs ----
+
+# bench_run LABEL OUT ARG...: one pc-p2p-bench --json run, its JSON into OUT.
+bench_run() {
+	local label=$1 out=$2
+	local err=${out%.json}.err
+	shift 2
+	if ! "${CLIENT_CPU[@]}" "$P2P_BIN" --host "$HOST" --json "$@" >"$out" 2>"$err"; then
+		cat "$err" >&2
+		server_log_tail "$WORK"/*.err
+		die "pc-p2p-bench $label failed"
+	fi
+}
+
+# read_args MODE: where MODE's reads go, and which keys.
+read_args() {
+	local -n reader=READER_$1 owner=OWNER_$1
+	echo "--target kvget --port $reader --no-setup"
+	[[ $1 == slotmap ]] && echo "--held-by $owner"
+	return 0
+}
+
+n_runs=$((${#SIZE_BYTES[@]} * RUNS * 2 * ${#MODES[@]}))
+log "$n_runs runs of $DURATION s (+ $WARMUP s warm-up), plus setup: about $(awk -v n="$n_runs" -v d="$DURATION" -v w="$WARMUP" 'BEGIN { printf "%d", n * (d + w + 0.5) / 60 + 1 }') min"
+
+runs_start
+KEYS_OF=()
+for n in "${SIZE_BYTES[@]}"; do
+	keys=$((WORKSET_MB * 1048576 / n))
+	((keys < 128)) && keys=128
+	((keys < 4 * BATCH)) && keys=$((4 * BATCH))
+	KEYS_OF+=("$keys")
+	log "page size $n B: $keys keys, fresh clusters"
+	common=(--value-bytes "$n" --keys "$keys")
+	for m in "${MODES[@]}"; do
+		cluster_up "$m" "$n" "$keys"
+		owner=OWNER_$m
+		bench_run "setup $m" "$RUNDIR/setup-$m-s$n.json" --target kvget \
+			--port "${!owner}" --setup-only "${common[@]}"
+	done
+	for ((run = 1; run <= RUNS; run++)); do
+		for ((k = 0; k < ${#MODES[@]}; k++)); do
+			m=${MODES[(k + run - 1) % ${#MODES[@]}]}
+			for shape in lat thr; do
+				if [[ $shape == lat ]]; then
+					args=(--batch 1 --threads 1)
+				else
+					args=(--batch "$BATCH" --threads "$THREADS")
+				fi
+				out=$RUNDIR/$m-s$n-$shape-r$run.json
+				# shellcheck disable=SC2046  # read_args is words on purpose
+				bench_run "$m $shape, run $run" "$out" $(read_args "$m") \
+					"${common[@]}" "${args[@]}" --duration "$DURATION" \
+					--warmup "$WARMUP" --timeout 20
+				log "  size $n run $run $m $shape: $(json_num "$out" gb_per_s) GB/s, p50 $(json_num "$out" p50_us) us, p99 $(json_num "$out" p99_us) us"
+			done
+		done
+	done
+	for m in "${MODES[@]}"; do cluster_down "$m"; done
+done
+runs_end
+
+# ------------------------------------------------------------- summary ----
+
+results_prepare slotmap
+SB_SIZES="${SIZE_BYTES[*]}" SB_KEYS="${KEYS_OF[*]}" SB_BATCH=$BATCH SB_THREADS=$THREADS \
+SB_NODE_THREADS=$NODE_THREADS SB_WORKSET_MB=$WORKSET_MB \
+	bench_python <<'PYEOF'
+sizes = [int(x) for x in env["SB_SIZES"].split()]
+keys_of = dict(zip(sizes, (int(x) for x in env["SB_KEYS"].split())))
+MODES = ("p2p", "slotmap")
+summary, raw = [], []
+
+def size_name(n):
+    return f"{n >> 20}m" if n % (1 << 20) == 0 else f"{n >> 10}k"
+
+def pair(a, b, k):
+    return spread([x[k] / y[k] for x, y in zip(a, b)])
+
+for n in sizes:
+    rs = {m: {sh: [run_json(f"{m}-s{n}-{sh}-r{r}.json") for r in range(1, runs + 1)]
+              for sh in ("lat", "thr")} for m in MODES}
+    raw.append({"value_bytes": n, **rs})
+    s = {"value_bytes": n, "keys": keys_of[n]}
+    for m in MODES:
+        s[m] = {"p50_us": spread([x["p50_us"] for x in rs[m]["lat"]]),
+                "p99_us": spread([x["p99_us"] for x in rs[m]["lat"]]),
+                "gb_per_s": spread([x["gb_per_s"] for x in rs[m]["thr"]]),
+                "batch_p50_us": spread([x["p50_us"] for x in rs[m]["thr"]])}
+    s["ratio"] = {"p50": pair(rs["slotmap"]["lat"], rs["p2p"]["lat"], "p50_us"),
+                  "p99": pair(rs["slotmap"]["lat"], rs["p2p"]["lat"], "p99_us"),
+                  "gb_per_s": pair(rs["slotmap"]["thr"], rs["p2p"]["thr"], "gb_per_s")}
+    summary.append(s)
+
+goals = [{"goal": "slotmap p50 <= 0.6 x p2p p50 at batch 1", "value_bytes": s["value_bytes"],
+          "ratio": s["ratio"]["p50"], "met": s["ratio"]["p50"]["median"] <= 0.6}
+         for s in summary]
+write_json({**doc_head("slotmap"),
+            "params": {**params_head(), "sizes": sizes,
+                       "keys": {str(k): v for k, v in keys_of.items()},
+                       "batch": int(env["SB_BATCH"]), "threads": int(env["SB_THREADS"]),
+                       "node_threads": int(env["SB_NODE_THREADS"]),
+                       "workset_mb": int(env["SB_WORKSET_MB"]),
+                       "setup": "two nodes per mode: pages stored through the owner, "
+                                "kv.get through the reader (pc-p2p-bench --target kvget)"},
+            "summary": summary, "goals": goals, "runs": raw})
+
+def mmm(x, f=f1): return f"{f(x['min'])} / {f(x['median'])} / {f(x['max'])}"
+def g2(x): return f"{x:.2f}"
+print(f"### slotmap vs p2p: kv.get through a reader node, {runs} interleaved runs "
+      f"of {duration:g} s (min / median / max)\n")
+print("Batch 1, one thread: latency per get (us)\n")
+print("| size | p2p p50 | slotmap p50 | slotmap/p2p p50 | p2p p99 | slotmap p99 | slotmap/p2p p99 |")
+print("|---:|---:|---:|---:|---:|---:|---:|")
+for s in summary:
+    print(f"| {size_name(s['value_bytes'])} | {mmm(s['p2p']['p50_us'])} | {mmm(s['slotmap']['p50_us'])} "
+          f"| {rr(s['ratio']['p50'])} | {mmm(s['p2p']['p99_us'])} | {mmm(s['slotmap']['p99_us'])} "
+          f"| {rr(s['ratio']['p99'])} |")
+print(f"\nBatch {env['SB_BATCH']}, {env['SB_THREADS']} thread(s): throughput (GB/s of pages)\n")
+print("| size | p2p | slotmap | slotmap/p2p | p2p batch p50 us | slotmap batch p50 us |")
+print("|---:|---:|---:|---:|---:|---:|")
+for s in summary:
+    print(f"| {size_name(s['value_bytes'])} | {mmm(s['p2p']['gb_per_s'], g2)} "
+          f"| {mmm(s['slotmap']['gb_per_s'], g2)} | {rr(s['ratio']['gb_per_s'])} "
+          f"| {f0(s['p2p']['batch_p50_us']['median'])} | {f0(s['slotmap']['batch_p50_us']['median'])} |")
+print("\nGoal (median paired ratio):\n")
+for g in goals:
+    print(f"- {g['goal']}, {size_name(g['value_bytes'])}: {rr(g['ratio'])}: "
+          f"{'met' if g['met'] else 'NOT met'}")
+print(f"\nnode: --threads {env['SB_NODE_THREADS']}; load average {loadavg_span()}.")
+print(f"Results: {out_path}")
+PYEOF
