@@ -82,6 +82,7 @@ prefixes_of() { # object path (relative to the build dir) -> allowed prefixes
 	modules/*/transport*.c.o) echo "tp_ pc_mod_" ;;
 	modules/*/disk*.c.o) echo "pc_mod_ disk_" ;;
 	modules/*/placement_wire.c.o) echo "pl_" ;;
+	modules/*/slotmap*.c.o) echo "pc_mod_ sm_" ;;
 	modules/*) echo "pc_mod_" ;;
 	server/*) echo "pc_ main" ;;
 	client/*) echo "pcache_ main" ;;

@@ -153,8 +153,7 @@ uint64_t slot_bucket_off(const struct slot_class *c,
 uint64_t slot_sum(const struct slot_key *k, uint64_t len,
 		  const void *payload)
 {
-	uint64_t v[4] = {k->lo, k->hi, len, pc_page_sum(payload, len)};
-	return XXH3_64bits(v, sizeof(v));
+	return slot_sum_hashed(k, len, pc_page_sum(payload, len));
 }
 
 static inline uint64_t *trailer_of(void *slot, const struct slot_class *c)
@@ -371,12 +370,20 @@ int slot_write_begin(struct slot_region *s, const struct slot_key *k,
 	return 0;
 }
 
-void slot_write_commit(struct slot_region *s, struct slot_wr *w)
+uint64_t slot_sum_hashed(const struct slot_key *k, uint64_t len,
+			 uint64_t payload_hash)
+{
+	uint64_t v[4] = {k->lo, k->hi, len, payload_hash};
+	return XXH3_64bits(v, sizeof(v));
+}
+
+void slot_write_commit_hashed(struct slot_region *s, struct slot_wr *w,
+			      uint64_t payload_hash)
 {
 	const struct slot_class *c = &s->l.cls[w->cls];
 	uint8_t *slot = slot_at(s, w->cls, w->bucket, w->way);
 	struct slot_hdr *h = (struct slot_hdr *)slot;
-	uint64_t sum = slot_sum(&w->key, w->len, w->payload); /* no lock */
+	uint64_t sum = slot_sum_hashed(&w->key, w->len, payload_hash);
 	pthread_mutex_t *mu = lock_of(s, w->cls, w->bucket);
 	pthread_mutex_lock(mu);
 	h->stamp = atomic_fetch_add_explicit(&s->clock, 1,
@@ -398,6 +405,12 @@ void slot_write_commit(struct slot_region *s, struct slot_wr *w)
 	}
 	pthread_mutex_unlock(mu);
 	atomic_fetch_add_explicit(&s->writes, 1, memory_order_relaxed);
+}
+
+void slot_write_commit(struct slot_region *s, struct slot_wr *w)
+{
+	/* the payload's hash outside the bucket lock */
+	slot_write_commit_hashed(s, w, pc_page_sum(w->payload, w->len));
 }
 
 void slot_write_abort(struct slot_region *s, struct slot_wr *w)
@@ -466,15 +479,11 @@ static void class_range(const struct slot_layout *l, uint64_t want_len,
 	}
 }
 
-/* The owner's seqlock probe of key: with dst, copy the page there (a
- * read); without, judge the live slot with its checksum (an exists). The
- * length, or -ENOENT, -EAGAIN, -ENOSPC as for slot_read. */
-static int64_t probe(struct slot_region *s, const struct slot_key *k,
-		     uint64_t want_len, void *dst, uint64_t cap)
+int64_t slot_locate(struct slot_region *s, const struct slot_key *k,
+		    uint64_t want_len, struct slot_loc *loc)
 {
 	uint32_t lo, hi;
 	class_range(&s->l, want_len, &lo, &hi);
-	int64_t res = -ENOENT;
 	for (uint32_t cls = lo; cls < hi; cls++) {
 		const struct slot_class *c = &s->l.cls[cls];
 		uint64_t bucket = bucket_index(c, k);
@@ -484,43 +493,74 @@ static int64_t probe(struct slot_region *s, const struct slot_key *k,
 					  &len);
 			if (wy < 0)
 				break;
-			if (dst && len > cap)
-				return -ENOSPC;
 			uint8_t *slot = slot_at(s, cls, bucket, (uint32_t)wy);
-			bool whole = true;
-			if (dst)
-				memcpy(dst, slot + SLOT_HDR_BYTES, len);
-			else
-				whole = slot_judge(slot, c, k, want_len, true,
-						   NULL) == SLOT_HIT;
+			uint64_t tr = *(volatile uint64_t *)trailer_of(slot, c);
 			atomic_thread_fence(memory_order_acquire);
 			if (atomic_load_explicit(seq_of(slot),
 						 memory_order_relaxed) != seq) {
 				atomic_fetch_add_explicit(&s->read_retries, 1,
 							  memory_order_relaxed);
-				res = -EAGAIN;
 				continue;
 			}
-			if (whole)
-				return (int64_t)len;
-			atomic_fetch_add_explicit(&s->read_rejects, 1,
-						  memory_order_relaxed);
-			break;
+			if (tr != seq)
+				break; /* not a committed write: not whole */
+			*loc = (struct slot_loc){.slot = slot,
+						 .payload = slot +
+							    SLOT_HDR_BYTES,
+						 .seq = seq,
+						 .len = len};
+			return (int64_t)len;
 		}
 	}
-	return res;
+	return -ENOENT;
+}
+
+bool slot_loc_still(const struct slot_loc *loc)
+{
+	atomic_thread_fence(memory_order_acquire);
+	return atomic_load_explicit(seq_of(loc->slot), memory_order_relaxed) ==
+	       loc->seq;
 }
 
 int64_t slot_read(struct slot_region *s, const struct slot_key *k,
 		  uint64_t want_len, void *dst, uint64_t cap)
 {
-	return probe(s, k, want_len, dst, cap);
+	for (int t = 0; t < SLOT_READ_TRIES; t++) {
+		struct slot_loc loc;
+		int64_t len = slot_locate(s, k, want_len, &loc);
+		if (len < 0)
+			return len;
+		if ((uint64_t)len > cap)
+			return -ENOSPC;
+		memcpy(dst, loc.payload, (size_t)len);
+		if (slot_loc_still(&loc))
+			return len;
+		atomic_fetch_add_explicit(&s->read_retries, 1,
+					  memory_order_relaxed);
+	}
+	return -EAGAIN;
 }
 
 bool slot_exists(struct slot_region *s, const struct slot_key *k,
 		 uint64_t want_len)
 {
-	return probe(s, k, want_len, NULL, 0) >= 0;
+	for (int t = 0; t < SLOT_READ_TRIES; t++) {
+		struct slot_loc loc;
+		if (slot_locate(s, k, want_len, &loc) < 0)
+			return false;
+		const struct slot_hdr *h = (const struct slot_hdr *)loc.slot;
+		bool whole = slot_sum(k, loc.len, loc.payload) == h->sum;
+		if (!slot_loc_still(&loc)) {
+			atomic_fetch_add_explicit(&s->read_retries, 1,
+						  memory_order_relaxed);
+			continue;
+		}
+		if (!whole)
+			atomic_fetch_add_explicit(&s->read_rejects, 1,
+						  memory_order_relaxed);
+		return whole;
+	}
+	return false;
 }
 
 int slot_del(struct slot_region *s, const struct slot_key *k)

@@ -131,6 +131,10 @@ uint64_t slot_bucket_off(const struct slot_class *c,
 /* The checksum a slot's header holds for (key, len, payload). */
 uint64_t slot_sum(const struct slot_key *k, uint64_t len,
 		  const void *payload);
+/* The same from the payload's hash (pc_page_sum, XXH3-64 of its bytes),
+ * for callers that hashed it while copying. */
+uint64_t slot_sum_hashed(const struct slot_key *k, uint64_t len,
+			 uint64_t payload_hash);
 
 /* What a snapshot of one slot says about a key. */
 enum slot_verdict {
@@ -199,6 +203,12 @@ int slot_write_begin(struct slot_region *s, const struct slot_key *k,
  * key is in one way). */
 void slot_write_commit(struct slot_region *s, struct slot_wr *w);
 void slot_write_abort(struct slot_region *s, struct slot_wr *w);
+/* Commit with the payload's hash given (pc_page_sum of the bytes the
+ * writer meant to write, taken from its own source while copying, or sent
+ * by a remote writer): if the bytes in the slot are not those, readers
+ * reject the page (a late or partial write never passes as the key's). */
+void slot_write_commit_hashed(struct slot_region *s, struct slot_wr *w,
+			      uint64_t payload_hash);
 
 /* begin + copy + commit of a contiguous page, for callers that copy
  * inline (small pages, tests). */
@@ -211,6 +221,22 @@ int slot_write(struct slot_region *s, const struct slot_key *k,
  * (kept moving), -ENOSPC (cap too small). */
 int64_t slot_read(struct slot_region *s, const struct slot_key *k,
 		  uint64_t want_len, void *dst, uint64_t cap);
+
+/* Where key's committed page is, for a copy the caller makes itself (in
+ * slices, over loop passes): check slot_loc_still after the copy — the
+ * bytes copied are the page only if no write touched the slot since. A
+ * committed page is one whose sequence is even and whose trailer equals
+ * it; the owner's seqlock makes that a whole page without a checksum (the
+ * region's writers are the owner's own, and remote writes land only in
+ * ways claimed with an odd sequence). Returns the length, or -ENOENT. */
+struct slot_loc {
+	uint8_t *slot;
+	const uint8_t *payload;
+	uint64_t seq, len;
+};
+int64_t slot_locate(struct slot_region *s, const struct slot_key *k,
+		    uint64_t want_len, struct slot_loc *loc);
+bool slot_loc_still(const struct slot_loc *loc);
 
 /* Does the region hold key's whole page (the full check, checksum
  * included)? want_len as in slot_judge. */

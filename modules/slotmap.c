@@ -1,0 +1,794 @@
+/*
+ * modules/slotmap.c — slotmap mode (module "slotmap"): directory-free
+ * placement. Every key has a fixed place, a bucket of the slot region of
+ * its owner on the ring; a reader goes straight to the bytes with one read
+ * of that bucket and checks them itself (storage/slot_region.h).
+ *
+ * Owns, on the owner's side: this node's slot region (anonymous memory,
+ * pool_size bytes cut into the size classes of the settings), registered
+ * with the transport twice — for reads by any peer under rkey, and for
+ * writes under wkey, where a write is accepted only into the payload of a
+ * way a writer claimed (the claims table below); the slot.* RPC methods
+ * peers call (layout, claim, commit, probe, delete); the module's metrics
+ * and lifecycle. The client side — the kv API of this mode, published as
+ * the "kv" service — is modules/slotmap_kv.c.
+ *
+ * Inactive unless mode = slotmap: then kv (the p2p pool) stands aside and
+ * this module is the "kv" service that kv.* and the local sessions use.
+ *
+ * A remote write (docs/slotmap.md "Writes"): the writer asks the owner to
+ * claim ways (slot.claim: the owner's slot_write_begin, under the bucket's
+ * lock — the owner serialises writers per bucket), writes the payloads
+ * into them through the transport, then commits each with the XXH3 of the
+ * bytes it meant to write (slot.commit). A claim lives claim_ttl (twice
+ * rpc_timeout); one that is neither committed nor being written by then is
+ * aborted (the way is emptied) by the sweep. A transport write is accepted
+ * only while its claim lives, and only inside its payload, so a writer that
+ * comes back late never touches a way another writer holds now; and since
+ * the owner commits the writer's hash, not one of its own, bytes that are
+ * not the writer's page never pass a reader's check.
+ *
+ * Threading: the region and the claims are shared by every reactor (the
+ * region locks per bucket; the claims have one mutex, held for O(1) work).
+ * Handlers run on the reactor that received the call.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "common/guard.h"
+#include "common/log.h"
+#include "common/metrics.h"
+#include "common/settings.h"
+#include "common/util.h"
+#include "modules/membership.h"
+#include "modules/modules.h"
+#include "modules/peer_health.h"
+#include "modules/services.h"
+#include "modules/slotmap_int.h"
+#include "modules/transport.h"
+#include "rpc/client.h"
+#include "rpc/rpc.h"
+
+#define LOG_MOD "slotmap"
+#define SWEEP_MS 100
+
+struct sm_state sm_st;
+
+/* ------------------------------------------------------------ the claims */
+
+/* The claim on one slot (claims.st[slot number]). */
+struct sm_claim {
+	bool live;
+	uint32_t pins;     /* transport writes landing now */
+	uint64_t deadline; /* pc_now_ns() after which the sweep aborts it */
+	struct slot_wr w;
+};
+
+static struct {
+	pthread_mutex_t lock;
+	struct sm_claim *st;  /* one per slot of the region */
+	uint64_t nslots;
+	uint64_t first[SLOT_CLASSES_MAX]; /* slot number of each class's
+					   * first slot */
+	uint64_t live;        /* claims live now */
+	uint64_t ttl_ns;
+	struct rx_timer sweep; /* on reactor 0 */
+	bool sweeping;
+} cl;
+
+/* The slot number of [addr, addr+len), which must lie in one slot's
+ * payload area (from its header's end to its trailer), and the offset of
+ * addr in the slot: 0, or -EFAULT. */
+static int slot_of(uint64_t addr, uint64_t len, uint64_t *no, uint64_t *in)
+{
+	uint64_t base = (uintptr_t)sm_st.base;
+	if (addr < base || addr - base >= sm_st.lay.bytes)
+		return -EFAULT;
+	uint64_t off = addr - base;
+	for (uint32_t c = 0; c < sm_st.lay.nclasses; c++) {
+		const struct slot_class *k = &sm_st.lay.cls[c];
+		uint64_t end = k->offset + k->buckets * slot_bucket_bytes(k);
+		if (off < k->offset || off >= end)
+			continue;
+		uint64_t rel = off - k->offset;
+		*no = cl.first[c] + rel / k->stride;
+		*in = rel % k->stride;
+		if (*in < SLOT_HDR_BYTES ||
+		    *in + len > k->stride - SLOT_TRAILER_BYTES)
+			return -EFAULT;
+		return 0;
+	}
+	return -EFAULT;
+}
+
+static int claims_init(void)
+{
+	uint64_t n = 0;
+	for (uint32_t c = 0; c < sm_st.lay.nclasses; c++) {
+		cl.first[c] = n;
+		n += sm_st.lay.cls[c].buckets * sm_st.lay.cls[c].ways;
+	}
+	cl.nslots = n;
+	cl.st = calloc(n, sizeof(*cl.st));
+	if (!cl.st)
+		return -ENOMEM;
+	pthread_mutex_init(&cl.lock, NULL);
+	cl.ttl_ns = RX_MS(2 * (uint64_t)sm_st.timeout_ms);
+	return 0;
+}
+
+/* Pin hook of the write registration: a write must land in the payload of
+ * a live claim, within its length. */
+static int wpin(void *ctx, uintptr_t addr, uint64_t len, struct tp_pin *pin)
+{
+	(void)ctx;
+	uint64_t no, in;
+	if (slot_of(addr, len, &no, &in) < 0)
+		return -EFAULT;
+	int ret = -EACCES;
+	pthread_mutex_lock(&cl.lock);
+	struct sm_claim *c = &cl.st[no];
+	if (c->live && c->deadline > pc_now_ns() &&
+	    in - SLOT_HDR_BYTES + len <= c->w.len) {
+		c->pins++;
+		ret = 0;
+	}
+	pthread_mutex_unlock(&cl.lock);
+	pin->a = no;
+	pin->b = 0;
+	return ret;
+}
+
+static void wunpin(void *ctx, const struct tp_pin *pin)
+{
+	(void)ctx;
+	pthread_mutex_lock(&cl.lock);
+	PC_ASSERT(cl.st[pin->a].pins > 0);
+	cl.st[pin->a].pins--;
+	pthread_mutex_unlock(&cl.lock);
+}
+
+/* Reads need no pin: the region never goes away while the node serves,
+ * and readers judge what they get. */
+static int rpin(void *ctx, uintptr_t addr, uint64_t len, struct tp_pin *pin)
+{
+	(void)ctx;
+	(void)addr;
+	(void)len;
+	memset(pin, 0, sizeof(*pin));
+	return 0;
+}
+
+static void runpin(void *ctx, const struct tp_pin *pin)
+{
+	(void)ctx;
+	(void)pin;
+}
+
+/* Abort the claims whose time is over and that no write holds. */
+static void sweep(struct rx_reactor *r, struct rx_timer *t)
+{
+	uint64_t now = pc_now_ns(), expired = 0;
+	pthread_mutex_lock(&cl.lock);
+	for (uint64_t i = 0; cl.live && i < cl.nslots; i++) {
+		struct sm_claim *c = &cl.st[i];
+		if (!c->live || c->pins || c->deadline > now)
+			continue;
+		c->live = false;
+		cl.live--;
+		slot_write_abort(sm_st.reg, &c->w);
+		expired++;
+	}
+	pthread_mutex_unlock(&cl.lock);
+	if (expired) {
+		met_add(sm_st.claims_expired, expired);
+		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "%" PRIu64 " claimed way%s "
+			  "expired before its writer committed (emptied)",
+			  expired, expired == 1 ? "" : "s");
+	}
+	rx_timer_start(r, t, RX_MS(SWEEP_MS), 0);
+}
+
+/* ---------------------------------------------------------- the methods */
+
+static bool rd_key(struct mp_rd *p, const char **k, uint32_t *kl)
+{
+	return mp_rd_str(p, k, kl) == 0 && *kl > 0 && *kl <= DIR_KEY_MAX;
+}
+
+/* Check an array of n keys (1..SM_BATCH_MAX) without consuming p. */
+static bool keys_ok(const struct mp_rd *p, uint32_t *n)
+{
+	struct mp_rd s = *p;
+	if (mp_rd_array(&s, n) < 0 || *n == 0 || *n > SM_BATCH_MAX)
+		return false;
+	for (uint32_t i = 0; i < *n; i++) {
+		const char *k;
+		uint32_t kl;
+		if (!rd_key(&s, &k, &kl))
+			return false;
+	}
+	return true;
+}
+
+static const char keys_help[] = "1..1024 keys of 1..512 bytes";
+
+/* slot.layout [] -> {node, data, rkey, wkey, base, bytes, epoch,
+ *                    classes: [[max_payload, ways, buckets, stride,
+ *                               offset], ...]} */
+static void m_layout(struct rpc_call *call, struct mp_rd *p)
+{
+	(void)p;
+	msgpack_packer *pk = rpc_reply_begin(call);
+	msgpack_pack_map(pk, 8);
+#define KEY(s) msgpack_pack_str_with_body(pk, s, sizeof(s) - 1)
+	KEY("node");
+	msgpack_pack_str_with_body(pk, sm_st.cl->self_id, strlen(sm_st.cl->self_id));
+	KEY("data");
+	msgpack_pack_str_with_body(pk, sm_st.cl->self_data,
+				   strlen(sm_st.cl->self_data));
+	KEY("rkey");
+	msgpack_pack_uint32(pk, sm_st.rkey);
+	KEY("wkey");
+	msgpack_pack_uint32(pk, sm_st.wkey);
+	KEY("base");
+	msgpack_pack_uint64(pk, (uintptr_t)sm_st.base);
+	KEY("bytes");
+	msgpack_pack_uint64(pk, sm_st.lay.bytes);
+	KEY("epoch");
+	msgpack_pack_uint64(pk, sm_st.mb ? sm_st.mb->epoch() : 0);
+	KEY("classes");
+#undef KEY
+	msgpack_pack_array(pk, sm_st.lay.nclasses);
+	for (uint32_t c = 0; c < sm_st.lay.nclasses; c++) {
+		const struct slot_class *k = &sm_st.lay.cls[c];
+		msgpack_pack_array(pk, 5);
+		msgpack_pack_uint64(pk, k->max_payload);
+		msgpack_pack_uint32(pk, k->ways);
+		msgpack_pack_uint64(pk, k->buckets);
+		msgpack_pack_uint64(pk, k->stride);
+		msgpack_pack_uint64(pk, k->offset);
+	}
+	rpc_reply_end(call);
+}
+
+/* slot.claim [keys, lens] -> [data, wkey, [[addr, seq] | nil, ...]]:
+ * claim a way for each page (nil: no class holds it, or every way of its
+ * bucket is being written). */
+static void m_claim(struct rpc_call *call, struct mp_rd *p)
+{
+	uint32_t n, nl;
+	if (!keys_ok(p, &n)) {
+		rpc_reply_error(call, RPC_E_BAD_PARAMS, "expected [keys, lens]; "
+				"%s", keys_help);
+		return;
+	}
+	struct mp_rd lens = *p;
+	mp_skip(&lens);
+	if (mp_rd_array(&lens, &nl) < 0 || nl != n) {
+		rpc_reply_error(call, RPC_E_BAD_PARAMS, "expected [keys, lens] "
+				"with one length per key");
+		return;
+	}
+	mp_rd_array(p, &n);
+	msgpack_packer *pk = rpc_reply_begin(call);
+	msgpack_pack_array(pk, 3);
+	msgpack_pack_str_with_body(pk, sm_st.cl->self_data,
+				   strlen(sm_st.cl->self_data));
+	msgpack_pack_uint32(pk, sm_st.wkey);
+	msgpack_pack_array(pk, n);
+	uint64_t now = pc_now_ns(), got = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		const char *k;
+		uint32_t kl;
+		uint64_t len = 0;
+		rd_key(p, &k, &kl);
+		struct slot_wr w;
+		struct slot_key sk;
+		slot_key_of(&sk, k, kl);
+		uint64_t no, in;
+		if (mp_rd_uint(&lens, &len) < 0 || len == 0 ||
+		    slot_write_begin(sm_st.reg, &sk, len, &w) < 0) {
+			msgpack_pack_nil(pk);
+			continue;
+		}
+		PC_ASSERT(slot_of((uintptr_t)w.payload, len, &no, &in) == 0);
+		pthread_mutex_lock(&cl.lock);
+		struct sm_claim *c = &cl.st[no];
+		PC_ASSERT(!c->live); /* begin never hands out a busy way */
+		*c = (struct sm_claim){.live = true,
+				       .deadline = now + cl.ttl_ns,
+				       .w = w};
+		cl.live++;
+		pthread_mutex_unlock(&cl.lock);
+		got++;
+		msgpack_pack_array(pk, 2);
+		msgpack_pack_uint64(pk, (uintptr_t)w.payload);
+		msgpack_pack_uint64(pk, w.seq);
+	}
+	met_add(sm_st.claims, got);
+	rpc_reply_end(call);
+}
+
+/* slot.commit [[addr, seq, hash | nil], ...] -> [bool, ...]: publish each
+ * claimed way with the writer's hash of its payload (nil: give it back). */
+static void m_commit(struct rpc_call *call, struct mp_rd *p)
+{
+	uint32_t n;
+	struct mp_rd s = *p;
+	bool bad = mp_rd_array(&s, &n) < 0 || n == 0 || n > SM_BATCH_MAX;
+	for (uint32_t i = 0; i < n && !bad; i++) {
+		uint32_t m;
+		uint64_t v;
+		bad = mp_rd_array(&s, &m) < 0 || m != 3 ||
+		      mp_rd_uint(&s, &v) < 0 || mp_rd_uint(&s, &v) < 0 ||
+		      (!mp_rd_try_nil(&s) && mp_rd_uint(&s, &v) < 0);
+	}
+	if (bad) {
+		rpc_reply_error(call, RPC_E_BAD_PARAMS, "expected [[addr, seq, "
+				"hash | nil], ...] (1..%d)", SM_BATCH_MAX);
+		return;
+	}
+	mp_rd_array(p, &n);
+	bool ok[SM_BATCH_MAX];
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t m;
+		uint64_t addr, seq, hash = 0;
+		mp_rd_array(p, &m);
+		mp_rd_uint(p, &addr);
+		mp_rd_uint(p, &seq);
+		bool give_back = mp_rd_try_nil(p);
+		if (!give_back)
+			mp_rd_uint(p, &hash);
+		ok[i] = false;
+		uint64_t no, in;
+		if (slot_of(addr, 1, &no, &in) < 0 || in != SLOT_HDR_BYTES)
+			continue;
+		struct slot_wr w;
+		pthread_mutex_lock(&cl.lock);
+		struct sm_claim *c = &cl.st[no];
+		bool mine = c->live && c->w.seq == seq && c->pins == 0;
+		if (mine) {
+			w = c->w;
+			c->live = false;
+			cl.live--;
+		}
+		pthread_mutex_unlock(&cl.lock);
+		if (!mine)
+			continue; /* expired, or not this writer's claim */
+		if (give_back) {
+			slot_write_abort(sm_st.reg, &w);
+			continue;
+		}
+		slot_write_commit_hashed(sm_st.reg, &w, hash);
+		ok[i] = true;
+	}
+	rpc_reply_bools(call, ok, n);
+}
+
+/* slot.probe [keys, len] -> [len, ...]: each key's committed page length
+ * here (0: none), of length len when len is not 0. */
+static void m_probe(struct rpc_call *call, struct mp_rd *p)
+{
+	uint32_t n;
+	if (!keys_ok(p, &n)) {
+		rpc_reply_error(call, RPC_E_BAD_PARAMS, "expected [keys, len]; "
+				"%s", keys_help);
+		return;
+	}
+	struct mp_rd rest = *p;
+	uint64_t want = 0;
+	mp_skip(&rest);
+	if (mp_rd_uint(&rest, &want) < 0) {
+		rpc_reply_error(call, RPC_E_BAD_PARAMS, "expected [keys, len]");
+		return;
+	}
+	mp_rd_array(p, &n);
+	msgpack_packer *pk = rpc_reply_begin(call);
+	msgpack_pack_array(pk, n);
+	for (uint32_t i = 0; i < n; i++) {
+		const char *k;
+		uint32_t kl;
+		rd_key(p, &k, &kl);
+		struct slot_key sk;
+		struct slot_loc loc;
+		slot_key_of(&sk, k, kl);
+		int64_t len = slot_locate(sm_st.reg, &sk, want, &loc);
+		msgpack_pack_uint64(pk, len > 0 ? (uint64_t)len : 0);
+	}
+	rpc_reply_end(call);
+}
+
+/* slot.delete [keys] -> [bool, ...] (existed) */
+static void m_delete(struct rpc_call *call, struct mp_rd *p)
+{
+	uint32_t n;
+	if (!keys_ok(p, &n)) {
+		rpc_reply_error(call, RPC_E_BAD_PARAMS, "expected [keys]; %s",
+				keys_help);
+		return;
+	}
+	mp_rd_array(p, &n);
+	bool ok[SM_BATCH_MAX];
+	for (uint32_t i = 0; i < n; i++) {
+		const char *k;
+		uint32_t kl;
+		rd_key(p, &k, &kl);
+		struct slot_key sk;
+		slot_key_of(&sk, k, kl);
+		ok[i] = slot_del(sm_st.reg, &sk) > 0;
+	}
+	rpc_reply_bools(call, ok, n);
+}
+
+/* Every method answers "unsupported" on a node not in slotmap mode. */
+#define GUARD(fn)                                                              \
+	static void g_##fn(struct rpc_call *call, struct mp_rd *p)             \
+	{                                                                      \
+		if (!sm_st.on) {                                                  \
+			rpc_reply_error(call, RPC_E_UNSUPPORTED,               \
+					"this node runs mode = p2p, not "      \
+					"slotmap");                            \
+			return;                                                \
+		}                                                              \
+		fn(call, p);                                                   \
+	}
+GUARD(m_layout)
+GUARD(m_claim)
+GUARD(m_commit)
+GUARD(m_probe)
+GUARD(m_delete)
+#undef GUARD
+
+static const struct rpc_method methods[] = {
+	{"slot.layout", g_m_layout, 0,
+	 "[] -> {node, data, rkey, wkey, base, bytes, epoch, classes}: this "
+	 "node's slot region (slotmap mode)"},
+	{"slot.claim", g_m_claim, 0,
+	 "[keys, lens] -> [data, wkey, [[addr, seq] | nil, ...]]: claim a way "
+	 "for each page a peer will write"},
+	{"slot.commit", g_m_commit, 0,
+	 "[[addr, seq, hash | nil], ...] -> [bool, ...]: publish claimed ways "
+	 "(nil: give back)"},
+	{"slot.probe", g_m_probe, 0,
+	 "[keys, len] -> [len, ...]: committed page length of each key here, "
+	 "0 if none"},
+	{"slot.delete", g_m_delete, 0, "[keys] -> [existed, ...]"},
+	{NULL, NULL, 0, NULL},
+};
+
+/* ------------------------------------------------------------- lifecycle */
+
+/* The size classes the settings ask for: the original's single class
+ * (slot_max_page_bytes x slot_ways, slot_num_buckets or filling the
+ * region), or the list of slot_classes. */
+static unsigned class_specs(const struct pc_settings *s,
+			    struct slot_class_spec *sp)
+{
+	sp[0] = (struct slot_class_spec){
+		.max_payload = s->slot_max_page_bytes,
+		.ways = (uint32_t)s->slot_ways,
+		.buckets = (uint64_t)s->slot_num_buckets,
+		.share_pm = s->slot_num_buckets ? 0 : 1000};
+	return 1;
+}
+
+static double stat_fn(void *arg)
+{
+	struct slot_stats st;
+	slot_region_stats(sm_st.reg, &st);
+	return (double)*(const uint64_t *)((const char *)&st + (uintptr_t)arg);
+}
+
+static double staged_fn(void *arg)
+{
+	(void)arg;
+	return (double)__atomic_load_n(&sm_st.staged, __ATOMIC_RELAXED);
+}
+
+static double const_fn(void *arg)
+{
+	return (double)*(const uint64_t *)arg;
+}
+
+static uint64_t nslots_v;
+
+static void register_metrics(void)
+{
+#define CTR(var, name, help, lab) var = met_register(MET_COUNTER, name, help, lab)
+	CTR(sm_st.rd_req, "peercache_read_requests_total", "pages asked for", NULL);
+	CTR(sm_st.rd_hit, "peercache_read_hits_total", "pages found", NULL);
+	CTR(sm_st.rd_miss, "peercache_read_misses_total", "pages not found", NULL);
+	CTR(sm_st.rd_local, "peercache_read_local_hits_total",
+	    "pages served from this node's memory (no network)", NULL);
+	CTR(sm_st.rd_remote, "peercache_read_remote_hits_total",
+	    "pages read from another node's memory", NULL);
+	CTR(sm_st.rd_bytes, "peercache_bytes_read_total",
+	    "page bytes read (found pages, local or remote, on every path)",
+	    NULL);
+	static const char src_help[] =
+		"slotmap reads by what they found: the key's page in this "
+		"node's region (local_slot) or in its owner's (remote_slot), "
+		"no page (miss), or a snapshot of the key's slot that failed "
+		"validation — torn, or changed under the read (rejected; also "
+		"counted as a miss)";
+	CTR(sm_st.src_local, "peercache_slotmap_reads_total", src_help,
+	    "source=\"local_slot\"");
+	CTR(sm_st.src_remote, "peercache_slotmap_reads_total", src_help,
+	    "source=\"remote_slot\"");
+	CTR(sm_st.src_miss, "peercache_slotmap_reads_total", src_help,
+	    "source=\"miss\"");
+	CTR(sm_st.src_rejected, "peercache_slotmap_reads_total", src_help,
+	    "source=\"rejected\"");
+	CTR(sm_st.wr_req, "peercache_write_requests_total", "set calls", NULL);
+	CTR(sm_st.wr_pages, "peercache_write_pages_total", "pages stored", NULL);
+	CTR(sm_st.wr_bytes, "peercache_bytes_written_total", "page bytes stored",
+	    NULL);
+	static const char wr_help[] =
+		"pages slotmap stored, by path: into this node's region "
+		"(local) or into the owner's through a claim (remote)";
+	CTR(sm_st.wr_local, "peercache_slotmap_writes_total", wr_help,
+	    "path=\"local\"");
+	CTR(sm_st.wr_remote, "peercache_slotmap_writes_total", wr_help,
+	    "path=\"remote\"");
+	static const char wf_help[] =
+		"pages slotmap could not store, by reason: every way of the "
+		"bucket was being written (busy), no size class holds the page "
+		"(too_large), the owner did not claim, take or commit it "
+		"(remote)";
+	CTR(sm_st.wr_fail_busy, "peercache_slotmap_write_failures_total", wf_help,
+	    "reason=\"busy\"");
+	CTR(sm_st.wr_fail_big, "peercache_slotmap_write_failures_total", wf_help,
+	    "reason=\"too_large\"");
+	CTR(sm_st.wr_fail_remote, "peercache_slotmap_write_failures_total",
+	    wf_help, "reason=\"remote\"");
+	CTR(sm_st.ex_req, "peercache_exists_requests_total", "exists calls", NULL);
+	CTR(sm_st.ex_found, "peercache_exists_pages_found_total",
+	    "pages reported by exists", NULL);
+	CTR(sm_st.del_req, "peercache_delete_requests_total", "keys deleted", NULL);
+	CTR(sm_st.deadline_hit, "peercache_request_deadline_exceeded_total",
+	    "page calls (set, get, exists) that ran into request_deadline",
+	    NULL);
+	CTR(sm_st.claims, "peercache_slotmap_claims_total",
+	    "ways this node claimed for peers' writes", NULL);
+	CTR(sm_st.claims_expired, "peercache_slotmap_claims_expired_total",
+	    "claimed ways emptied because their writer did not commit within "
+	    "twice rpc_timeout", NULL);
+	CTR(sm_st.layouts_fetched, "peercache_slotmap_layouts_fetched_total",
+	    "slot.layout answers this node took from owners", NULL);
+#undef CTR
+	sm_st.lat_read = met_register(MET_HISTOGRAM, "peercache_op_latency_seconds",
+				   "latency of page operations", "op=\"read\"");
+	sm_st.lat_write = met_register(MET_HISTOGRAM,
+				    "peercache_op_latency_seconds",
+				    "latency of page operations", "op=\"write\"");
+	met_register_fn("peercache_kv_staged_bytes",
+			"bytes kv.* calls in flight hold now", NULL, staged_fn,
+			NULL);
+	met_register_fn("peercache_slotmap_region_bytes",
+			"bytes of this node's slot region", NULL, const_fn,
+			&sm_st.lay.bytes);
+	nslots_v = cl.nslots;
+	met_register_fn("peercache_slotmap_slots", "slots of this node's region",
+			NULL, const_fn, &nslots_v);
+#define STAT(name, help, f)                                                    \
+	met_register_counter_fn(name, help, NULL, stat_fn,                     \
+				(void *)offsetof(struct slot_stats, f))
+	STAT("peercache_slotmap_evictions_total",
+	     "pages overwritten by another key's (oldest way of a full bucket)",
+	     evictions);
+	STAT("peercache_slotmap_busy_refusals_total",
+	     "writes refused because every way of the bucket was being written",
+	     busy_refusals);
+	STAT("peercache_slotmap_local_read_retries_total",
+	     "local reads that met a write and looked again", read_retries);
+#undef STAT
+}
+
+/* Membership changed: the layouts this reactor holds are dropped (epoch
+ * in the layout: a restarted or replaced owner announces a new one); a
+ * suspect or departed owner's calls and reads fail now. */
+static void on_member(struct rx_reactor *r, enum mb_event ev,
+		      const char *peer, uint64_t epoch, void *arg)
+{
+	(void)epoch;
+	(void)arg;
+	struct sm_rx *x = &sm_st.rx[rx_reactor_id(r)];
+	if (ev == MB_JOIN || ev == MB_LEAVE)
+		for (unsigned i = 0; i < SM_LAYOUTS; i++)
+			x->lay[i].valid = false;
+	if (ev == MB_SUSPECT || ev == MB_LEAVE) {
+		struct tp_client *tc = sm_st.tp->clients[rx_reactor_id(r)];
+		if (tc)
+			sm_st.tp->ops->fail_node(tc, peer, -EHOSTDOWN);
+		if (x->cl)
+			rpc_client_fail_endpoint(x->cl, peer, -EHOSTDOWN);
+	}
+}
+
+static void sm_fini(struct pc_ctx *ctx);
+
+static int sm_init(struct pc_ctx *ctx)
+{
+	const struct pc_settings *s = ctx->cfg;
+	memset(&sm_st, 0, sizeof(sm_st));
+	memset(&cl, 0, sizeof(cl));
+	if (s->mode != PC_MODE_SLOTMAP)
+		return 0;
+	sm_st.ctx = ctx;
+	sm_st.timeout_ms = (unsigned)s->rpc_timeout_ms;
+	sm_st.deadline_ns = RX_MS(s->request_deadline_ms);
+	sm_st.staging_max = s->kv_staging_max;
+	sm_st.secret = s->cluster_secret;
+	sm_st.msg_max = s->rpc_max_message_bytes;
+	sm_st.check_sum = true;
+	if (!(sm_st.cl = svc_need_cluster(ctx, "slotmap")) ||
+	    !(sm_st.tp = svc_need_transport(ctx, "slotmap")) ||
+	    !(sm_st.mb = svc_need_membership(ctx, "slotmap")))
+		return -ENOENT;
+	sm_st.health = svc_find_health(ctx);
+	struct slot_class_spec sp[SLOT_CLASSES_MAX];
+	unsigned nsp = class_specs(s, sp);
+	const char *why = NULL;
+	int ret = slot_layout_plan(&sm_st.lay, s->pool_size, sp, nsp, &why);
+	if (ret < 0) {
+		PC_LOGE(LOG_MOD, "cannot lay out a %llu-byte slot region "
+			"(pool_size): %s", (unsigned long long)s->pool_size,
+			why ? why : strerror(-ret));
+		return ret;
+	}
+	for (uint32_t c = 0; c < sm_st.lay.nclasses; c++)
+		if (slot_bucket_bytes(&sm_st.lay.cls[c]) > TP_IO_MAX) {
+			PC_LOGE(LOG_MOD, "class %u: a bucket of %u ways x %llu B "
+				"is over the largest transfer (%u B): fewer "
+				"ways or smaller pages", c,
+				sm_st.lay.cls[c].ways,
+				(unsigned long long)sm_st.lay.cls[c].stride,
+				TP_IO_MAX);
+			return -EINVAL;
+		}
+	sm_st.on = true;
+	sm_st.bytes = sm_st.lay.bytes;
+	void *m = mmap(NULL, sm_st.bytes, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (m == MAP_FAILED) {
+		ret = -errno;
+		PC_LOGE(LOG_MOD, "cannot map a %llu-byte slot region: %s",
+			(unsigned long long)sm_st.bytes, strerror(-ret));
+		sm_st.on = false;
+		return ret;
+	}
+	sm_st.base = m;
+#ifdef PEERCACHE_FAULT_INJECTION
+	const char *nc = getenv("PEERCACHE_TEST_SLOT_NOCHECK");
+	if (nc && *nc && strcmp(nc, "0") != 0) {
+		sm_st.check_sum = false;
+		PC_LOGW(LOG_MOD, "PEERCACHE_TEST_SLOT_NOCHECK: readers skip the "
+			"payload checksum (a test's negative control: torn and "
+			"foreign pages can pass)");
+	}
+#endif
+	if ((ret = slot_region_new(&sm_st.reg, sm_st.base, &sm_st.lay)) < 0 ||
+	    (ret = claims_init()) < 0)
+		goto fail;
+	struct tp_region rr = {.base = (uintptr_t)sm_st.base, .len = sm_st.bytes,
+			       .access = TP_ACCESS_READ, .pin = rpin,
+			       .unpin = runpin};
+	struct tp_region wr = {.base = (uintptr_t)sm_st.base, .len = sm_st.bytes,
+			       .access = TP_ACCESS_WRITE, .pin = wpin,
+			       .unpin = wunpin};
+	if ((ret = sm_st.tp->ops->reg_region(sm_st.tp->node, &rr, &sm_st.rkey)) < 0 ||
+	    (ret = sm_st.tp->ops->reg_region(sm_st.tp->node, &wr, &sm_st.wkey)) < 0)
+		goto fail;
+	if ((ret = pc_guard_init()) < 0)
+		goto fail;
+	sm_st.rx = calloc(ctx->threads, sizeof(*sm_st.rx));
+	if (!sm_st.rx) {
+		ret = -ENOMEM;
+		goto fail;
+	}
+	if ((ret = svc_publish_kv(ctx, "slotmap", &sm_kv_api)) < 0)
+		goto fail;
+	/* No unsubscribe: a failed init ends the process before any event. */
+	if ((ret = sm_st.mb->subscribe(MB_ON(MB_JOIN) | MB_ON(MB_LEAVE) |
+					    MB_ON(MB_SUSPECT),
+				    on_member, NULL)) < 0)
+		goto fail;
+	register_metrics();
+	for (uint32_t c = 0; c < sm_st.lay.nclasses; c++) {
+		const struct slot_class *k = &sm_st.lay.cls[c];
+		PC_LOGI(LOG_MOD, "class %u: pages up to %llu B, %llu buckets x "
+			"%u ways x %llu B (%llu slots)", c,
+			(unsigned long long)k->max_payload,
+			(unsigned long long)k->buckets, k->ways,
+			(unsigned long long)k->stride,
+			(unsigned long long)(k->buckets * k->ways));
+	}
+	PC_LOGI(LOG_MOD, "slot region: %llu bytes of pool_size %llu (%.2f%% "
+		"used), %llu slots", (unsigned long long)sm_st.lay.bytes,
+		(unsigned long long)s->pool_size,
+		100.0 * (double)sm_st.lay.bytes / (double)s->pool_size,
+		(unsigned long long)cl.nslots);
+	return 0;
+fail:
+	sm_fini(ctx);
+	return ret;
+}
+
+static int sm_start(struct rx_reactor *r, struct pc_ctx *ctx)
+{
+	(void)ctx;
+	if (!sm_st.on)
+		return 0;
+	struct sm_rx *x = &sm_st.rx[rx_reactor_id(r)];
+	x->r = r;
+	struct rpc_client_opts o;
+	rpc_client_opts_default(&o);
+	o.secret = sm_st.secret;
+	o.max_message_bytes = sm_st.msg_max;
+	if (!(x->cl = rpc_client_new(r, &o)))
+		return -ENOMEM;
+	if (rx_reactor_id(r) == 0) {
+		rx_timer_init(&cl.sweep, sweep, NULL);
+		rx_timer_start(r, &cl.sweep, RX_MS(SWEEP_MS), 0);
+		cl.sweeping = true;
+	}
+	return sm_kv_start(r);
+}
+
+static void sm_stop(struct rx_reactor *r, struct pc_ctx *ctx)
+{
+	(void)ctx;
+	if (!sm_st.on)
+		return;
+	if (rx_reactor_id(r) == 0 && cl.sweeping) {
+		rx_timer_stop(r, &cl.sweep);
+		cl.sweeping = false;
+	}
+}
+
+static void sm_exit(struct rx_reactor *r, struct pc_ctx *ctx)
+{
+	(void)ctx;
+	if (!sm_st.on || !sm_st.rx)
+		return;
+	struct sm_rx *x = &sm_st.rx[rx_reactor_id(r)];
+	sm_kv_exit(r);
+	if (x->cl)
+		rpc_client_free(x->cl);
+	x->cl = NULL;
+}
+
+static void sm_fini(struct pc_ctx *ctx)
+{
+	if (sm_st.ctx && svc_find_kv(ctx) == &sm_kv_api)
+		svc_withdraw_kv(ctx);
+	if (sm_st.tp && sm_st.rkey)
+		sm_st.tp->ops->dereg_region(sm_st.tp->node, sm_st.rkey);
+	if (sm_st.tp && sm_st.wkey)
+		sm_st.tp->ops->dereg_region(sm_st.tp->node, sm_st.wkey);
+	slot_region_free(sm_st.reg);
+	free(cl.st);
+	if (cl.st)
+		pthread_mutex_destroy(&cl.lock);
+	if (sm_st.base)
+		munmap(sm_st.base, sm_st.bytes);
+	free(sm_st.rx);
+	memset(&cl, 0, sizeof(cl));
+	memset(&sm_st, 0, sizeof(sm_st));
+}
+
+const struct pc_module pc_mod_slotmap = {
+	.name = "slotmap",
+	.init = sm_init,
+	.start = sm_start,
+	.stop = sm_stop,
+	.exit = sm_exit,
+	.fini = sm_fini,
+	.rpc_methods = methods,
+};
