@@ -538,18 +538,21 @@ static const struct rpc_method methods[] = {
 
 /* ------------------------------------------------------------- lifecycle */
 
-/* The size classes the settings ask for: the original's single class
- * (slot_max_page_bytes x slot_ways, slot_num_buckets or filling the
- * region), or the list of slot_classes. */
+/* The size classes the settings derived (pc_settings_validate: the
+ * original's single class when slot_num_buckets > 0, the auto classes, or
+ * the slot_classes list). */
 static unsigned class_specs(const struct pc_settings *s,
 			    struct slot_class_spec *sp)
 {
-	sp[0] = (struct slot_class_spec){
-		.max_payload = s->slot_max_page_bytes,
-		.ways = (uint32_t)s->slot_ways,
-		.buckets = (uint64_t)s->slot_num_buckets,
-		.share_pm = s->slot_num_buckets ? 0 : 1000};
-	return 1;
+	_Static_assert(PC_SLOT_CLASSES_MAX <= SLOT_CLASSES_MAX,
+		       "the settings' classes fit the layout");
+	for (unsigned i = 0; i < s->slot_ncls; i++)
+		sp[i] = (struct slot_class_spec){
+			.max_payload = s->slot_cls[i].max_payload,
+			.ways = s->slot_cls[i].ways,
+			.buckets = s->slot_cls[i].buckets,
+			.share_pm = s->slot_cls[i].share_pm};
+	return s->slot_ncls;
 }
 
 static double stat_fn(void *arg)
