@@ -15,8 +15,20 @@
  *  - pool_size 4gb: the original's global_segment_size; memory is mapped
  *    lazily, so an idle node does not hold it.
  *  - slot_max_page_bytes 8mb with slot_ways 4: real pages are 256 KiB (MLA)
- *    up to 4-8 MiB (MHA); one size class must hold the largest or those pages
- *    can never be cached. slot_num_buckets 0 = fill pool_size.
+ *    up to 4-8 MiB (MHA); a class must hold the largest or those pages can
+ *    never be cached.
+ *  - slot classes (slotmap's region, pool_size bytes), derived in this order:
+ *    slot_num_buckets > 0: one class of slot_max_page_bytes x slot_ways x
+ *    slot_num_buckets, the original's geometry (slot_classes must then be
+ *    auto); else slot_classes = auto: 256kb x slot_ways on 40 % of the
+ *    region and slot_max_page_bytes x slot_ways on 60 % when
+ *    slot_max_page_bytes is above 256kb (so 256 KiB MLA pages do not each
+ *    take an 8 MiB slot), else one class of slot_max_page_bytes on 100 %;
+ *    else the list SIZE:WAYS:SHARE,... as given (at most 8 classes of
+ *    distinct sizes within 4kb..1gb, ways 1..64, SHARE a percent of the
+ *    region "40%" or a bucket count "1000", percents summing to <= 100).
+ *  - slotmap refuses the disk tier: its pages live only in the slot region
+ *    (as in the original), and the tier works on p2p's pool and records.
  *  - reactor sizes: 1024 SQ entries (x8 CQ) and 512 x 16 KiB receive buffers
  *    per thread (8 MiB) carry thousands of connections; 16384 op slots bound
  *    the in-flight work of one thread.
@@ -133,7 +145,15 @@ static const struct pc_cfg_key keys[] = {
 	{"slot_ways", PC_CFG_INT, "4", 1, 64, NULL, OFF(slot_ways), 0,
 	 "slotmap: ways per bucket"},
 	{"slot_num_buckets", PC_CFG_INT, "0", 0, 1ll << 32, NULL,
-	 OFF(slot_num_buckets), 0, "slotmap: buckets; 0 = fill pool_size"},
+	 OFF(slot_num_buckets), 0, "slotmap: buckets of one class of "
+	 "slot_max_page_bytes x slot_ways (the original's geometry; "
+	 "slot_classes must be auto); 0 = size classes from slot_classes"},
+	{"slot_classes", PC_CFG_STRING, "auto", 1, 1024, NULL,
+	 OFF(slot_classes), 0, "slotmap: the slot region's size classes, "
+	 "SIZE:WAYS:SHARE,... (at most 8; SIZE 4kb..1gb, WAYS 1..64, SHARE a "
+	 "percent of pool_size like 40% or a bucket count), or auto: "
+	 "256kb:slot_ways:40% and slot_max_page_bytes:slot_ways:60% when "
+	 "slot_max_page_bytes > 256kb, else slot_max_page_bytes:slot_ways:100%"},
 	{"metrics_enabled", PC_CFG_BOOL, "true", 0, 0, NULL,
 	 OFF(metrics_enabled), 0, "serve /metrics and /healthz over HTTP"},
 	{"metrics_dashboard", PC_CFG_BOOL, "true", 0, 0, NULL,
@@ -317,19 +337,6 @@ static int settings_alias(void *settings, const char *name, const char *value,
 const struct pc_cfg_table pc_settings_table = {keys, PC_ARRAY_LEN(keys),
 					       settings_alias};
 
-/*
- * Settings accepted now whose feature has not landed yet: changing one logs a
- * warning that it has no effect. Each row leaves when its feature lands.
- */
-static const struct {
-	const char *key;
-	const char *feature;
-} inactive[] = {
-	{"slot_max_page_bytes", "slotmap mode"},
-	{"slot_ways", "slotmap mode"},
-	{"slot_num_buckets", "slotmap mode"},
-};
-
 int pc_settings_defaults(struct pc_settings *s, char *err, size_t errlen)
 {
 	memset(s, 0, sizeof(*s));
@@ -464,7 +471,167 @@ bool pc_host_is_loopback(const char *host)
 	return false;
 }
 
-int pc_settings_validate(const struct pc_settings *s, char *err, size_t errlen)
+/* ---- slot classes (slotmap's region) ---- */
+
+#define SLOT_SIZE_MIN (4 * KB)
+#define SLOT_SIZE_MAX (1 * GB)
+#define SLOT_WAYS_MAX 64
+#define SLOT_AUTO_SMALL (256 * KB)
+#define SLOT_FIELD_MAX 32
+
+static const char slot_grammar[] = "auto, or SIZE:WAYS:SHARE,... with SIZE "
+				   "4kb..1gb, WAYS 1..64, SHARE a percent "
+				   "1%..100% or a bucket count";
+
+static void slot_class_set(struct pc_settings *s, uint64_t size,
+			   uint32_t ways, uint64_t buckets, uint32_t share_pm)
+{
+	s->slot_cls[s->slot_ncls++] = (struct pc_slot_class){
+		.max_payload = size, .ways = ways, .buckets = buckets,
+		.share_pm = share_pm};
+}
+
+/* Copy the field of item that ends at the next ':' (or the item's end)
+ * into out; *p moves past it. -EINVAL when it does not fit. */
+static int slot_field(const char **p, const char *end, char *out)
+{
+	const char *c = memchr(*p, ':', (size_t)(end - *p));
+	const char *e = c ? c : end;
+	size_t n = (size_t)(e - *p);
+	if (n == 0 || n >= SLOT_FIELD_MAX)
+		return -EINVAL;
+	memcpy(out, *p, n);
+	out[n] = '\0';
+	*p = c ? c + 1 : end;
+	return 0;
+}
+
+/* One SIZE:WAYS:SHARE item (no blanks inside) into s->slot_cls. Returns 0,
+ * or -EINVAL with what is wrong in why. */
+static int slot_item(struct pc_settings *s, const char *item, const char *end,
+		     const char **why)
+{
+	char f[3][SLOT_FIELD_MAX];
+	const char *p = item;
+	for (int i = 0; i < 3; i++)
+		if (slot_field(&p, end, f[i]) < 0 || (i < 2 && p == end)) {
+			*why = "expected SIZE:WAYS:SHARE";
+			return -EINVAL;
+		}
+	if (p != end) {
+		*why = "expected SIZE:WAYS:SHARE (three fields)";
+		return -EINVAL;
+	}
+	uint64_t size;
+	int64_t ways, n;
+	if (pc_parse_size(f[0], &size) < 0 || size < SLOT_SIZE_MIN ||
+	    size > SLOT_SIZE_MAX) {
+		*why = "SIZE is not a size within 4kb..1gb";
+		return -EINVAL;
+	}
+	if (f[1][0] < '0' || f[1][0] > '9' || pc_parse_int(f[1], &ways) < 0 ||
+	    ways < 1 || ways > SLOT_WAYS_MAX) {
+		*why = "WAYS is not a whole number within 1..64";
+		return -EINVAL;
+	}
+	size_t sl = strlen(f[2]);
+	bool pct = f[2][sl - 1] == '%';
+	if (pct)
+		f[2][--sl] = '\0';
+	if (f[2][0] < '0' || f[2][0] > '9' || pc_parse_int(f[2], &n) < 0 ||
+	    n < 1 || (pct && n > 100) || (!pct && n > (1ll << 32))) {
+		*why = pct ? "SHARE is not a whole percent within 1%..100%"
+			   : "SHARE is not a percent (40%) or a bucket count "
+			     "within 1..4294967296";
+		return -EINVAL;
+	}
+	for (unsigned i = 0; i < s->slot_ncls; i++)
+		if (s->slot_cls[i].max_payload == size) {
+			*why = "two classes of one SIZE";
+			return -EINVAL;
+		}
+	slot_class_set(s, size, (uint32_t)ways, pct ? 0 : (uint64_t)n,
+		       pct ? (uint32_t)n * 10 : 0);
+	return 0;
+}
+
+/* The slot_classes list: comma-separated items, blanks around each. */
+static int slot_list(struct pc_settings *s, char *err, size_t errlen)
+{
+	const char *p = s->slot_classes, *why = NULL;
+	unsigned idx = 0;
+	uint32_t pm = 0;
+	for (;;) {
+		while (*p == ' ')
+			p++;
+		const char *end = p + strcspn(p, ",");
+		const char *next = *end ? end + 1 : NULL;
+		while (end > p && end[-1] == ' ')
+			end--;
+		idx++;
+		if (s->slot_ncls == PC_SLOT_CLASSES_MAX)
+			why = "more than 8 classes";
+		else if (end == p || memchr(p, ' ', (size_t)(end - p)))
+			why = "expected SIZE:WAYS:SHARE";
+		else
+			(void)slot_item(s, p, end, &why);
+		if (why) {
+			snprintf(err, errlen, "slot_classes: '%s': class %u "
+				 "('%.*s'): %s (allowed: %s)", s->slot_classes,
+				 idx, (int)PC_MIN(end - p, 40), p, why,
+				 slot_grammar);
+			return -EINVAL;
+		}
+		pm += s->slot_cls[s->slot_ncls - 1].share_pm;
+		if (!next)
+			break;
+		p = next;
+	}
+	if (pm > 1000) {
+		snprintf(err, errlen, "slot_classes: '%s': the percent shares "
+			 "add up to %u%%, more than the region (at most 100%%)",
+			 s->slot_classes, pm / 10);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* slot_num_buckets, slot_classes, slot_max_page_bytes and slot_ways ->
+ * s->slot_cls (the rules in this file's header). */
+static int slot_classes_derive(struct pc_settings *s, char *err,
+			       size_t errlen)
+{
+	uint64_t max = s->slot_max_page_bytes;
+	uint32_t ways = (uint32_t)s->slot_ways;
+	bool is_auto = strcmp(s->slot_classes, "auto") == 0;
+	s->slot_ncls = 0;
+	memset(s->slot_cls, 0, sizeof(s->slot_cls));
+	if (s->slot_num_buckets > 0) {
+		if (!is_auto) {
+			snprintf(err, errlen, "slot_num_buckets (%lld) and "
+				 "slot_classes ('%s') are both set: "
+				 "slot_num_buckets gives the one class of the "
+				 "original's geometry, slot_classes a list; set "
+				 "one of them (slot_classes = auto)",
+				 (long long)s->slot_num_buckets,
+				 s->slot_classes);
+			return -EINVAL;
+		}
+		slot_class_set(s, max, ways, (uint64_t)s->slot_num_buckets, 0);
+		return 0;
+	}
+	if (!is_auto)
+		return slot_list(s, err, errlen);
+	if (max > SLOT_AUTO_SMALL) {
+		slot_class_set(s, SLOT_AUTO_SMALL, ways, 0, 400);
+		slot_class_set(s, max, ways, 0, 600);
+	} else {
+		slot_class_set(s, max, ways, 0, 1000);
+	}
+	return 0;
+}
+
+int pc_settings_validate(struct pc_settings *s, char *err, size_t errlen)
 {
 	if (!pc_is_pow2((uint64_t)s->reactor_sq_entries)) {
 		snprintf(err, errlen, "reactor_sq_entries: '%lld' is not a power "
@@ -478,9 +645,14 @@ int pc_settings_validate(const struct pc_settings *s, char *err, size_t errlen)
 			 (long long)s->reactor_buf_count);
 		return -EINVAL;
 	}
-	if (s->mode == PC_MODE_SLOTMAP) {
-		snprintf(err, errlen, "mode: 'slotmap' is not supported yet by "
-			 "this version (allowed: p2p)");
+	int ret = slot_classes_derive(s, err, errlen);
+	if (ret < 0)
+		return ret;
+	if (s->mode == PC_MODE_SLOTMAP && s->disk_enabled) {
+		snprintf(err, errlen, "disk_enabled: the disk tier is not "
+			 "supported in slotmap mode (its pages live only in the "
+			 "slot region, as in the original); set disk_enabled = "
+			 "false or mode = p2p");
 		return -EINVAL;
 	}
 	if (s->protocol == PC_PROTO_RDMA) {
@@ -569,17 +741,27 @@ int pc_settings_validate(const struct pc_settings *s, char *err, size_t errlen)
 
 void pc_settings_warn_inactive(const struct pc_settings *s)
 {
+	static const char *const slot_keys[] = {
+		"slot_max_page_bytes", "slot_ways", "slot_num_buckets",
+		"slot_classes"};
 	struct pc_settings def;
 	char err[PC_CFG_ERR_MAX];
 	if (pc_settings_defaults(&def, err, sizeof(err)) < 0)
 		return;
-	for (size_t i = 0; i < PC_ARRAY_LEN(inactive); i++) {
+	bool listed = strcmp(s->slot_classes, "auto") != 0;
+	for (size_t i = 0; i < PC_ARRAY_LEN(slot_keys); i++) {
 		const struct pc_cfg_key *k =
-			pc_cfg_find(&pc_settings_table, inactive[i].key);
-		if (k && pc_cfg_differs(k, s, &def))
-			PC_LOGW("config", "%s is set but has no effect yet: %s "
-				"is not in this version", k->name,
-				inactive[i].feature);
+			pc_cfg_find(&pc_settings_table, slot_keys[i]);
+		if (!k || !pc_cfg_differs(k, s, &def))
+			continue;
+		if (s->mode != PC_MODE_SLOTMAP)
+			PC_LOGW("config", "%s is set but has no effect: it "
+				"shapes the slot region of mode = slotmap, and "
+				"this node runs mode = p2p", k->name);
+		else if (listed && i < 2) /* the sizes and ways' keys */
+			PC_LOGW("config", "%s is set but has no effect: "
+				"slot_classes lists the classes (their sizes "
+				"and ways)", k->name);
 	}
 	pc_settings_free(&def);
 }

@@ -22,6 +22,18 @@ enum pc_mode { PC_MODE_P2P = 0, PC_MODE_SLOTMAP = 1 };
 enum pc_protocol { PC_PROTO_AUTO = 0, PC_PROTO_TCP = 1, PC_PROTO_RDMA = 2 };
 enum pc_disc_backend { PC_DISC_EMBEDDED = 0, PC_DISC_ETCD = 1 };
 
+/* One size class of the slotmap's slot region, as the settings give it
+ * (pc_settings_validate derives them; storage/slot_region.h lays them
+ * out). Exactly one of buckets and share_pm is non-zero. */
+#define PC_SLOT_CLASSES_MAX 8
+struct pc_slot_class {
+	uint64_t max_payload; /* largest page the class holds, bytes */
+	uint32_t ways;        /* slots per bucket, 1..64 */
+	uint64_t buckets;     /* a bucket count, or 0: from share_pm */
+	uint32_t share_pm;    /* of the region's bytes, per mille; 0 with
+			       * buckets */
+};
+
 struct pc_settings {
 	/* node */
 	char *node_id;
@@ -54,6 +66,11 @@ struct pc_settings {
 	uint64_t slot_max_page_bytes;
 	int64_t slot_ways;
 	int64_t slot_num_buckets;
+	char *slot_classes;       /* "auto" or SIZE:WAYS:SHARE,... */
+	/* not settings: the slot region's classes, derived from the four
+	 * slot_* keys by pc_settings_validate (in the order given) */
+	struct pc_slot_class slot_cls[PC_SLOT_CLASSES_MAX];
+	unsigned slot_ncls;
 	/* metrics */
 	bool metrics_enabled;
 	bool metrics_dashboard;
@@ -131,12 +148,13 @@ int pc_settings_defaults(struct pc_settings *s, char *err, size_t errlen);
 int pc_settings_load(struct pc_settings *s, int argc, char *const *argv,
 		     char *const *envp, char *err, size_t errlen);
 
-/* Cross-key checks and "not supported yet" refusals, after loading. */
-int pc_settings_validate(const struct pc_settings *s, char *err,
-			 size_t errlen);
+/* Cross-key checks and "not supported yet" refusals, after loading; fills
+ * the derived fields (slot_cls, slot_ncls). */
+int pc_settings_validate(struct pc_settings *s, char *err, size_t errlen);
 
-/* Log one warning per setting that was changed from its default but whose
- * feature is not in this build yet (so the change has no effect). */
+/* Log one warning per setting that was changed from its default but has no
+ * effect with the others (slot_* outside slotmap mode; slot_max_page_bytes
+ * and slot_ways beside an explicit slot_classes list). */
 void pc_settings_warn_inactive(const struct pc_settings *s);
 
 /* True when host is a loopback address (127.0.0.0/8, ::1, "localhost"). */

@@ -74,6 +74,9 @@
  *
  * With disk_enabled off the module still publishes a tier (tier_none's
  * hooks plus remote promotion): such a node reads other nodes' disk pages.
+ * In a mode other than p2p (slotmap, where the settings refuse
+ * disk_enabled) it does nothing at all (g.off): there is no pool or
+ * placement for a tier under it, and its pages are never on a disk.
  *
  * Membership changes: the republish walk moves the records of the pages
  * the store holds (disk_scan, the tier's scan hook) after the pool's.
@@ -245,6 +248,7 @@ struct evl {
 
 static struct {
 	struct pc_ctx *ctx;
+	bool off;                   /* not p2p: no tier, nothing runs */
 	bool on;
 	struct pool *pool;
 	uint32_t rkey;
@@ -1771,6 +1775,10 @@ static int disk_init(struct pc_ctx *ctx)
 	memset(&g, 0, sizeof(g));
 	g.fd = -1;
 	g.ctx = ctx;
+	if (s->mode != PC_MODE_P2P) {
+		g.off = true; /* no tier in this mode (and no kv under it) */
+		return 0;
+	}
 	if (!s->disk_enabled) {
 		remote_only = tier_none;
 		int ret = disk_remote_init(ctx, &remote_only, false);
@@ -1842,6 +1850,8 @@ static int disk_init(struct pc_ctx *ctx)
 static int disk_start(struct rx_reactor *r, struct pc_ctx *ctx)
 {
 	(void)ctx;
+	if (g.off)
+		return 0;
 	int ret = disk_remote_start(r);
 	if (ret < 0 || !g.on)
 		return ret;
@@ -1874,6 +1884,8 @@ static int disk_start(struct rx_reactor *r, struct pc_ctx *ctx)
 static void disk_stop(struct rx_reactor *r, struct pc_ctx *ctx)
 {
 	(void)ctx;
+	if (g.off)
+		return;
 	disk_remote_stop(r);
 	if (!g.on)
 		return;
@@ -1890,6 +1902,8 @@ static void disk_stop(struct rx_reactor *r, struct pc_ctx *ctx)
 static void disk_exit(struct rx_reactor *r, struct pc_ctx *ctx)
 {
 	(void)ctx;
+	if (g.off)
+		return;
 	disk_remote_exit(r);
 	if (!g.on)
 		return;
@@ -1922,6 +1936,8 @@ static void disk_exit(struct rx_reactor *r, struct pc_ctx *ctx)
 
 static void disk_fini(struct pc_ctx *ctx)
 {
+	if (g.off)
+		return;
 	if (svc_find_tier(ctx))
 		svc_withdraw_tier(ctx);
 	disk_remote_fini();

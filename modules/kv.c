@@ -6,7 +6,7 @@
  * happens to an evicted page is the tier's (modules/tier.h: the disk tier,
  * modules/disk.c, when the "tier" service is there, else none).
  * The kv API (modules/kv.h, the "kv" service) is the only way in: the kv.* RPC
- * methods (modules/kv_rpc.c) and the local-client sessions
+ * methods (module kv_rpc, modules/kv_rpc.c) and the local-client sessions
  * (modules/session.c) both use it.
  *
  * Owns: the publish pool (storage/pool.c), registered once with the
@@ -49,6 +49,10 @@
  *
  * Never wrong: a page is ok only after a local copy out of a pinned entry
  * of the same key, or a remote read that passed pool_hdr_check_split.
+ *
+ * p2p only: in another placement mode (slotmap) the module does nothing —
+ * no pool, no services, no metrics; that mode's own module is the "kv"
+ * service. start, stop and fini then find g.pool NULL and return.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -63,7 +67,6 @@
 #include "common/guard.h"
 #include "modules/copier.h"
 #include "modules/kv.h"
-#include "modules/kv_rpc.h"
 #include "modules/membership.h"
 #include "modules/modules.h"
 #include "modules/peer_health.h"
@@ -1278,6 +1281,8 @@ static int kv_init(struct pc_ctx *ctx)
 {
 	const struct pc_settings *s = ctx->cfg;
 	memset(&g, 0, sizeof(g));
+	if (s->mode != PC_MODE_P2P)
+		return 0; /* its mode's module moves the pages */
 	g.ctx = ctx;
 	g.checksums = s->page_checksums;
 	g.read_timeout_ms = (unsigned)s->rpc_timeout_ms;
@@ -1400,10 +1405,7 @@ static int kv_init(struct pc_ctx *ctx)
 	met_register_counter_fn("peercache_evictions_total",
 			"pages evicted from the pool for space", NULL,
 			pool_stat, POOL_STAT(evictions));
-	if ((ret = kv_rpc_init(ctx)) >= 0)
-		return ret;
-	free(g.evqs);
-	g.evqs = NULL;
+	return 0;
 fail_kv_svc:
 	svc_withdraw_kv(ctx);
 fail_pool_svc:
@@ -1419,6 +1421,8 @@ fail_pool:
 
 static int kv_start(struct rx_reactor *r, struct pc_ctx *ctx)
 {
+	if (!g.pool)
+		return 0; /* not p2p: kv_init did nothing */
 	/* Reactor 0 starts first, alone: the tier (published by a module
 	 * that needs kv's pool, so inits after kv) is known from here on. */
 	if (rx_reactor_id(r) == 0) {
@@ -1435,6 +1439,8 @@ static int kv_start(struct rx_reactor *r, struct pc_ctx *ctx)
 static void kv_stop(struct rx_reactor *r, struct pc_ctx *ctx)
 {
 	(void)ctx;
+	if (!g.pool)
+		return;
 	struct evq *q = &g.evqs[rx_reactor_id(r)];
 	/* Records of pages evicted in the last moments stay; a reader of
 	 * one gets a validated miss. */
@@ -1450,6 +1456,8 @@ static void kv_stop(struct rx_reactor *r, struct pc_ctx *ctx)
 
 static void kv_fini(struct pc_ctx *ctx)
 {
+	if (!g.pool)
+		return; /* not p2p: "kv" is another module's */
 	svc_withdraw_pool(ctx);
 	svc_withdraw_kv(ctx);
 	if (g.rkey && g.tp)
@@ -1465,5 +1473,4 @@ const struct pc_module pc_mod_kv = {
 	.start = kv_start,
 	.stop = kv_stop,
 	.fini = kv_fini,
-	.rpc_methods = kv_rpc_methods, /* modules/kv_rpc.c */
 };

@@ -1,10 +1,11 @@
 /*
  * modules/kv.h — moving pages in and out of the node, for other modules.
  *
- * Owns: the interface the kv module (modules/kv.c) offers through
- * the "kv" service (modules/services.h). The RPC methods kv.* (modules/kv_rpc.c) and the
- * local-client sessions (modules/session.c) both use it and nothing else
- * of kv. Threading: calls are made on a reactor thread and complete on it.
+ * Owns: the interface the "kv" service (modules/services.h) offers: the
+ * kv module (modules/kv.c) publishes it in p2p mode, the mode's own module
+ * in another. The RPC methods kv.* (module kv_rpc, modules/kv_rpc.c) and
+ * the local-client sessions (modules/session.c) both use it and nothing
+ * else of its provider. Threading: calls are made on a reactor thread and complete on it.
  *
  * Memory: each call makes one allocation for its own state (an arena,
  * common/arena.h), plus, for get, at most two for the pages it stages.

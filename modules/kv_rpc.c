@@ -1,11 +1,14 @@
 /*
  * modules/kv_rpc.c — the kv.* RPC methods (set, get, exists, delete) for
- * clients that carry values inline (operators, tests, other languages).
+ * clients that carry values inline (operators, tests, other languages):
+ * module "kv_rpc".
  *
  * Owns: decoding their params, the per-call limits, and encoding replies;
- * nothing else. Every method calls the kv API (modules/kv.h,
- * the "kv" service), the same one local sessions use. Threads: handlers run on
- * the reactor that received the call; the kv API answers on it.
+ * nothing else. Every method calls the kv API (modules/kv.h, the "kv"
+ * service), the same one local sessions use, whichever module published
+ * it: kv in p2p mode, the slotmap module in slotmap mode. So it is a module
+ * of its own, listed after those two. Threads: handlers run on the reactor
+ * that received the call; the kv API answers on it.
  *
  * Limits: a kv.get reply must fit one message, the connection's output cap,
  * one connection's share of the reply budget and the node's staging budget
@@ -27,7 +30,7 @@
 #include "common/metrics.h"
 #include "common/settings.h"
 #include "modules/kv.h"
-#include "modules/kv_rpc.h"
+#include "modules/modules.h"
 #include "modules/placement.h"
 #include "rpc/rpc.h"
 #include "storage/pool.h"
@@ -314,7 +317,7 @@ static void m_delete(struct rpc_call *call, struct mp_rd *p)
 		call_failed(kc, ret);
 }
 
-const struct rpc_method kv_rpc_methods[] = {
+static const struct rpc_method kv_rpc_methods[] = {
 	{"kv.set", m_set, 0,
 	 "[keys, values] -> [stored: bool, ...] (idempotent)"},
 	{"kv.get", m_get, 0, "[keys] -> [bin | nil, ...]"},
@@ -324,11 +327,12 @@ const struct rpc_method kv_rpc_methods[] = {
 	{NULL, NULL, 0, NULL},
 };
 
-int kv_rpc_init(struct pc_ctx *ctx)
+/* Read the limits and register the metrics (main thread). */
+static int kv_rpc_init(struct pc_ctx *ctx)
 {
 	const struct pc_settings *s = ctx->cfg;
 	memset(&g, 0, sizeof(g));
-	if (!(g.kv = svc_need_kv(ctx, "kv")))
+	if (!(g.kv = svc_need_kv(ctx, "kv_rpc")))
 		return -ENOENT;
 	/* A kv.get reply must fit one message, the connection's output cap
 	 * and the node's staging budget: the smallest names the limit. */
@@ -361,3 +365,9 @@ int kv_rpc_init(struct pc_ctx *ctx)
 				    "by operation", "op=\"rpc_reply\"");
 	return 0;
 }
+
+const struct pc_module pc_mod_kv_rpc = {
+	.name = "kv_rpc",
+	.init = kv_rpc_init,
+	.rpc_methods = kv_rpc_methods,
+};

@@ -18,6 +18,7 @@ extern const struct pc_module pc_mod_cluster;
 extern const struct pc_module pc_mod_directory;
 extern const struct pc_module pc_mod_kv;
 extern const struct pc_module pc_mod_slotmap;
+extern const struct pc_module pc_mod_kv_rpc;
 extern const struct pc_module pc_mod_disk;
 extern const struct pc_module pc_mod_republish;
 extern const struct pc_module pc_mod_session;

@@ -44,6 +44,9 @@
  * the tier walk's turn is left to the pool walk's record (skipped), one
  * the pool takes back or the tier evicts while its record is in flight
  * leaves a record that costs a miss, as above.
+ *
+ * p2p only: a mode without records (slotmap: a key's slot is fixed by the
+ * ring) has nothing to move; init says so and the module stays idle.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -310,6 +313,14 @@ static int rp_init(struct pc_ctx *ctx)
 {
 	memset(&g, 0, sizeof(g));
 	g.ctx = ctx;
+	/* first: rp_stop and rp_exit stop it whatever init returned early */
+	rx_timer_init(&g.step, step, NULL);
+	if (ctx->cfg->mode != PC_MODE_P2P) {
+		PC_LOGI(LOG_MOD, "placement mode %s keeps no records: nothing "
+			"to republish", ctx->cfg->mode == PC_MODE_SLOTMAP
+						? "slotmap" : "?");
+		return 0; /* g.mb NULL: rp_start does nothing */
+	}
 	const struct svc_pool *ps;
 	if (!(ps = svc_need_pool(ctx, "republish")) ||
 	    !(g.pl = svc_need_placement(ctx, "republish")) ||
@@ -329,7 +340,6 @@ static int rp_init(struct pc_ctx *ctx)
 	int ret = ring_build(&g.none, NULL, 0, 1);
 	if (ret < 0)
 		return ret;
-	rx_timer_init(&g.step, step, NULL);
 	g.sent = met_register(MET_COUNTER, "peercache_republish_records_total",
 			      "records of this node's pages published again "
 			      "after a membership change gave them new owners",
@@ -353,8 +363,8 @@ static int rp_init(struct pc_ctx *ctx)
 static int rp_start(struct rx_reactor *r, struct pc_ctx *ctx)
 {
 	(void)ctx;
-	if (rx_reactor_id(r) != 0)
-		return 0;
+	if (rx_reactor_id(r) != 0 || !g.mb)
+		return 0; /* !g.mb: not p2p, nothing to do */
 	struct ring *now = g.mb->ring();
 	if (!now)
 		return -EINVAL; /* the cluster module starts first */

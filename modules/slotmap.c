@@ -257,9 +257,73 @@ static void m_layout(struct rpc_call *call, struct mp_rd *p)
 	rpc_reply_end(call);
 }
 
-/* slot.claim [keys, lens] -> [data, wkey, [[addr, seq] | nil, ...]]:
- * claim a way for each page (nil: no class holds it, or every way of its
- * bucket is being written). */
+/*
+ * Which keys of a claim call later keys of the same call supersede: the
+ * same key again, or `ways` other keys for the same bucket. A run of
+ * single sets would write them and see them overwritten; a call claims
+ * every way before the first write lands, so it would find the bucket
+ * busy instead. sup[i] is set for them; false: -ENOMEM (none marked).
+ */
+static bool superseded(const struct mp_rd *keys, const struct mp_rd *lens,
+		       uint32_t n, bool *sup)
+{
+	uint32_t cap = 1;
+	while (cap < 2 * n)
+		cap <<= 1;
+	struct sup_b {
+		uint64_t id; /* class << 56 | bucket offset, +1; 0: empty */
+		uint32_t cnt;
+	} *b = calloc(cap, sizeof(*b));
+	uint64_t *seen = calloc(cap, sizeof(*seen));
+	struct slot_key *k = calloc(n, sizeof(*k));
+	uint64_t *len = calloc(n, sizeof(*len));
+	bool ok = b && seen && k && len;
+	struct mp_rd kr = *keys, lr = *lens;
+	uint32_t m;
+	mp_rd_array(&kr, &m);
+	mp_rd_array(&lr, &m);
+	for (uint32_t i = 0; ok && i < n; i++) {
+		const char *s;
+		uint32_t sl;
+		mp_rd_str(&kr, &s, &sl);
+		slot_key_of(&k[i], s, sl);
+		if (mp_rd_uint(&lr, &len[i]) < 0)
+			len[i] = 0;
+	}
+	for (uint32_t i = n; ok && i-- > 0;) {
+		uint64_t kid = k[i].lo | 1, h = k[i].lo;
+		uint32_t j = (uint32_t)h & (cap - 1);
+		while (seen[j] && seen[j] != kid)
+			j = (j + 1) & (cap - 1);
+		if (seen[j]) { /* the same key later */
+			sup[i] = true;
+			continue;
+		}
+		seen[j] = kid;
+		int c = len[i] ? slot_class_for(&sm_st.lay, len[i]) : -1;
+		if (c < 0)
+			continue;
+		const struct slot_class *cls = &sm_st.lay.cls[c];
+		uint64_t id = ((uint64_t)c << 56 | slot_bucket_off(cls, &k[i])) + 1;
+		j = (uint32_t)(id * 0x9e3779b97f4a7c15ull >> 40) & (cap - 1);
+		while (b[j].id && b[j].id != id)
+			j = (j + 1) & (cap - 1);
+		b[j].id = id;
+		sup[i] = b[j].cnt >= cls->ways;
+		b[j].cnt += !sup[i];
+	}
+	free(b);
+	free(seen);
+	free(k);
+	free(len);
+	return ok;
+}
+
+/* slot.claim [keys, lens] -> [data, wkey, [[addr, seq] | true | nil, ...]]:
+ * claim a way for each page: [addr, seq] where to write it, true when a
+ * later page of the call takes its place (stored and overwritten, as in a
+ * run of single sets: nothing to write), nil when it cannot be stored (no
+ * class holds it, or every way of its bucket is being written). */
 static void m_claim(struct rpc_call *call, struct mp_rd *p)
 {
 	uint32_t n, nl;
@@ -268,13 +332,16 @@ static void m_claim(struct rpc_call *call, struct mp_rd *p)
 				"%s", keys_help);
 		return;
 	}
-	struct mp_rd lens = *p;
-	mp_skip(&lens);
+	struct mp_rd lens_at = *p;
+	mp_skip(&lens_at);
+	struct mp_rd lens = lens_at;
 	if (mp_rd_array(&lens, &nl) < 0 || nl != n) {
 		rpc_reply_error(call, RPC_E_BAD_PARAMS, "expected [keys, lens] "
 				"with one length per key");
 		return;
 	}
+	bool sup[SM_BATCH_MAX] = {0};
+	superseded(p, &lens_at, n, sup);
 	mp_rd_array(p, &n);
 	msgpack_packer *pk = rpc_reply_begin(call);
 	msgpack_pack_array(pk, 3);
@@ -292,8 +359,15 @@ static void m_claim(struct rpc_call *call, struct mp_rd *p)
 		struct slot_key sk;
 		slot_key_of(&sk, k, kl);
 		uint64_t no, in;
-		if (mp_rd_uint(&lens, &len) < 0 || len == 0 ||
-		    slot_write_begin(sm_st.reg, &sk, len, &w) < 0) {
+		if (mp_rd_uint(&lens, &len) < 0 || len == 0) {
+			msgpack_pack_nil(pk);
+			continue;
+		}
+		if (sup[i] && slot_class_for(&sm_st.lay, len) >= 0) {
+			msgpack_pack_true(pk);
+			continue;
+		}
+		if (slot_write_begin(sm_st.reg, &sk, len, &w) < 0) {
 			msgpack_pack_nil(pk);
 			continue;
 		}
@@ -464,18 +538,21 @@ static const struct rpc_method methods[] = {
 
 /* ------------------------------------------------------------- lifecycle */
 
-/* The size classes the settings ask for: the original's single class
- * (slot_max_page_bytes x slot_ways, slot_num_buckets or filling the
- * region), or the list of slot_classes. */
+/* The size classes the settings derived (pc_settings_validate: the
+ * original's single class when slot_num_buckets > 0, the auto classes, or
+ * the slot_classes list). */
 static unsigned class_specs(const struct pc_settings *s,
 			    struct slot_class_spec *sp)
 {
-	sp[0] = (struct slot_class_spec){
-		.max_payload = s->slot_max_page_bytes,
-		.ways = (uint32_t)s->slot_ways,
-		.buckets = (uint64_t)s->slot_num_buckets,
-		.share_pm = s->slot_num_buckets ? 0 : 1000};
-	return 1;
+	_Static_assert(PC_SLOT_CLASSES_MAX <= SLOT_CLASSES_MAX,
+		       "the settings' classes fit the layout");
+	for (unsigned i = 0; i < s->slot_ncls; i++)
+		sp[i] = (struct slot_class_spec){
+			.max_payload = s->slot_cls[i].max_payload,
+			.ways = s->slot_cls[i].ways,
+			.buckets = s->slot_cls[i].buckets,
+			.share_pm = s->slot_cls[i].share_pm};
+	return s->slot_ncls;
 }
 
 static double stat_fn(void *arg)
@@ -562,6 +639,16 @@ static void register_metrics(void)
 	CTR(sm_st.layouts_fetched, "peercache_slotmap_layouts_fetched_total",
 	    "slot.layout answers this node took from owners", NULL);
 #undef CTR
+	static const char copy_help[] =
+		"page bytes the node copied with its CPU, by operation";
+	sm_st.copy_set = met_register(MET_COUNTER, "peercache_copy_bytes_total",
+				      copy_help, "op=\"set\"");
+	sm_st.copy_get_local = met_register(MET_COUNTER,
+					    "peercache_copy_bytes_total",
+					    copy_help, "op=\"get_local\"");
+	sm_st.copy_get_remote = met_register(MET_COUNTER,
+					     "peercache_copy_bytes_total",
+					     copy_help, "op=\"get_remote\"");
 	sm_st.lat_read = met_register(MET_HISTOGRAM, "peercache_op_latency_seconds",
 				   "latency of page operations", "op=\"read\"");
 	sm_st.lat_write = met_register(MET_HISTOGRAM,

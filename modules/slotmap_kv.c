@@ -478,6 +478,11 @@ static void settle_copy(struct sm_op *o, unsigned e)
 {
 	struct sm_it *t = &o->it[e >> 2];
 	int res = o->job.res;
+	if (res == 0)
+		met_add((e & 3) == CQ_LREAD	  ? sm_st.copy_get_local
+			: (e & 3) == CQ_RREAD ? sm_st.copy_get_remote
+					      : sm_st.copy_set,
+			t->len);
 	switch (e & 3) {
 	case CQ_LWRITE:
 		if (res < 0) {
@@ -506,6 +511,7 @@ static void settle_copy(struct sm_op *o, unsigned e)
 }
 
 static void pump(struct sm_op *o);
+static int local_begin(struct sm_it *t);
 
 static void copied(struct copier_job *j)
 {
@@ -528,6 +534,10 @@ static void pump(struct sm_op *o)
 					 .arg = o};
 		switch (e & 3) {
 		case CQ_LWRITE:
+			if (local_begin(t) < 0) {
+				o->cq_i++; /* not stored */
+				continue;
+			}
 			j->dst = t->w.payload;
 			j->src = t->src;
 			j->guarded = o->client_mem;
@@ -558,6 +568,20 @@ static void pump(struct sm_op *o)
 		settle_copy(o, e);
 		o->cq_i++;
 	}
+}
+
+/* Claim a way of this node's region for item t's page. Claimed one at a
+ * time, just before its copy, so that a batch with more pages for one
+ * bucket than it has ways fills it as a run of single sets would (the
+ * later pages evict the earlier), instead of finding every way busy. */
+static int local_begin(struct sm_it *t)
+{
+	int ret = slot_write_begin(sm_st.reg, &t->sk, t->want, &t->w);
+	if (ret == -EBUSY)
+		t->busy = true;
+	else if (ret < 0)
+		met_inc(sm_st.wr_fail_big);
+	return ret;
 }
 
 static void queue_copy(struct sm_op *o, unsigned i, unsigned kind)
@@ -893,8 +917,14 @@ static void claimed(struct sm_call *c, const struct rpc_result *res)
 	w->wkey = (uint32_t)wkey;
 	for (unsigned k = 0; k < c->cnt; k++) {
 		struct sm_it *t = &o->it[w->idx[c->from + k]];
+		bool stored;
 		if (mp_rd_try_nil(&rd))
 			continue;
+		if (mp_rd_bool(&rd, &stored) == 0) {
+			/* superseded: later pages of the call take its place */
+			t->ok = stored && t->want > 0;
+			continue;
+		}
 		if (mp_rd_array(&rd, &two) < 0 || two != 2 ||
 		    mp_rd_uint(&rd, &t->raddr) < 0 ||
 		    mp_rd_uint(&rd, &t->rseq) < 0)
@@ -1124,22 +1154,16 @@ static int sm_publish(struct rx_reactor *r, const struct kv_item *items,
 				stage += t->want;
 			continue;
 		}
-		int ret = slot_write_begin(sm_st.reg, &t->sk, t->want, &t->w);
-		if (ret < 0) {
-			if (ret == -EBUSY)
-				t->busy = true;
-			else
-				met_inc(sm_st.wr_fail_big);
-			t->want = 0;
-			continue;
-		}
-		if (client_mem) {
+		if (client_mem) { /* claimed when its copy starts (pump) */
 			queue_copy(o, i, CQ_LWRITE);
 			continue;
 		}
-		memcpy(t->w.payload, t->src, t->want);
-		slot_write_commit(sm_st.reg, &t->w);
-		t->ok = true;
+		if (local_begin(t) == 0) {
+			memcpy(t->w.payload, t->src, t->want);
+			met_add(sm_st.copy_set, t->want);
+			slot_write_commit(sm_st.reg, &t->w);
+			t->ok = true;
+		}
 	}
 	/* Other owners' pages: staged now (the sources may not outlive this
 	 * call, or may shrink under a transport write). */
@@ -1164,6 +1188,7 @@ static int sm_publish(struct rx_reactor *r, const struct kv_item *items,
 			continue;
 		}
 		memcpy(t->scratch, t->src, t->want);
+		met_add(sm_st.copy_set, t->want);
 		t->hash = pc_page_sum(t->scratch, t->want);
 	}
 	pump(o);

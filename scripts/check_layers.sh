@@ -73,7 +73,6 @@ prefixes_of() { # object path (relative to the build dir) -> allowed prefixes
 	modules/*/services.c.o) echo "svc_" ;;
 	modules/*/http_parse.c.o) echo "http_" ;;
 	modules/*/dashboard_html.c.o) echo "pc_dashboard_" ;;
-	modules/*/kv_rpc.c.o) echo "kv_rpc_" ;;
 	modules/*/tier.c.o) echo "tier_" ;;
 	modules/*/copier.c.o) echo "copier_" ;;
 	modules/*/session_req.c.o) echo "sess_req_" ;;

@@ -15,9 +15,12 @@ const struct pc_module *const pc_node_modules[] = {
 	&pc_mod_transport, /* data port; before cluster (needs its port) */
 	&pc_mod_cluster,   /* membership and the ring */
 	&pc_mod_directory, /* records; before kv, which publishes them */
-	&pc_mod_kv,        /* the pool and kv.* */
+	&pc_mod_kv,        /* p2p: the pool, moving pages (the "kv" service) */
 	&pc_mod_slotmap,   /* slotmap mode: the slot region; the "kv" service
 			    * in that mode (inactive in p2p) */
+	/* kv_rpc binds to whichever module published "kv" (kv in p2p,
+	 * slotmap in slotmap), so every mode's "kv" provider comes before it */
+	&pc_mod_kv_rpc,    /* the kv.* methods over the "kv" service */
 	&pc_mod_disk,      /* the disk tier (needs kv's pool; kv finds it
 			    * as the "tier" service when it starts) */
 	&pc_mod_republish, /* records to new owners after a change (needs kv) */

@@ -16,7 +16,7 @@ def test_help_lists_every_setting():
                 "--max-channels-per-peer", "--max-masters", "--discovery-addr",
                 "--metrics-enabled", "--metrics-dashboard", "--disk-enabled",
                 "--disk-path", "--disk-size", "--slot-max-page-bytes",
-                "--slot-ways", "--slot-num-buckets", "--config", "--version"):
+                "--slot-ways", "--slot-num-buckets", "--slot-classes", "--config", "--version"):
         assert key in r.stdout, key
 
 
@@ -50,9 +50,18 @@ def test_bad_environment_value():
     assert "PEERCACHE_VNODES" in r.stderr and "vnodes" in r.stderr
 
 
-def test_unsupported_mode_is_refused_loudly():
-    r = run("--mode", "slotmap")
-    assert r.returncode == 2 and "not supported yet" in r.stderr
+def test_slotmap_settings_are_checked(tmp_path):
+    r = run("--mode", "slotmap", "--slot-classes", "256kb:4:40%,8mb:2:60%",
+            "--print-config")
+    assert r.returncode == 0, r.stderr
+    assert "mode = slotmap" in r.stdout
+    assert "slot_classes = 256kb:4:40%,8mb:2:60%" in r.stdout
+    r = run("--slot-classes", "8mb:4:40%,8mb:2:10%")
+    assert r.returncode == 2 and "two classes of one SIZE" in r.stderr
+    r = run("--mode", "slotmap", "--disk-enabled", "--disk-path",
+            str(tmp_path), "--disk-size", "1gb")
+    assert r.returncode == 2
+    assert "disk tier is not supported in slotmap mode" in r.stderr
 
 
 def test_config_file_round_trip(tmp_path):
@@ -99,7 +108,8 @@ def test_stops_cleanly_on_sigterm(node_factory):
 def test_inactive_settings_are_reported(node_factory):
     n = node_factory(*TEST_FLAGS, "--slot-ways", "5")
     n.wait_for("ready")
-    assert "slot_ways is set but has no effect yet" in n.text()
+    assert ("slot_ways is set but has no effect: it shapes the slot region "
+            "of mode = slotmap") in n.text()
     assert n.stop() == 0
 
 

@@ -6,7 +6,8 @@
  * needed). Covers the kv API (publish, fetch, get with its staging limits,
  * exists, remove), the placement interface (publish, lookup, conditional
  * unpublish, is_here), the tier hooks with no tier (evictions unpublish,
- * non-resident records miss), and the call arena.
+ * non-resident records miss), the call arena, and kv, the disk tier and
+ * republish staying idle outside p2p mode.
  *
  * Each test drives the node from the test thread: every API call is posted
  * to the reactor and the test waits for its callback.
@@ -563,6 +564,50 @@ Test(placement, evicted_pages_are_unpublished)
 		}
 	}
 	cr_assert(gone, "the record of an evicted page stayed");
+	node_stop();
+}
+
+/* ------------------------------------------------------- other modes */
+
+static void loop_runs(struct rx_reactor *r, void *arg)
+{
+	(void)r;
+	(void)arg;
+	signal_done();
+}
+
+/* Outside p2p (slotmap: its own module is the "kv" service), kv, the disk
+ * tier and republish do nothing: init publishes no pool, kv, tier or
+ * placement (so nothing fails for the lack of them), and start, stop,
+ * exit and fini cope with that. */
+Test(kv, other_modes_leave_pages_to_their_own_module)
+{
+	static const struct pc_module *const stack[] = {
+		&pc_mod_transport, &pc_mod_cluster, &pc_mod_directory,
+		&pc_mod_kv, &pc_mod_disk, &pc_mod_republish,
+	};
+	char err[256];
+	cr_assert_eq(pc_settings_defaults(&t.s, err, sizeof(err)), 0, "%s", err);
+	t.s.mode = PC_MODE_SLOTMAP;
+	t.s.threads = 1;
+	t.s.data_port = 0;
+	t.s.pool_prefault = false;
+	pthread_mutex_init(&t.mu, NULL);
+	pthread_cond_init(&t.cv, NULL);
+	cr_assert_eq(pc_ctx_init(&t.ctx, &t.s, 1, stack, PC_ARRAY_LEN(stack)),
+		     0);
+	pc_ctx_publish(&t.ctx, "rpc", "127.0.0.1:1");
+	cr_assert_eq(pc_modules_init(&t.ctx), 0);
+	cr_assert_null(svc_find_kv(&t.ctx));
+	cr_assert_null(svc_find_pool(&t.ctx));
+	cr_assert_null(svc_find_tier(&t.ctx));
+	cr_assert_null(svc_find_placement(&t.ctx));
+	struct rx_params p;
+	rx_params_default(&p);
+	struct rx_group_hooks h;
+	pc_modules_group_hooks(&t.ctx, &h);
+	cr_assert_eq(rx_group_start(&t.grp, 1, &p, &h), 0);
+	on_reactor(loop_runs, NULL); /* every start hook ran */
 	node_stop();
 }
 

@@ -12,6 +12,7 @@
 
 #include "common/log.h"
 #include "common/settings.h"
+#include "common/util.h"
 #include "testutil.h"
 
 static char err[PC_CFG_ERR_MAX];
@@ -125,7 +126,6 @@ static void expect_refused(char *key, char *val, const char *want)
 
 Test(settings, unsupported_choices_are_refused_loudly)
 {
-	expect_refused("--mode", "slotmap", "not supported yet");
 	expect_refused("--protocol", "rdma", "not supported yet");
 	expect_refused("--bind", "0.0.0.0", "needs cluster_secret");
 	expect_refused("--reactor-sq-entries", "1000", "not a power of two");
@@ -155,29 +155,210 @@ Test(settings, loopback_detection)
 	cr_assert(!pc_host_is_loopback("example.com"));
 }
 
-Test(settings, changed_but_inactive_settings_are_warned_about)
+/* What pc_settings_warn_inactive logs for argv (a NUL-terminated copy). */
+static void warnings_for(char **argv, int argc, char *out, size_t cap)
 {
 	int pfd[2];
 	cr_assert_eq(pipe(pfd), 0);
 	pc_log_set_fd(pfd[1]);
-	char *argv[] = {"peercached", "--slot-max-page-bytes", "16mb",
-			"--slot-ways", "5", NULL};
 	char *envp[] = {NULL};
 	struct pc_settings s;
-	cr_assert_eq(pc_settings_load(&s, 5, argv, envp, err, sizeof(err)), 0);
+	cr_assert_eq(pc_settings_load(&s, argc, argv, envp, err, sizeof(err)),
+		     0, "%s", err);
 	pc_settings_warn_inactive(&s);
 	pc_log_set_fd(2);
 	close(pfd[1]);
-	char out[4096] = "";
-	ssize_t n = read(pfd[0], out, sizeof(out) - 1);
+	ssize_t n = read(pfd[0], out, cap - 1);
 	close(pfd[0]);
-	cr_assert_gt(n, 0);
-	cr_assert(strstr(out, "slot_max_page_bytes is set but has no effect "
-			       "yet"), "%s", out);
-	cr_assert(strstr(out, "slot_ways is set but has no effect yet"),
+	out[n > 0 ? n : 0] = '\0';
+	pc_settings_free(&s);
+}
+
+Test(settings, slot_settings_without_effect_are_warned_about)
+{
+	char out[4096];
+	char *p2p[] = {"peercached", "--slot-max-page-bytes", "16mb",
+		       "--slot-ways", "5", NULL};
+	warnings_for(p2p, 5, out, sizeof(out));
+	cr_assert(strstr(out, "slot_max_page_bytes is set but has no effect: "
+			      "it shapes the slot region of mode = slotmap"),
 		  "%s", out);
+	cr_assert(strstr(out, "slot_ways is set but has no effect"), "%s", out);
 	cr_assert_null(strstr(out, "slot_num_buckets"),
 		       "unchanged keys are quiet");
+	char *slot[] = {"peercached", "--mode", "slotmap", "--slot-ways", "5",
+			"--slot-num-buckets", "100", NULL};
+	warnings_for(slot, 7, out, sizeof(out));
+	cr_assert_eq(out[0], '\0', "in slotmap mode they count: %s", out);
+	char *list[] = {"peercached", "--mode", "slotmap", "--slot-ways", "5",
+			"--slot-classes", "64kb:2:100%", NULL};
+	warnings_for(list, 7, out, sizeof(out));
+	cr_assert(strstr(out, "slot_ways is set but has no effect: "
+			      "slot_classes lists the classes"), "%s", out);
+	cr_assert_null(strstr(out, "slot_classes is set"), "%s", out);
+}
+
+/* Settings loaded from argv and validated: 0 or the error in err. */
+static int slot_validate(struct pc_settings *s, char **argv, int argc)
+{
+	char *envp[] = {NULL};
+	cr_assert_eq(pc_settings_load(s, argc, argv, envp, err, sizeof(err)),
+		     0, "%s", err);
+	return pc_settings_validate(s, err, sizeof(err));
+}
+
+static void expect_class(const struct pc_settings *s, unsigned i,
+			 uint64_t size, uint32_t ways, uint64_t buckets,
+			 uint32_t share_pm)
+{
+	cr_assert_lt(i, s->slot_ncls);
+	const struct pc_slot_class *c = &s->slot_cls[i];
+	cr_assert_eq(c->max_payload, size, "class %u size %llu", i,
+		     (unsigned long long)c->max_payload);
+	cr_assert_eq(c->ways, ways, "class %u ways", i);
+	cr_assert_eq(c->buckets, buckets, "class %u buckets", i);
+	cr_assert_eq(c->share_pm, share_pm, "class %u share", i);
+}
+
+Test(settings, slotmap_is_accepted_with_the_default_classes)
+{
+	struct pc_settings s;
+	char *argv[] = {"peercached", "--mode", "slotmap", NULL};
+	cr_assert_eq(slot_validate(&s, argv, 3), 0, "%s", err);
+	cr_assert_eq(s.mode, PC_MODE_SLOTMAP);
+	cr_assert_str_eq(s.slot_classes, "auto");
+	/* 8mb > 256kb: MLA-sized slots on 40 %, the largest on 60 % */
+	cr_assert_eq(s.slot_ncls, 2);
+	expect_class(&s, 0, 256ull << 10, 4, 0, 400);
+	expect_class(&s, 1, 8ull << 20, 4, 0, 600);
+	pc_settings_free(&s);
+}
+
+/* auto with pages of at most 256kb, and slot_num_buckets (the original's
+ * geometry): one class each */
+Test(settings, single_slot_classes)
+{
+	struct pc_settings s;
+	char *small[] = {"peercached", "--slot-max-page-bytes", "256kb",
+			 "--slot-ways", "8", NULL};
+	cr_assert_eq(slot_validate(&s, small, 5), 0, "%s", err);
+	cr_assert_eq(s.slot_ncls, 1);
+	expect_class(&s, 0, 256ull << 10, 8, 0, 1000);
+	pc_settings_free(&s);
+	char *orig[] = {"peercached", "--slot-num-buckets", "1023",
+			"--slot-max-page-bytes", "4mb", "--slot-ways", "2",
+			NULL};
+	cr_assert_eq(slot_validate(&s, orig, 7), 0, "%s", err);
+	cr_assert_eq(s.slot_ncls, 1);
+	expect_class(&s, 0, 4ull << 20, 2, 1023, 0);
+	pc_settings_free(&s);
+}
+
+Test(settings, slot_classes_list_is_parsed)
+{
+	struct pc_settings s;
+	char *argv[] = {"peercached", "--slot-classes",
+			"16kb:8:25%, 4mb:4:1000 ,1gb:1:75%", NULL};
+	cr_assert_eq(slot_validate(&s, argv, 3), 0, "%s", err);
+	cr_assert_eq(s.slot_ncls, 3);
+	expect_class(&s, 0, 16ull << 10, 8, 0, 250);
+	expect_class(&s, 1, 4ull << 20, 4, 1000, 0);
+	expect_class(&s, 2, 1ull << 30, 1, 0, 750);
+	pc_settings_free(&s);
+	char *eight[] = {"peercached", "--slot-classes",
+			 "4kb:1:1,8kb:1:1,16kb:1:1,32kb:1:1,64kb:1:1,"
+			 "128kb:1:1,256kb:1:1,512kb:64:100%", NULL};
+	cr_assert_eq(slot_validate(&s, eight, 3), 0, "%s", err);
+	cr_assert_eq(s.slot_ncls, 8);
+	expect_class(&s, 7, 512ull << 10, 64, 0, 1000);
+	pc_settings_free(&s);
+}
+
+Test(settings, bad_slot_settings_are_refused)
+{
+	/* slot_classes values and what their refusal says */
+	static const char *const cases[][2] = {
+		{"", "expected SIZE:WAYS:SHARE"},
+		{"Auto", "class 1 ('Auto'): expected"},
+		{"8mb:4", "expected SIZE:WAYS:SHARE"},
+		{"8mb:4:40%:1", "three fields"},
+		{"8mb:4:40%,", "class 2 (''): expected"},
+		{"8 mb:4:40%", "expected SIZE:WAYS:SHARE"},
+		{"lots:4:40%", "SIZE is not a size"},
+		{"2kb:4:40%", "within 4kb..1gb"},
+		{"2gb:4:40%", "within 4kb..1gb"},
+		{"8mb:0:40%", "WAYS is not a whole number within 1..64"},
+		{"8mb:65:40%", "within 1..64"},
+		{"8mb:+4:40%", "WAYS"},
+		{"8mb:4:0%", "within 1%..100%"},
+		{"8mb:4:101%", "within 1%..100%"},
+		{"8mb:4:4.5%", "whole percent"},
+		{"8mb:4:0", "bucket count"},
+		{"8mb:4:x", "bucket count"},
+		{"8mb:4:%", "percent"},
+		{"256kb:4:40%,8mb:4:61%", "add up to 101%, more than the region"},
+		{"8mb:4:40%,8192kb:2:10",
+		 "class 2 ('8192kb:2:10'): two classes of one SIZE"},
+		{"4kb:1:1,8kb:1:1,16kb:1:1,32kb:1:1,64kb:1:1,"
+		 "128kb:1:1,256kb:1:1,512kb:1:1,1mb:1:1",
+		 "class 9 ('1mb:1:1'): more than 8 classes"},
+	};
+	for (size_t i = 0; i < PC_ARRAY_LEN(cases); i++) {
+		struct pc_settings s;
+		char *argv[] = {"peercached", "--slot-classes",
+				(char *)cases[i][0], NULL};
+		cr_assert_eq(slot_validate(&s, argv, 3), -EINVAL,
+			     "'%s' accepted", cases[i][0]);
+		cr_assert(strstr(err, cases[i][1]), "%s: error was: %s",
+			  cases[i][0], err);
+		cr_assert(strstr(err, "slot_classes: '"), "%s", err);
+		cr_assert_null(strchr(err, '\n'), "one line");
+		pc_settings_free(&s);
+	}
+}
+
+Test(settings, slot_num_buckets_and_a_class_list_are_refused_together)
+{
+	struct pc_settings s;
+	char *argv[] = {"peercached", "--slot-num-buckets", "100",
+			"--slot-classes", "8mb:4:100%", NULL};
+	cr_assert_eq(slot_validate(&s, argv, 5), -EINVAL);
+	cr_assert(strstr(err, "slot_num_buckets (100) and slot_classes "
+			      "('8mb:4:100%') are both set"), "%s", err);
+	pc_settings_free(&s);
+	/* out of the key's own range: refused while loading */
+	char *ways[] = {"peercached", "--slot-ways", "65", NULL};
+	char *envp[] = {NULL};
+	cr_assert_eq(pc_settings_load(&s, 3, ways, envp, err, sizeof(err)),
+		     -EINVAL);
+	cr_assert(strstr(err, "slot_ways: '65' is out of range"), "%s", err);
+	pc_settings_free(&s);
+}
+
+Test(settings, slotmap_refuses_the_disk_tier)
+{
+	struct pc_settings s;
+	char *argv[] = {"peercached", "--mode", "slotmap", "--disk-enabled",
+			"--disk-path", "/tmp/pc-disk", "--disk-size", "1gb",
+			NULL};
+	cr_assert_eq(slot_validate(&s, argv, 8), -EINVAL);
+	cr_assert(strstr(err, "disk tier is not supported in slotmap mode"),
+		  "%s", err);
+	pc_settings_free(&s);
+	/* the original's no_disk = false means the same */
+	char *path = tu_write_temp("mode = slotmap\nno_disk = false\n"
+				   "disk_path = /tmp/pc-disk\n"
+				   "disk_size = 1gb\n");
+	char cfgarg[64];
+	snprintf(cfgarg, sizeof(cfgarg), "--config=%s", path);
+	char *file[] = {"peercached", cfgarg, NULL};
+	cr_assert_eq(slot_validate(&s, file, 2), -EINVAL);
+	cr_assert(strstr(err, "not supported in slotmap mode"), "%s", err);
+	pc_settings_free(&s);
+	unlink(path);
+	free(path);
+	argv[2] = "p2p";
+	cr_assert_eq(slot_validate(&s, argv, 8), 0, "%s", err);
 	pc_settings_free(&s);
 }
 

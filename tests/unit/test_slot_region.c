@@ -20,6 +20,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/checksum.h"
 #include "storage/slot_region.h"
 
 #define KIB 1024ull
@@ -196,6 +197,51 @@ Test(slot_region, write_read_exists_delete)
 	slot_region_stats(s, &st);
 	cr_assert_eq(st.writes, 2);
 	cr_assert_eq(st.deletes, 1);
+	slot_region_free(s);
+	free(base);
+}
+
+/* A copy made in slices: slot_locate, copy, slot_loc_still. A write in
+ * between makes the copy stale; a commit with a hash that is not the
+ * bytes' makes the page fail every reader's check. */
+Test(slot_region, located_copies_and_hashed_commits)
+{
+	struct slot_layout l = one_class(64 * KIB, 4, 2);
+	void *base;
+	struct slot_region *s = mk(&l, &base);
+	static uint8_t page[64 * KIB], out[64 * KIB];
+	struct slot_key a = key("a");
+	fill(page, 40000, 1, 1);
+	cr_assert_eq(slot_write(s, &a, page, 40000), 0);
+	struct slot_loc loc;
+	cr_assert_eq(slot_locate(s, &a, 0, &loc), 40000);
+	memcpy(out, loc.payload, 20000); /* the first slice */
+	cr_assert(slot_loc_still(&loc));
+	fill(page, 40000, 1, 2);
+	cr_assert_eq(slot_write(s, &a, page, 40000), 0); /* a write between */
+	memcpy(out + 20000, loc.payload + 20000, 20000);
+	cr_assert_not(slot_loc_still(&loc), "the copy must be seen stale");
+	cr_assert_eq(slot_locate(s, &a, 40001, &loc), -ENOENT);
+	/* a remote writer's commit: the hash of its own bytes */
+	struct slot_key b = key("b");
+	struct slot_wr w;
+	fill(page, 30000, 2, 1);
+	cr_assert_eq(slot_write_begin(s, &b, 30000, &w), 0);
+	cr_assert_eq(slot_locate(s, &b, 0, &loc), -ENOENT, "busy is absent");
+	memcpy(w.payload, page, 30000);
+	slot_write_commit_hashed(s, &w, pc_page_sum(page, 30000));
+	cr_assert(slot_exists(s, &b, 30000));
+	/* bytes that are not the hashed ones (a late or partial write) */
+	cr_assert_eq(slot_write_begin(s, &b, 30000, &w), 0);
+	memcpy(w.payload, page, 30000);
+	((uint8_t *)w.payload)[29999] ^= 1;
+	slot_write_commit_hashed(s, &w, pc_page_sum(page, 30000));
+	cr_assert_not(slot_exists(s, &b, 30000));
+	const struct slot_class *c = &slot_region_layout(s)->cls[0];
+	uint8_t *bucket = (uint8_t *)base + slot_bucket_off(c, &b);
+	uint64_t len;
+	cr_assert_eq(slot_find(bucket, c, &b, 30000, true, &len, NULL),
+		     -ENOENT, "a remote reader rejects it");
 	slot_region_free(s);
 	free(base);
 }
