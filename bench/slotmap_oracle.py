@@ -48,6 +48,7 @@ WRITERS = int(os.environ.get("WRITERS", "2"))
 THREADS = os.environ.get("NODE_THREADS", "2")
 NOCHECK = os.environ.get("NOCHECK", "0") == "1"
 SEED = int(os.environ.get("SEED", random.randrange(1 << 30)))
+READ_BATCH = int(os.environ.get("READ_BATCH", "0")) or None
 
 
 def log(msg):
@@ -79,7 +80,8 @@ def main():
         for n in nodes:
             n.wait_for("ready", timeout=60)
         keys = pick_keys(nodes, PER_OWNER, PAGE)
-        h = Hammer(keys, PAGE, SEED)
+        h = Hammer(keys, PAGE, SEED, read_batch=READ_BATCH)
+
         for i in (0, 1):
             for _ in range(WRITERS):
                 h.start("writer", nodes[i])

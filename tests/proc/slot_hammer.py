@@ -54,7 +54,8 @@ def judge(kid, got, page_max):
 
 def _worker(role, addr, wid, keys, page_max, batch, seed, stop, counters, out):
     """role 'writer': kv.set of `batch` random keys per call, each at a new
-    version; 'reader': kv.get of every key (shuffled) per call."""
+    version; 'reader': kv.get of every key (shuffled), `batch` keys per
+    call."""
     rng = random.Random(seed)
     c = ctr = None
     examples = []
@@ -81,6 +82,7 @@ def _worker(role, addr, wid, keys, page_max, batch, seed, stop, counters, out):
                 continue
             pick = list(keys)
             rng.shuffle(pick)
+            pick = pick[:batch]
             err, res = c.call("kv.get", [[n for _, n in pick]])
             if err is not None or len(res) != len(pick):
                 ctr[4] += 1
@@ -116,10 +118,11 @@ def _worker(role, addr, wid, keys, page_max, batch, seed, stop, counters, out):
 class Hammer:
     """Workers over nodes; their counters summed on demand."""
 
-    def __init__(self, keys, page_max, seed, write_batch=2):
+    def __init__(self, keys, page_max, seed, write_batch=2, read_batch=None):
         self.keys, self.page_max = keys, page_max
         self.rng = random.Random(seed)
         self.write_batch = write_batch
+        self.read_batch = read_batch or len(keys)
         self.ctx = multiprocessing.get_context("fork")
         self.out = self.ctx.Queue()
         self.workers = []   # (role, wid, process, stop, counters)
@@ -138,7 +141,8 @@ class Hammer:
         counters = self.ctx.Array("q", len(FIELDS), lock=False)
         p = self.ctx.Process(target=_worker, daemon=True,
                              args=(role, node.endpoint("rpc"), wid, self.keys,
-                                   self.page_max, self.write_batch,
+                                   self.page_max,
+                                   self.write_batch if role == "writer" else self.read_batch,
                                    self.rng.random(), stop, counters, self.out))
         p.start()
         h = (role, wid, p, stop, counters)
@@ -159,7 +163,8 @@ class Hammer:
         while True:
             t = self.totals()
             if done(t) or t["errors"] or time.time() > deadline or \
-                    any(not p.is_alive() for _, _, p, _, _ in self.workers):
+                    any(not p.is_alive() for _, _, p, stop, _ in self.workers
+                        if not stop.is_set()):
                 return t
             time.sleep(0.1)
 
@@ -228,3 +233,5 @@ def pick_keys(nodes, per_owner, page_max, tag="ham"):
         if len(chosen[o]) < per_owner:
             chosen[o].append((kid, name))
     return [k for i in sorted(chosen) for k in chosen[i]]
+
+

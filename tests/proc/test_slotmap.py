@@ -5,8 +5,7 @@
   any class is a refused set, not a crash; an overwrite is seen by every
   reader; pages of several sizes round-trip; each get is one local or one
   remote slot read.
-- The SGLang shim (v1 and the v2 sidecar pools) over local sessions, on
-  three slotmap nodes, with the shim tests' own checks.
+- (test_slotmap_shim.py: the SGLang shim, v1 and v2, on slotmap nodes.)
 - The oracle hammer (slot_hammer.py): writers on two nodes and readers on
   all three on keys that share one bucket of four ways per owner (more
   keys than ways: evictions), every page checked: zero wrong pages.
@@ -29,16 +28,37 @@ from slot_hammer import Hammer, owners, page as ham_page, pick_keys, slot_counte
 from test_p2p import page   # bytes derived from the key
 
 KIB = 1024
+MIB = 1024 * KIB
 SLOT = ("--mode", "slotmap")
-# The hammer: one bucket of 4 ways per node, pages of 32-64 KiB.
-HAM_PAGE = 64 * KIB
-HAM = ("--slot-num-buckets", "1", "--slot-ways", "4",
-       "--slot-max-page-bytes", "64kb", "--pool-size", "16mb")
+
+
+class Regime:
+    """A hammer's geometry: one bucket of 4 ways per node (every key a node
+    owns shares it), pages of page/2..page bytes, `reads` checked reads (a
+    read = one key of a kv.get), read_batch keys per kv.get."""
+
+    def __init__(self, name, page, reads, read_batch=None):
+        self.name, self.page, self.reads = name, page, reads
+        self.read_batch = read_batch
+        self.args = ("--slot-num-buckets", "1", "--slot-ways", "4",
+                     "--slot-max-page-bytes", "%dkb" % (page // KIB),
+                     "--pool-size", "%dmb" % max(16, 8 * page // MIB))
+
+
+# Many reads of small pages: the claims, evictions and deletes of a
+# contended bucket, fast. A READ of a 256 KiB bucket fits the socket
+# buffers and is copied at once, so a write almost never overlaps it: the
+# negative control found no torn page in 3 x 10^5 reads of 64 KiB or of
+# 1 MiB pages.
+SMALL = Regime("64 KiB pages", 64 * KIB, 4_000 if SANITIZED else 40_000)
+# Fewer reads of large pages: a bucket of 4 x 4 MiB is more than the
+# socket buffers hold (4 MiB here), so the owner sends it over
+# milliseconds while writers rewrite its slots: torn and foreign snapshots
+# happen. With the checksum off, the first wrong page came after 96 to
+# 2,052 reads (11 runs, about 900 on average); with it on, none may.
+LARGE = Regime("4 MiB pages", 4 * MIB, 300 if SANITIZED else 1_200, read_batch=6)
+NOCHECK_READS_CAP = 8_000
 HAM_PER_OWNER = 6   # keys per owner: > 4 ways, so writes evict
-# Reads per hammer run (a read = one key of a kv.get); the sanitizer tree
-# is ~10x slower.
-HAM_READS = 4_000 if SANITIZED else 40_000
-NOCHECK_READS_CAP = 400_000 if SANITIZED else 2_000_000
 DEADLINE_S = 300
 
 
@@ -94,9 +114,14 @@ def ok(node, method, params):
 
 # ------------------------------------------------------------ kv.* ----
 
+# Two size classes: pages up to 16 KiB in slots of 16 KiB, larger ones up
+# to 256 KiB in slots of 256 KiB (a get reads a bucket of 4 slots of its
+# page's class).
+CLASSES = ("--slot-classes", "16kb:4:30%,256kb:4:70%")
+
+
 def test_kv_on_three_nodes_byte_identical(node_factory):
-    nodes, _ = slot_nodes(node_factory, 3, "--pool-size", "128mb",
-                          "--slot-max-page-bytes", "256kb")
+    nodes, _ = slot_nodes(node_factory, 3, "--pool-size", "128mb", *CLASSES)
     a, b, c = nodes
     sizes = (1000, 16 * KIB, 256 * KIB, 100 * KIB + 7)
     keys = ["slot/layer%d/page%d" % (i % 5, i) for i in range(32)]
@@ -148,47 +173,17 @@ def test_kv_on_three_nodes_byte_identical(node_factory):
         assert n.stop() == 0, n.text()
 
 
-# ------------------------------------------------------------ shim ----
-
-def _three(node_factory):
-    """Three slotmap nodes, and a cluster() stand-in that hands a shim test
-    the first n of them (its own arguments are the p2p pool's)."""
-    nodes, _ = slot_nodes(node_factory, 3, "--pool-size", "256mb",
-                          "--slot-max-page-bytes", "256kb")
-    return nodes, (lambda n, *args: nodes[:n])
-
-
-@pytest.mark.parametrize("layout", ["mha-page_first", "mla-page_first", "mha-layer_first"])
-def test_shim_v1_on_slotmap(node_factory, layout):
-    import test_shim
-    (entry,) = [p for p in test_shim.POOLS if p[0] == layout]
-    nodes, cluster = _three(node_factory)
-    # Set through a, read through b; the keys' owners are all three nodes.
-    test_shim.test_pages_cross_nodes_byte_identical(cluster, *entry, shm=True)
-    assert slot_counters(nodes)["remote_slot"] > 0
-    assert nodes[2].stop() == 0, nodes[2].text()
-
-
-@pytest.mark.parametrize("scenario", ["mamba", "dsa-indexer", "deepseek-v4"])
-def test_shim_v2_on_slotmap(node_factory, scenario):
-    import test_shim_v2
-    nodes, cluster = _three(node_factory)
-    test_shim_v2.test_every_pool_kind_cross_node_byte_identical(cluster, scenario)
-    assert slot_counters(nodes)["remote_slot"] > 0
-    assert nodes[2].stop() == 0, nodes[2].text()
-
-
 # ---------------------------------------------------------- hammer ----
 
-def hammer_nodes(node_factory, n=3, env=None, peers_extra=0):
-    return slot_nodes(node_factory, n, *HAM, envs={i: env for i in range(n)},
+def hammer_nodes(node_factory, rg, n=3, env=None, peers_extra=0):
+    return slot_nodes(node_factory, n, *rg.args, envs={i: env for i in range(n)},
                       peers_extra=peers_extra)
 
 
-def run_hammer(nodes, keys, rng, done, writers=(0, 1), per_node=2):
+def run_hammer(rg, nodes, keys, rng, done, writers=(0, 1), per_node=2):
     """per_node writers on each node of writers and one reader on every
     node until done(totals); returns (hammer, totals)."""
-    h = Hammer(keys, HAM_PAGE, rng.random())
+    h = Hammer(keys, rg.page, rng.random(), read_batch=rg.read_batch)
     for i in writers:
         for _ in range(per_node):
             h.start("writer", nodes[i])
@@ -211,20 +206,23 @@ def summary(name, t, m):
     return line
 
 
-def test_oracle_hammer_zero_wrong_pages(node_factory):
+@pytest.mark.parametrize("rg", [SMALL, LARGE], ids=["small", "large"])
+def test_oracle_hammer_zero_wrong_pages(node_factory, rg):
     rng = random.Random(seed())
-    nodes, _ = hammer_nodes(node_factory)
-    keys = pick_keys(nodes, HAM_PER_OWNER, HAM_PAGE)
-    h, t = run_hammer(nodes, keys, rng, lambda t: t["reads"] >= HAM_READS)
+    nodes, _ = hammer_nodes(node_factory, rg)
+    keys = pick_keys(nodes, HAM_PER_OWNER, rg.page)
+    h, t = run_hammer(rg, nodes, keys, rng, lambda t: t["reads"] >= rg.reads)
     m = slot_counters(nodes)
-    line = summary("hammer", t, m)
+    line = summary("hammer, " + rg.name, t, m)
     assert t["errors"] == 0, (line, h.examples)
     assert t["wrong"] == 0, (line, h.examples)
-    assert t["reads"] >= HAM_READS, line
+    assert t["reads"] >= rg.reads, line
     assert t["hits"] > 0 and t["sets"] > 0, line
     # Contention happened: more keys than ways per owner (evictions make
-    # misses), and writes through non-owners.
+    # misses), writes through non-owners, and snapshots of a key's slot
+    # that failed validation (torn or changed under the READ).
     assert t["misses"] > 0 and m["write_remote"] > 0, line
+    assert m["rejected"] > 0, line
     for n in nodes:
         assert n.proc.poll() is None, n.text()
         assert n.stop() == 0, n.text()
@@ -245,15 +243,23 @@ def test_negative_control_catches_wrong_pages(node_factory):
         report("skipped: this build has no fault injection "
                "(PEERCACHE_FAULT_INJECTION off)")
         pytest.skip("built without PEERCACHE_FAULT_INJECTION")
+    if SANITIZED:
+        # Measured: 2,022 reads (211 hits) in 75 s and no torn page; the
+        # normal tree finds one after ~900 reads (~300 hits) on average.
+        report("skipped in the sanitizer tree: its nodes copy too slowly for "
+               "the negative control to meet a torn page in CI time (it runs "
+               "in the normal tree)")
+        pytest.skip("the sanitizer tree is too slow for the negative control")
     rng = random.Random(seed())
-    nodes, _ = hammer_nodes(node_factory, env={"PEERCACHE_TEST_SLOT_NOCHECK": "1"})
-    assert any("NOCHECK" in n.text() or "checksum" in n.text() for n in nodes), \
-        "a node that skips the checksum says so: " + nodes[0].text()
-    keys = pick_keys(nodes, HAM_PER_OWNER, HAM_PAGE)
-    h, t = run_hammer(nodes, keys, rng,
+    nodes, _ = hammer_nodes(node_factory, LARGE,
+                            env={"PEERCACHE_TEST_SLOT_NOCHECK": "1"})
+    for n in nodes:
+        assert "PEERCACHE_TEST_SLOT_NOCHECK: readers skip" in n.text(), n.text()
+    keys = pick_keys(nodes, HAM_PER_OWNER, LARGE.page)
+    h, t = run_hammer(LARGE, nodes, keys, rng,
                       lambda t: t["wrong"] > 0 or t["reads"] >= NOCHECK_READS_CAP)
     m = slot_counters(nodes)
-    line = summary("negative control (checksum off)", t, m)
+    line = summary("negative control (checksum off), " + LARGE.name, t, m)
     assert t["errors"] == 0, (line, h.examples)
     assert t["wrong"] >= 1, "the oracle never failed with the checksum off: " + line
     print("first wrong pages:", h.examples)
@@ -264,19 +270,19 @@ def test_negative_control_catches_wrong_pages(node_factory):
 
 def test_hammer_while_a_fourth_node_joins_and_leaves(node_factory):
     rng = random.Random(seed())
-    nodes, ids = hammer_nodes(node_factory, peers_extra=1)
+    nodes, ids = hammer_nodes(node_factory, SMALL, peers_extra=1)
     three, four = ids[:3], ids
-    keys = pick_keys(nodes, HAM_PER_OWNER, HAM_PAGE)
+    keys = pick_keys(nodes, HAM_PER_OWNER, SMALL.page)
     d = node_factory("--rpc-port", ids[3].rsplit(":", 1)[1], "--peers", ",".join(four),
-                     *SLOT, *HAM)
+                     *SLOT, *SMALL.args)
     d.wait_for("ready", timeout=60)
-    h = Hammer(keys, HAM_PAGE, rng.random())
+    h = Hammer(keys, SMALL.page, rng.random())
     for i in (0, 1):
         for _ in range(2):
             h.start("writer", nodes[i])
     for n in nodes:
         h.start("reader", n)
-    phase = HAM_READS // 3
+    phase = SMALL.reads // 3
     d_workers = []
     try:
         def more(n):
@@ -318,11 +324,11 @@ def test_owners_are_found_by_local_writes(node_factory):
     nodes, _ = slot_nodes(node_factory, 3, "--pool-size", "64mb",
                           "--slot-max-page-bytes", "64kb")
     names = [(i, "own-%d" % i) for i in range(1, 13)]
-    found = owners(nodes, names, HAM_PAGE)
+    found = owners(nodes, names, SMALL.page)
     for kid, name in names:
         o = nodes[found[name]]
         before = metrics_of(o)['peercache_slotmap_reads_total{source="local_slot"}']
-        assert ok(o, "kv.get", [[name]]) == [ham_page(kid, 1, HAM_PAGE)]
+        assert ok(o, "kv.get", [[name]]) == [ham_page(kid, 1, SMALL.page)]
         after = metrics_of(o)['peercache_slotmap_reads_total{source="local_slot"}']
         assert after == before + 1, name
     for n in nodes:
