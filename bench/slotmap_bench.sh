@@ -11,7 +11,7 @@
 #   p2p      a dir.get to the key's directory owner (A or B itself, half
 #            each on two nodes), then a READ of A's pool on the data port;
 #   slotmap  one READ of the key's bucket in its owner's slot region
-#            (slot_max_page_bytes = the page size, 4 ways). Only keys that
+#            (slot_max_page_bytes = the page size, SLOT_WAYS ways). Only keys that
 #            A owns are read (--held-by A: slot.probe), so every get is a
 #            remote one, as every p2p get is.
 # For each size, RUNS rounds of (batch 1 latency, batch 32 throughput) on
@@ -34,6 +34,7 @@
 #   WORKSET_MB           working set per size: keys = max(128, WORKSET_MB /
 #                        size) [512]
 #   NODE_THREADS         peercached --threads [2]
+#   SLOT_WAYS            slotmap: slot_ways (one READ is this many slots) [4]
 #   PIN                  1: servers on CPU 1, clients on CPU 0 [0]
 #   RESULTS_DIR          where the JSON goes [$BUILD/bench-results]
 #
@@ -50,13 +51,14 @@ BATCH=${BATCH:-32}
 THREADS=${THREADS:-1}
 WORKSET_MB=${WORKSET_MB:-512}
 NODE_THREADS=${NODE_THREADS:-2}
+SLOT_WAYS=${SLOT_WAYS:-4}
 NODE_BIN=${PEERCACHED:-$BUILD/server/peercached}
 P2P_BIN=${PC_P2P_BENCH:-$BUILD/bench/pc-p2p-bench}
 MODES=(p2p slotmap)
 CONNS=$THREADS  # what bench_python records as the connection counts
 
 need_count RUNS "$RUNS"
-for v in BATCH THREADS WORKSET_MB NODE_THREADS; do need_count "$v" "${!v}"; done
+for v in BATCH THREADS WORKSET_MB NODE_THREADS SLOT_WAYS; do need_count "$v" "${!v}"; done
 need_seconds DURATION WARMUP
 [[ -n ${SIZES// /} ]] || die "SIZES is empty"
 SIZE_BYTES=()
@@ -81,11 +83,11 @@ cluster_up() {
 	pb=$(free_port)
 	while [[ $pb == "$pa" ]]; do pb=$(free_port); done
 	if [[ $mode == slotmap ]]; then
-		# 4 ways and about 4 slots per key of the whole set: some
-		# buckets overflow anyway (keys land at random); those keys
-		# are left out by --held-by.
+		# About 4 slots per key of the whole set: some buckets
+		# overflow anyway (keys land at random); those keys are left
+		# out by --held-by.
 		pool=$(((keys * (size + 4096) * 4 >> 20) + 64))
-		extra=(--mode slotmap --slot-max-page-bytes "$size" --slot-ways 4)
+		extra=(--mode slotmap --slot-max-page-bytes "$size" --slot-ways "$SLOT_WAYS")
 	else
 		pool=$(((keys * (size + 4096) * 3 >> 20) + 256))
 	fi
@@ -121,15 +123,20 @@ cluster_down() {
 
 # ---------------------------------------------------------------- runs ----
 
-# bench_run LABEL OUT ARG...: one pc-p2p-bench --json run, its JSON into OUT.
+# bench_run LABEL OUT ARG...: one pc-p2p-bench --json run, its JSON into
+# OUT. A failed setup stops the bench; a failed measured run (a miss, a
+# timeout: the mode could not serve that load) is recorded in OUT as
+# {"failed": message} and shown in the tables, so one mode's failure does
+# not hide the rest.
 bench_run() {
 	local label=$1 out=$2
 	local err=${out%.json}.err
 	shift 2
 	if ! "${CLIENT_CPU[@]}" "$P2P_BIN" --host "$HOST" --json "$@" >"$out" 2>"$err"; then
 		cat "$err" >&2
-		server_log_tail "$WORK"/*.err
-		die "pc-p2p-bench $label failed"
+		[[ $label == setup* ]] && { server_log_tail "$WORK"/*.err; die "pc-p2p-bench $label failed"; }
+		log "pc-p2p-bench $label FAILED; recorded, going on"
+		FAILED_MSG=$(tail -n 1 "$err") "$PY" -c 'import json, os; print(json.dumps({"failed": os.environ["FAILED_MSG"]}))' >"$out"
 	fi
 }
 
@@ -173,7 +180,8 @@ for n in "${SIZE_BYTES[@]}"; do
 				bench_run "$m $shape, run $run" "$out" $(read_args "$m") \
 					"${common[@]}" "${args[@]}" --duration "$DURATION" \
 					--warmup "$WARMUP" --timeout 20
-				log "  size $n run $run $m $shape: $(json_num "$out" gb_per_s) GB/s, p50 $(json_num "$out" p50_us) us, p99 $(json_num "$out" p99_us) us"
+				grep -q '"failed"' "$out" ||
+					log "  size $n run $run $m $shape: $(json_num "$out" gb_per_s) GB/s, p50 $(json_num "$out" p50_us) us, p99 $(json_num "$out" p99_us) us"
 			done
 		done
 	done
@@ -185,7 +193,7 @@ runs_end
 
 results_prepare slotmap
 SB_SIZES="${SIZE_BYTES[*]}" SB_KEYS="${KEYS_OF[*]}" SB_BATCH=$BATCH SB_THREADS=$THREADS \
-SB_NODE_THREADS=$NODE_THREADS SB_WORKSET_MB=$WORKSET_MB \
+SB_NODE_THREADS=$NODE_THREADS SB_WORKSET_MB=$WORKSET_MB SB_WAYS=$SLOT_WAYS \
 	bench_python <<'PYEOF'
 sizes = [int(x) for x in env["SB_SIZES"].split()]
 keys_of = dict(zip(sizes, (int(x) for x in env["SB_KEYS"].split())))
@@ -195,8 +203,18 @@ summary, raw = [], []
 def size_name(n):
     return f"{n >> 20}m" if n % (1 << 20) == 0 else f"{n >> 10}k"
 
+def ok(rs):
+    return [x for x in rs if "failed" not in x]
+
+def sp(rs, k):
+    """min/median/max of field k over the runs that did not fail."""
+    vals = [x[k] for x in ok(rs)]
+    return spread(vals) if vals else None
+
 def pair(a, b, k):
-    return spread([x[k] / y[k] for x, y in zip(a, b)])
+    """Run i over run i, both measured."""
+    vals = [x[k] / y[k] for x, y in zip(a, b) if "failed" not in x and "failed" not in y]
+    return spread(vals) if vals else None
 
 for n in sizes:
     rs = {m: {sh: [run_json(f"{m}-s{n}-{sh}-r{r}.json") for r in range(1, runs + 1)]
@@ -204,17 +222,19 @@ for n in sizes:
     raw.append({"value_bytes": n, **rs})
     s = {"value_bytes": n, "keys": keys_of[n]}
     for m in MODES:
-        s[m] = {"p50_us": spread([x["p50_us"] for x in rs[m]["lat"]]),
-                "p99_us": spread([x["p99_us"] for x in rs[m]["lat"]]),
-                "gb_per_s": spread([x["gb_per_s"] for x in rs[m]["thr"]]),
-                "batch_p50_us": spread([x["p50_us"] for x in rs[m]["thr"]])}
+        s[m] = {"p50_us": sp(rs[m]["lat"], "p50_us"), "p99_us": sp(rs[m]["lat"], "p99_us"),
+                "gb_per_s": sp(rs[m]["thr"], "gb_per_s"),
+                "batch_p50_us": sp(rs[m]["thr"], "p50_us"),
+                "failed": {sh: [x["failed"] for x in rs[m][sh] if "failed" in x]
+                           for sh in ("lat", "thr")}}
     s["ratio"] = {"p50": pair(rs["slotmap"]["lat"], rs["p2p"]["lat"], "p50_us"),
                   "p99": pair(rs["slotmap"]["lat"], rs["p2p"]["lat"], "p99_us"),
                   "gb_per_s": pair(rs["slotmap"]["thr"], rs["p2p"]["thr"], "gb_per_s")}
     summary.append(s)
 
 goals = [{"goal": "slotmap p50 <= 0.6 x p2p p50 at batch 1", "value_bytes": s["value_bytes"],
-          "ratio": s["ratio"]["p50"], "met": s["ratio"]["p50"]["median"] <= 0.6}
+          "ratio": s["ratio"]["p50"],
+          "met": s["ratio"]["p50"] is not None and s["ratio"]["p50"]["median"] <= 0.6}
          for s in summary]
 write_json({**doc_head("slotmap"),
             "params": {**params_head(), "sizes": sizes,
@@ -222,11 +242,14 @@ write_json({**doc_head("slotmap"),
                        "batch": int(env["SB_BATCH"]), "threads": int(env["SB_THREADS"]),
                        "node_threads": int(env["SB_NODE_THREADS"]),
                        "workset_mb": int(env["SB_WORKSET_MB"]),
+                       "slot_ways": int(env["SB_WAYS"]),
                        "setup": "two nodes per mode: pages stored through the owner, "
                                 "kv.get through the reader (pc-p2p-bench --target kvget)"},
             "summary": summary, "goals": goals, "runs": raw})
 
-def mmm(x, f=f1): return f"{f(x['min'])} / {f(x['median'])} / {f(x['max'])}"
+def mmm(x, f=f1): return "n/a" if x is None else f"{f(x['min'])} / {f(x['median'])} / {f(x['max'])}"
+def rn(x): return "n/a" if x is None else rr(x)
+def med_of(x): return None if x is None else x["median"]
 def g2(x): return f"{x:.2f}"
 print(f"### slotmap vs p2p: kv.get through a reader node, {runs} interleaved runs "
       f"of {duration:g} s (min / median / max)\n")
@@ -235,19 +258,26 @@ print("| size | p2p p50 | slotmap p50 | slotmap/p2p p50 | p2p p99 | slotmap p99 
 print("|---:|---:|---:|---:|---:|---:|---:|")
 for s in summary:
     print(f"| {size_name(s['value_bytes'])} | {mmm(s['p2p']['p50_us'])} | {mmm(s['slotmap']['p50_us'])} "
-          f"| {rr(s['ratio']['p50'])} | {mmm(s['p2p']['p99_us'])} | {mmm(s['slotmap']['p99_us'])} "
-          f"| {rr(s['ratio']['p99'])} |")
+          f"| {rn(s['ratio']['p50'])} | {mmm(s['p2p']['p99_us'])} | {mmm(s['slotmap']['p99_us'])} "
+          f"| {rn(s['ratio']['p99'])} |")
 print(f"\nBatch {env['SB_BATCH']}, {env['SB_THREADS']} thread(s): throughput (GB/s of pages)\n")
 print("| size | p2p | slotmap | slotmap/p2p | p2p batch p50 us | slotmap batch p50 us |")
 print("|---:|---:|---:|---:|---:|---:|")
 for s in summary:
     print(f"| {size_name(s['value_bytes'])} | {mmm(s['p2p']['gb_per_s'], g2)} "
-          f"| {mmm(s['slotmap']['gb_per_s'], g2)} | {rr(s['ratio']['gb_per_s'])} "
-          f"| {f0(s['p2p']['batch_p50_us']['median'])} | {f0(s['slotmap']['batch_p50_us']['median'])} |")
+          f"| {mmm(s['slotmap']['gb_per_s'], g2)} | {rn(s['ratio']['gb_per_s'])} "
+          f"| {f0(med_of(s['p2p']['batch_p50_us']))} | {f0(med_of(s['slotmap']['batch_p50_us']))} |")
+fails = [(size_name(s["value_bytes"]), m, sh, msg) for s in summary for m in MODES
+         for sh, msgs in s[m]["failed"].items() for msg in msgs]
+if fails:
+    print(f"\nFailed runs ({len(fails)}; left out of the figures above):\n")
+    for size, m, sh, msg in fails:
+        print(f"- {size} {m} {'batch 1' if sh == 'lat' else 'batch ' + env['SB_BATCH']}: {msg}")
 print("\nGoal (median paired ratio):\n")
 for g in goals:
-    print(f"- {g['goal']}, {size_name(g['value_bytes'])}: {rr(g['ratio'])}: "
+    print(f"- {g['goal']}, {size_name(g['value_bytes'])}: {rn(g['ratio'])}: "
           f"{'met' if g['met'] else 'NOT met'}")
-print(f"\nnode: --threads {env['SB_NODE_THREADS']}; load average {loadavg_span()}.")
+print(f"\nnode: --threads {env['SB_NODE_THREADS']}; slotmap: {env['SB_WAYS']} ways, "
+      f"slot_max_page_bytes = the page size; load average {loadavg_span()}.")
 print(f"Results: {out_path}")
 PYEOF
