@@ -20,10 +20,12 @@
  *  - slot classes (slotmap's region, pool_size bytes), derived in this order:
  *    slot_num_buckets > 0: one class of slot_max_page_bytes x slot_ways x
  *    slot_num_buckets, the original's geometry (slot_classes must then be
- *    auto); else slot_classes = auto: 256kb x slot_ways on 40 % of the
- *    region and slot_max_page_bytes x slot_ways on 60 % when
+ *    auto); else slot_classes = auto: 16kb x slot_ways on 10 % of the
+ *    region (sidecar pools' and layer-split pages of a few KiB), 256kb x
+ *    slot_ways on 35 % and slot_max_page_bytes x slot_ways on 55 % when
  *    slot_max_page_bytes is above 256kb (so 256 KiB MLA pages do not each
- *    take an 8 MiB slot), else one class of slot_max_page_bytes on 100 %;
+ *    take an 8 MiB slot); 16kb on 10 % and slot_max_page_bytes on 90 % when
+ *    it is above 16kb; else one class of slot_max_page_bytes on 100 %;
  *    else the list SIZE:WAYS:SHARE,... as given (at most 8 classes of
  *    distinct sizes within 4kb..1gb, ways 1..64, SHARE a percent of the
  *    region "40%" or a bucket count "1000", percents summing to <= 100).
@@ -152,8 +154,10 @@ static const struct pc_cfg_key keys[] = {
 	 OFF(slot_classes), 0, "slotmap: the slot region's size classes, "
 	 "SIZE:WAYS:SHARE,... (at most 8; SIZE 4kb..1gb, WAYS 1..64, SHARE a "
 	 "percent of pool_size like 40% or a bucket count), or auto: "
-	 "256kb:slot_ways:40% and slot_max_page_bytes:slot_ways:60% when "
-	 "slot_max_page_bytes > 256kb, else slot_max_page_bytes:slot_ways:100%"},
+	 "16kb:slot_ways:10%, 256kb:slot_ways:35% and "
+	 "slot_max_page_bytes:slot_ways:55% when slot_max_page_bytes > 256kb "
+	 "(the 256kb class left out when it is at most 256kb, the largest "
+	 "then on 90%; one class on 100% at 16kb or less)"},
 	{"metrics_enabled", PC_CFG_BOOL, "true", 0, 0, NULL,
 	 OFF(metrics_enabled), 0, "serve /metrics and /healthz over HTTP"},
 	{"metrics_dashboard", PC_CFG_BOOL, "true", 0, 0, NULL,
@@ -476,6 +480,7 @@ bool pc_host_is_loopback(const char *host)
 #define SLOT_SIZE_MIN (4 * KB)
 #define SLOT_SIZE_MAX (1 * GB)
 #define SLOT_WAYS_MAX 64
+#define SLOT_AUTO_TINY (16 * KB)
 #define SLOT_AUTO_SMALL (256 * KB)
 #define SLOT_FIELD_MAX 32
 
@@ -623,8 +628,12 @@ static int slot_classes_derive(struct pc_settings *s, char *err,
 	if (!is_auto)
 		return slot_list(s, err, errlen);
 	if (max > SLOT_AUTO_SMALL) {
-		slot_class_set(s, SLOT_AUTO_SMALL, ways, 0, 400);
-		slot_class_set(s, max, ways, 0, 600);
+		slot_class_set(s, SLOT_AUTO_TINY, ways, 0, 100);
+		slot_class_set(s, SLOT_AUTO_SMALL, ways, 0, 350);
+		slot_class_set(s, max, ways, 0, 550);
+	} else if (max > SLOT_AUTO_TINY) {
+		slot_class_set(s, SLOT_AUTO_TINY, ways, 0, 100);
+		slot_class_set(s, max, ways, 0, 900);
 	} else {
 		slot_class_set(s, max, ways, 0, 1000);
 	}

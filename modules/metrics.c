@@ -627,6 +627,11 @@ static int m_init(struct pc_ctx *ctx)
 	met_register_fn("peercache_transport_info",
 			"the data transport in use", "transport=\"tcp\"", one_fn,
 			NULL);
+	met_register_fn("peercache_mode_info",
+			"the placement mode this node runs (setting mode)",
+			s->mode == PC_MODE_SLOTMAP ? "mode=\"slotmap\""
+						   : "mode=\"p2p\"",
+			one_fn, NULL);
 	met_register_collector(reactor_collector, NULL);
 	int ret = rx_stall_setup(ctx->threads,
 				 (uint64_t)s->reactor_stall_threshold_us * 1000u,

@@ -11,8 +11,10 @@
  *   p2p      — the directory (modules/directory.c): a producer keeps its
  *              pages in its own pool and publishes records of them on the
  *              key's owners on the ring; a lookup asks those owners.
- *   slotmap  — not supported yet (settings refuse mode=slotmap at start);
- *              it will hash a key to a slot and answer without records.
+ *   slotmap  — has no records, so it is not a placement: its module
+ *              (modules/slotmap.c) hashes a key to a slot of its owner
+ *              and is the "kv" service itself in that mode (kv and this
+ *              interface stand aside; docs/slotmap.md).
  *
  * Threading: calls are made on a reactor thread and complete on it, never
  * inside the call. Deadlines: deadline_ns is a pc_now_ns() value after

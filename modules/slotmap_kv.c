@@ -126,6 +126,8 @@ struct sm_op {
 	unsigned *cq;               /* copies to make: item << 2 | CQ_* */
 	unsigned cq_n, cq_i;
 	bool copying;
+	bool cancelled;             /* a copy met the client's memory given
+				     * up: none of the rest is made */
 	struct copier_job job;
 	uint64_t t0, deadline;
 };
@@ -478,6 +480,8 @@ static void settle_copy(struct sm_op *o, unsigned e)
 {
 	struct sm_it *t = &o->it[e >> 2];
 	int res = o->job.res;
+	if (res == -ECANCELED)
+		o->cancelled = true;
 	if (res == 0)
 		met_add((e & 3) == CQ_LREAD	  ? sm_st.copy_get_local
 			: (e & 3) == CQ_RREAD ? sm_st.copy_get_remote
@@ -529,6 +533,15 @@ static void pump(struct sm_op *o)
 	while (!o->copying && o->cq_i < o->cq_n) {
 		unsigned e = o->cq[o->cq_i];
 		struct sm_it *t = &o->it[e >> 2];
+		if (o->cancelled) {
+			/* The client gave its memory up (copier_cancel_range)
+			 * and node memory replaced it: a page copied from
+			 * there now would be stored as the key's. None is. */
+			if ((e & 3) == CQ_STAGE)
+				t->want = 0;
+			o->cq_i++;
+			continue;
+		}
 		struct copier_job *j = &o->job;
 		*j = (struct copier_job){.len = t->len, .done = copied,
 					 .arg = o};

@@ -266,13 +266,14 @@ class PeerCacheStore(HiCacheStorage):
                 raise ValueError("peercache: extra-config %s must be a string, "
                                  "not %r" % (name, extra[name]))
         mode = extra.get("mode", "p2p")
-        if mode != "p2p":
-            raise ValueError("peercache: extra-config mode=%r is not supported: "
-                             "the node serves mode p2p only (slotmap is not "
-                             "supported); remove the key or set it to \"p2p\"" % (mode,))
+        if mode not in ("p2p", "slotmap"):
+            raise ValueError("peercache: extra-config mode=%r: \"p2p\" or "
+                             "\"slotmap\" is needed" % (mode,))
         self.socket = extra.get("socket") or os.environ.get("PEERCACHE_SOCKET") or DEFAULT_SOCKET
         self.prefix = extra.get("prefix", "") or ""
         self.timeout_ms = int_key("timeout_ms", DEFAULT_TIMEOUT_MS, 10, 600000)
+        if "mode" in extra:
+            self._check_node_mode(mode)
         self.max_tracked_keys = int_key("max_tracked_keys", DEFAULT_MAX_TRACKED_KEYS,
                                         0, 1 << 26)
         self.interface_v1 = bool(extra.get("interface_v1", False))
@@ -301,6 +302,25 @@ class PeerCacheStore(HiCacheStorage):
         if ignored:
             log.info("peercache: ignoring extra-config keys %s (keys of the "
                      "original PeerCache without effect here)", ", ".join(ignored))
+
+    def _check_node_mode(self, mode):
+        """The placement mode is the node's (peercached --mode); a shim that
+        names one checks the node runs it, so a misconfigured pair fails at
+        start, not with misses."""
+        try:
+            c = Client(self.socket, self.timeout_ms)
+            try:
+                node_mode = c.info().get("mode", "p2p")
+            finally:
+                c.close()
+        except PeerCacheError as e:
+            raise ValueError("peercache: extra-config mode=%r cannot be checked: "
+                             "no node answers on %s (%s)" % (mode, self.socket, e))
+        if node_mode != mode:
+            raise ValueError("peercache: extra-config mode=%r, but the node on %s "
+                             "runs mode %r; set the key to %r or remove it (the "
+                             "node's mode applies)" % (mode, self.socket, node_mode,
+                                                       node_mode))
 
     # ----------------------------------------------------------- plumbing
 

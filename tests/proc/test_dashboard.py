@@ -7,9 +7,14 @@ network: every request but loopback goes to a dead proxy, and host names do
 not resolve.
 
 - test_dashboard_shows_live_node_values: a real peercached; the page must
-  show its node id, uptime, transport and RPC counters that reflect calls
-  this test made. The screenshot is kept in
+  show its node id, uptime, transport, mode and RPC counters that reflect
+  calls this test made. The screenshot is kept in
   $PEERCACHE_BUILD_DIR/test-artifacts/dashboard.png.
+- test_dashboard_shows_a_slotmap_node: a real slotmap node of two; the slot
+  region card shows the node's figures, the p2p tiers' cards are hidden.
+- On both live nodes: every metric name the page reads is one the node
+  exports, but for the names of the cards it hides (a declared list), and
+  nothing the page shows says "n/a" (a misspelt name would).
 - the other tests serve the same modules/dashboard.html from a stand-in
   http.server with a scripted /metrics: hostile label values (no markup may
   be injected), the parser on tricky input, "n/a" for absent metrics, the
@@ -28,6 +33,8 @@ import subprocess
 import tempfile
 import threading
 import time
+
+import re
 
 import pytest
 
@@ -322,6 +329,44 @@ def standin():
         s.close()
 
 
+def shown(browser, id_):
+    """Whether the element is rendered (not hidden itself or by an ancestor)."""
+    return browser.eval("document.getElementById(%s).getClientRects().length > 0"
+                        % json.dumps(id_))
+
+
+def shown_na(browser):
+    """Ids of the rendered elements that say "n/a"."""
+    return browser.eval("""Array.from(document.querySelectorAll('.na'))
+        .filter(e => e.getClientRects().length > 0).map(e => e.id)""")
+
+
+def page_metric_names():
+    """Every metric name the page spells out whole (names it builds from
+    parts, the pool's and the disk's, are covered by shown_na)."""
+    with open(DASHBOARD) as f:
+        return set(re.findall(r"'(peercache_[a-z0-9_]+[a-z0-9])'", f.read()))
+
+
+def not_exported(names, metrics):
+    """The names a page reads that the node's /metrics (metrics_of) lacks.
+    A latency "x_seconds" is read from its histogram buckets, as the page's
+    buckets() does: "x_hist_seconds_bucket", else "x_seconds_bucket"."""
+    have = {k.split("{")[0] for k in metrics}
+    return {n for n in names
+            if n not in have and n + "_bucket" not in have
+            and re.sub(r"_seconds$", "_hist_seconds_bucket", n) not in have}
+
+
+# The names a node without them does not export, by what reads them.
+DISK_NAMES = {"peercache_disk_capacity_bytes", "peercache_disk_degraded",
+              "peercache_disk_evicted_keys_total", "peercache_disk_ios_in_flight",
+              "peercache_disk_promote_bytes_total", "peercache_disk_promote_latency_seconds",
+              "peercache_disk_promotions_total", "peercache_disk_queue_bytes",
+              "peercache_disk_write_bytes_total", "peercache_read_disk_hits_total"}
+DISCOVERY_NAMES = {"peercache_discovery_members"}
+
+
 def esc(v):
     """A label value in the exposition format."""
     return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
@@ -345,7 +390,9 @@ def test_dashboard_shows_live_node_values(node_factory, browser):
     assert v["node-id"]["text"] == info["node_id"]
     assert float(v["uptime"]["value"]) > 0
     assert v["transport"]["text"] == "tcp"
+    assert v["mode"]["text"] == "p2p"
     assert float(v["rpc-total"]["value"]) >= 501, v["rpc-total"]
+    assert shown(browser, "pool-card") and not shown(browser, "slot-card")
     assert v["status"]["text"] == "connected"
     assert info["node_id"] in [r["text"] for r in browser.eval(
         "Array.from(document.querySelectorAll('#members tbody td')).map(td => ({text: td.textContent}))")]
@@ -368,10 +415,86 @@ def test_dashboard_shows_live_node_values(node_factory, browser):
     v = browser.values()
     assert float(v["rpc-rps"]["value"]) > 0, v["rpc-rps"]
     assert int(browser.eval("Number(document.getElementById('chart-rpc').dataset.points)")) >= 3
+    # What a p2p node without disk tier and discovery lacks: those names
+    # and the slot region's; "n/a" only for the disk tier and promotions.
+    missing = not_exported(page_metric_names(), metrics_of(n))
+    unexpected = {x for x in missing - DISK_NAMES - DISCOVERY_NAMES
+                  if not x.startswith("peercache_slotmap_")}
+    assert not unexpected, "the page reads names the node lacks: %s" % sorted(unexpected)
+    na_ids = shown_na(browser)
+    assert [i for i in na_ids if not i.startswith("promote") and not browser.eval(
+        "!!document.getElementById(%s).closest('#disk-card')" % json.dumps(i))] == []
     browser.screenshot(os.path.join(ARTIFACTS, "dashboard.png"))
     assert browser.problems() == []
     c.close()
     assert n.stop() == 0
+
+
+def test_dashboard_shows_a_slotmap_node(cluster, browser):
+    from test_metrics_slotmap import set_on_a_get_on_b
+    a, b, ca, cb, keys = set_on_a_get_on_b(cluster, "dash-sm")
+
+    # Gets go on while the page takes two scrapes: the rates see them.
+    browser.navigate("http://%s/?interval=300" % b.endpoint("metrics"))
+    browser.wait_updates(1)
+    stop = threading.Event()
+
+    def getter():
+        while not stop.is_set():
+            cb.call("kv.get", [keys[:8]])
+            time.sleep(0.002)
+    t = threading.Thread(target=getter, daemon=True)
+    t.start()
+    try:
+        browser.wait_updates(browser.updates() + 2, timeout=15)
+        during = browser.values()
+    finally:
+        stop.set()
+        t.join()
+    assert float(during["slot-reads-local-rate"]["value"]) + \
+        float(during["slot-reads-remote-rate"]["value"]) > 0, during["slot-reads-local-rate"]
+    browser.wait_updates(browser.updates() + 2)    # a whole scrape after the last get
+    m = metrics_of(b)
+    v = browser.values()
+    assert v["mode"]["text"] == "slotmap" and v["transport"]["text"] == "tcp"
+    # The slot region replaces the pool; no disk tier, no pool evictions.
+    assert shown(browser, "slot-card")
+    for id_ in ("pool-card", "disk-card", "evictions-card", "read-disk-row"):
+        assert not shown(browser, id_), id_
+    # The page reads only what the node exports, but for the hidden cards'
+    # names, and shows no "n/a".
+    unexpected = not_exported(page_metric_names(), m) - DISK_NAMES - DISCOVERY_NAMES - {
+        "peercache_pool_capacity_bytes", "peercache_evictions_total"}
+    assert not unexpected, "the page reads names the node lacks: %s" % sorted(unexpected)
+    assert shown_na(browser) == []
+    # The figures are the node's.
+    assert float(v["slot-region-bytes"]["value"]) == m["peercache_slotmap_region_bytes"]
+    assert float(v["slot-slots"]["value"]) == m["peercache_slotmap_slots"]
+    src = {s: m['peercache_slotmap_reads_total{source="%s"}' % s]
+           for s in ("local_slot", "remote_slot", "miss", "rejected")}
+    reads = sum(src.values())
+    assert reads == m["peercache_read_requests_total"]
+    for id_, s in (("local", "local_slot"), ("remote", "remote_slot"), ("miss", "miss"),
+                   ("rejected", "rejected")):
+        assert float(v["slot-reads-%s-ratio" % id_]["value"]) == pytest.approx(src[s] / reads), id_
+        assert v["slot-reads-%s-rate" % id_]["value"] is not None, id_
+    assert src["local_slot"] > 0 and src["remote_slot"] > 0 and src["miss"] == 1
+    assert float(v["slot-wfail-busy"]["value"]) == \
+        m['peercache_slotmap_write_failures_total{reason="busy"}']
+    assert float(v["slot-evictions"]["value"]) == m["peercache_slotmap_evictions_total"]
+    assert float(v["slot-claims-expired"]["value"]) == 0
+    # The tiers card: local and remote are the slot sources, the rest missed.
+    assert float(v["read-local-hit-ratio"]["value"]) == pytest.approx(src["local_slot"] / reads)
+    assert float(v["read-remote-hit-ratio"]["value"]) == pytest.approx(src["remote_slot"] / reads)
+    assert float(v["read-miss-ratio"]["value"]) == pytest.approx(
+        (src["miss"] + src["rejected"]) / reads)
+    assert v["read-p50"]["value"] is not None       # b wrote nothing: no write-p50
+    browser.screenshot(os.path.join(ARTIFACTS, "dashboard-slotmap.png"))
+    assert browser.problems() == []
+    ca.close()
+    cb.close()
+    for n in (a, b):
+        assert n.stop() == 0
 
 
 # ---- the page itself, against a stand-in --------------------------------------
@@ -389,6 +512,7 @@ def hostile_metrics():
         "# TYPE peercache_uptime_seconds gauge",
         "peercache_uptime_seconds{%s} 12.5" % node,
         'peercache_transport_info{%s,transport="%s"} 1' % (node, esc(XSS_TAG)),
+        'peercache_mode_info{%s,mode="%s"} 1' % (node, esc(XSS_SCRIPT)),
         "# TYPE peercache_rpc_requests_total counter",
         'peercache_rpc_requests_total{%s,method="%s"} 7' % (node, esc(XSS_SCRIPT)),
         'peercache_rpc_requests_total{%s,method="%s"} 5' % (node, esc(WEIRD)),
@@ -406,6 +530,7 @@ def test_dashboard_does_not_inject_label_markup(browser, standin):
     v = browser.values()
     assert v["node-id"]["text"] == XSS_IMG
     assert v["transport"]["text"] == XSS_TAG
+    assert v["mode"]["text"] == XSS_SCRIPT
     # Nothing from the labels became an element, nothing ran.
     counts = browser.eval("""({img: document.querySelectorAll('img').length,
         script: document.querySelectorAll('script').length,
@@ -563,6 +688,11 @@ def test_hit_ratio_by_tier_and_disk_degraded(browser, standin):
     # No degraded gauge in this version: its row is not shown.
     hidden = "document.getElementById('disk-degraded-row').hidden"
     assert browser.eval(hidden) is True
+    assert not shown(browser, "disk-degraded-row")      # [hidden] beats .row's display
+    # No mode metric: a p2p node of an older version; the p2p cards.
+    assert v["mode"]["text"] == "n/a"
+    assert not shown(browser, "slot-card")
+    assert shown(browser, "pool-card") and shown(browser, "read-disk-row")
     assert v["disk-ios"]["text"] == "n/a"
     # The gauge appears: the row shows it, in the warning colour when set.
     state["degraded"] = 1
@@ -572,6 +702,74 @@ def test_hit_ratio_by_tier_and_disk_degraded(browser, standin):
     state["degraded"] = 0
     browser.wait_until("document.getElementById('disk-degraded').textContent === 'no'")
     browser.screenshot(os.path.join(ARTIFACTS, "dashboard-tiers.png"))
+    assert browser.problems() == []
+
+
+def test_slot_region_card(browser, standin):
+    state = {"n": 0}
+
+    def metrics():
+        k = state["n"]
+        state["n"] += 1
+        return "\n".join([
+            'peercache_uptime_seconds{node="s1"} 3',
+            'peercache_transport_info{node="s1",transport="tcp"} 1',
+            'peercache_mode_info{node="s1",mode="slotmap"} 1',
+            'peercache_slotmap_region_bytes{node="s1"} 268435456',
+            'peercache_slotmap_slots{node="s1"} 1996',
+            'peercache_slotmap_reads_total{node="s1",source="local_slot"} %d' % (500 + 10 * k),
+            'peercache_slotmap_reads_total{node="s1",source="remote_slot"} %d' % (250 + 5 * k),
+            'peercache_slotmap_reads_total{node="s1",source="miss"} %d' % (200 + 4 * k),
+            'peercache_slotmap_reads_total{node="s1",source="rejected"} %d' % (50 + k),
+            'peercache_read_requests_total{node="s1"} %d' % (1000 + 20 * k),
+            'peercache_read_hits_total{node="s1"} %d' % (750 + 15 * k),
+            'peercache_read_local_hits_total{node="s1"} %d' % (500 + 10 * k),
+            'peercache_read_remote_hits_total{node="s1"} %d' % (250 + 5 * k),
+            'peercache_slotmap_writes_total{node="s1",path="local"} %d' % (70 + k),
+            'peercache_slotmap_writes_total{node="s1",path="remote"} 30',
+            'peercache_slotmap_write_failures_total{node="s1",reason="busy"} 3',
+            'peercache_slotmap_write_failures_total{node="s1",reason="too_large"} 0',
+            'peercache_slotmap_write_failures_total{node="s1",reason="remote"} 0',
+            'peercache_slotmap_claims_expired_total{node="s1"} 1',
+            'peercache_slotmap_evictions_total{node="s1"} 9',
+        ]) + "\n"
+    s = standin(metrics)
+    browser.navigate(s.url + "?interval=300")
+    browser.wait_updates(3)
+    v = browser.values()
+    assert v["mode"]["text"] == "slotmap"
+    assert shown(browser, "slot-card")
+    for id_ in ("pool-card", "disk-card", "evictions-card", "read-disk-row"):
+        assert not shown(browser, id_), id_
+    assert float(v["slot-region-bytes"]["value"]) == 268435456
+    assert v["slot-region-bytes"]["text"] == "256 MiB"
+    assert float(v["slot-slots"]["value"]) == 1996
+    # Shares of the four sources (they partition the reads), lifetime: every
+    # scrape keeps them at 50, 25, 20 and 5 %.
+    shares = {"local": 0.5, "remote": 0.25, "miss": 0.2, "rejected": 0.05}
+    for id_, want in shares.items():
+        assert float(v["slot-reads-%s-ratio" % id_]["value"]) == pytest.approx(want), id_
+        # Every scrape adds 10, 5, 4, 1: the rates keep those proportions.
+        assert float(v["slot-reads-%s-rate" % id_]["value"]) > 0, id_
+    rl = float(v["slot-reads-local-rate"]["value"])
+    assert float(v["slot-reads-remote-rate"]["value"]) == pytest.approx(rl / 2)
+    assert float(v["slot-reads-rejected-rate"]["value"]) == pytest.approx(rl / 10)
+    assert "warn" in v["slot-reads-rejected-ratio"]["cls"]
+    assert "warn" not in v["slot-reads-local-ratio"]["cls"]
+    widths = browser.eval("['local', 'remote', 'miss', 'rejected'].map(b => "
+                          "parseFloat(document.getElementById('slot-bar-' + b).style.width))")
+    assert widths == pytest.approx([50, 25, 20, 5])
+    assert float(v["slot-writes-local-rate"]["value"]) == pytest.approx(rl / 10)
+    assert float(v["slot-writes-remote-rate"]["value"]) == 0
+    assert float(v["slot-wfail-busy"]["value"]) == 3 and "warn" in v["slot-wfail-busy"]["cls"]
+    assert float(v["slot-wfail-too-large"]["value"]) == 0
+    assert float(v["slot-claims-expired"]["value"]) == 1
+    assert "warn" in v["slot-claims-expired"]["cls"]
+    assert float(v["slot-evictions"]["value"]) == 9
+    assert float(v["slot-evictions-rate"]["value"]) == 0
+    # The tiers card: local and remote from the read counters, the rest missed.
+    assert float(v["read-miss-ratio"]["value"]) == pytest.approx(0.25)
+    browser.screenshot(os.path.join(ARTIFACTS, "dashboard-slot-card.png"))
     assert browser.problems() == []
 
 

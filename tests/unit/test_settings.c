@@ -227,23 +227,31 @@ Test(settings, slotmap_is_accepted_with_the_default_classes)
 	cr_assert_eq(slot_validate(&s, argv, 3), 0, "%s", err);
 	cr_assert_eq(s.mode, PC_MODE_SLOTMAP);
 	cr_assert_str_eq(s.slot_classes, "auto");
-	/* 8mb > 256kb: MLA-sized slots on 40 %, the largest on 60 % */
-	cr_assert_eq(s.slot_ncls, 2);
-	expect_class(&s, 0, 256ull << 10, 4, 0, 400);
-	expect_class(&s, 1, 8ull << 20, 4, 0, 600);
+	/* 8mb > 256kb: small pages on 10 %, MLA-sized slots on 35 %, the
+	 * largest on 55 % */
+	cr_assert_eq(s.slot_ncls, 3);
+	expect_class(&s, 0, 16ull << 10, 4, 0, 100);
+	expect_class(&s, 1, 256ull << 10, 4, 0, 350);
+	expect_class(&s, 2, 8ull << 20, 4, 0, 550);
 	pc_settings_free(&s);
 }
 
-/* auto with pages of at most 256kb, and slot_num_buckets (the original's
- * geometry): one class each */
+/* auto with pages of at most 256kb: the small class and the largest; at
+ * most 16kb, and slot_num_buckets (the original's geometry): one class */
 Test(settings, single_slot_classes)
 {
 	struct pc_settings s;
 	char *small[] = {"peercached", "--slot-max-page-bytes", "256kb",
 			 "--slot-ways", "8", NULL};
 	cr_assert_eq(slot_validate(&s, small, 5), 0, "%s", err);
+	cr_assert_eq(s.slot_ncls, 2);
+	expect_class(&s, 0, 16ull << 10, 8, 0, 100);
+	expect_class(&s, 1, 256ull << 10, 8, 0, 900);
+	pc_settings_free(&s);
+	char *tiny[] = {"peercached", "--slot-max-page-bytes", "16kb", NULL};
+	cr_assert_eq(slot_validate(&s, tiny, 3), 0, "%s", err);
 	cr_assert_eq(s.slot_ncls, 1);
-	expect_class(&s, 0, 256ull << 10, 8, 0, 1000);
+	expect_class(&s, 0, 16ull << 10, 4, 0, 1000);
 	pc_settings_free(&s);
 	char *orig[] = {"peercached", "--slot-num-buckets", "1023",
 			"--slot-max-page-bytes", "4mb", "--slot-ways", "2",
