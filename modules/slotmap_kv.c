@@ -19,8 +19,9 @@
  *          shrink), then slot.claim at the owner, one transport write per
  *          page straight into the claimed way, slot.commit with the
  *          page's XXH3. Three round trips per owner, batched.
- *   fetch  own key: a seqlock copy out of the slot (checked unchanged
- *          after). Another owner's: its layout (slot.layout, cached per
+ *   fetch  own key: a seqlock copy out of the slot, its XXH3 taken on
+ *          the way: a hit if the slot did not change meanwhile and the
+ *          checksum is the header's. Another owner's: its layout (slot.layout, cached per
  *          reactor until a membership change), then ONE transport read of
  *          the key's whole bucket into scratch, the way found by the
  *          header, trailer, key hash and length, and the payload moved to
@@ -32,9 +33,10 @@
  *          the owner makes the same check on its live slot.
  *   remove slot_del here, slot.delete at other owners.
  *
- * Never wrong: a remote page counts only after the full check of
- * slot_region.h; a local one only after its slot was seen unchanged
- * around the copy. Anything else is a miss. Deadlines: every round trip
+ * Never wrong: a page counts only after the full check of slot_region.h
+ * (a local one also after its slot was seen unchanged around the copy: a
+ * commit proves nothing about the bytes a remote writer left, see
+ * slot_locate). Anything else is a miss. Deadlines: every round trip
  * and read of a call shares its request_deadline; a suspect owner's keys
  * miss at once.
  */
@@ -503,7 +505,11 @@ static void settle_copy(struct sm_op *o, unsigned e)
 			t->want = 0; /* not sent: a failure */
 		break;
 	case CQ_LREAD:
-		t->ok = res == 0 && slot_loc_still(&t->loc);
+		/* unchanged around the copy, and the bytes the commit named */
+		t->ok = res == 0 && slot_loc_still(&t->loc) &&
+			(!sm_st.check_sum ||
+			 slot_loc_sum_ok(&t->sk, &t->loc, o->job.sumv));
+		t->rejected = res == 0 && !t->ok;
 		break;
 	case CQ_RREAD:
 		t->ok = res == 0 &&
@@ -566,6 +572,7 @@ static void pump(struct sm_op *o)
 			j->dst = t->dst;
 			j->src = t->loc.payload;
 			j->guarded = o->client_mem;
+			j->sum = sm_st.check_sum;
 			break;
 		case CQ_RREAD:
 			j->dst = t->dst;

@@ -1,0 +1,46 @@
+"""slotmap mode (issue 15): cases a review of modules/slotmap*.c found.
+
+A claimed way committed with a hash that is not its bytes — what a writer
+whose stale WRITE landed in someone else's claim, or a writer that never
+wrote, leaves behind — must never be served as the key's page: not by a
+peer's one-sided read (checked against the header's checksum) and not by
+the owner's own reads either."""
+import os
+
+from conftest import RpcClient, metrics_of
+
+SLOTMAP = ("--mode", "slotmap", "--pool-size", "256mb")
+
+
+def claim_commit_unwritten(c, key, length, bogus_hash):
+    """slot.claim a way for key and commit it without writing its payload,
+    with bogus_hash as the writer's hash."""
+    err, res = c.call("slot.claim", [[key], [length]])
+    assert err is None, err
+    data, wkey, ways = res
+    assert isinstance(ways[0], list), ways
+    addr, seq = ways[0]
+    err, ok = c.call("slot.commit", [[[addr, seq, bogus_hash]]])
+    assert err is None and ok == [True], (err, ok)
+
+
+def test_owner_never_serves_a_page_its_hash_does_not_prove(cluster):
+    (a,) = cluster(1, *SLOTMAP)
+    c = RpcClient(a.endpoint("rpc"))
+    # A fresh way: its payload is zeros, the commit's hash is not theirs.
+    claim_commit_unwritten(c, "review/unwritten", 8192, 12345)
+    err, got = c.call("kv.get", [["review/unwritten"]])
+    assert err is None
+    assert got == [None], "the owner served bytes no writer hashed"
+    # The same over a page the key had: the old bytes stay in the way, the
+    # new header's length and hash do not describe them.
+    old = os.urandom(8192)
+    err, ok = c.call("kv.set", [["review/old"], [old]])
+    assert err is None and ok == [True]
+    claim_commit_unwritten(c, "review/old", 4096, 999)
+    err, got = c.call("kv.get", [["review/old"]])
+    assert err is None
+    assert got == [None], "the owner served a page its checksum rejects"
+    m = metrics_of(a)
+    assert m['peercache_slotmap_reads_total{source="rejected"}'] >= 2
+    c.close()
