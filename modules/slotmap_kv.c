@@ -1232,7 +1232,8 @@ static void local_reads(struct sm_op *o)
 		t->len = (uint64_t)len;
 		if (o->kind == K_FETCH) {
 			queue_copy(o, i, CQ_LREAD);
-		} else if (o->staged + t->len > o->stage_max) {
+		} else if (o->refused || o->staged + t->len > o->stage_max) {
+			/* the first refusal ends the staging (kv.h) */
 			if (!o->refused)
 				o->refused = -E2BIG;
 			t->loc.slot = NULL;

@@ -44,3 +44,23 @@ def test_owner_never_serves_a_page_its_hash_does_not_prove(cluster):
     m = metrics_of(a)
     assert m['peercache_slotmap_reads_total{source="rejected"}'] >= 2
     c.close()
+
+
+def test_a_refused_get_reads_no_page_after_the_refusal(cluster):
+    """kv.h: the first refusal of a get ends its staging — nothing more is
+    looked up or read. A small own page after one over the call's cap was
+    still copied (and counted as a hit of a call answered with an
+    error)."""
+    (a,) = cluster(1, *SLOTMAP, "--kv-staging-max", "1mb")
+    c = RpcClient(a.endpoint("rpc"))
+    big, small = os.urandom(2 << 20), os.urandom(4096)
+    err, ok = c.call("kv.set", [["review/big", "review/small"], [big, small]])
+    assert err is None and ok == [True, True]
+    err, got = c.call("kv.get", [["review/big", "review/small"]])
+    assert err is not None and "kv_staging_max" in err["message"], err
+    m = metrics_of(a)
+    assert m["peercache_read_hits_total"] == 0, "read after the refusal"
+    assert m["peercache_read_misses_total"] == 2
+    err, got = c.call("kv.get", [["review/small"]])
+    assert err is None and got == [small]
+    c.close()
