@@ -192,6 +192,7 @@ static bool layout_sane(const struct sm_layout *l)
 		    k->max_payload > SLOT_PAYLOAD_MAX || !k->ways ||
 		    k->ways > SLOT_WAYS_MAX || !k->buckets ||
 		    k->stride != slot_stride_for(k->max_payload) ||
+		    slot_bucket_bytes(k) > TP_IO_MAX || /* one read (u32) */
 		    (c && k->max_payload <= l->l.cls[c - 1].max_payload) ||
 		    k->buckets > (l->l.bytes - k->offset) /
 					 slot_bucket_bytes(k) ||
