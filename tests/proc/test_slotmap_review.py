@@ -6,6 +6,7 @@ wrote, leaves behind — must never be served as the key's page: not by a
 peer's one-sided read (checked against the header's checksum) and not by
 the owner's own reads either."""
 import os
+import time
 
 from conftest import RpcClient, metrics_of
 
@@ -63,4 +64,39 @@ def test_a_refused_get_reads_no_page_after_the_refusal(cluster):
     assert m["peercache_read_misses_total"] == 2
     err, got = c.call("kv.get", [["review/small"]])
     assert err is None and got == [small]
+    c.close()
+
+
+def wait_metric(node, name, want, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        v = metrics_of(node)[name]
+        if v >= want or time.monotonic() > deadline:
+            return v
+        time.sleep(0.05)
+
+
+def test_claims_expire_and_commits_after_them_fail(cluster):
+    """The claims table: claims committed, given back and left to expire,
+    in any order; the sweep empties only the ones left, a commit after
+    its claim expired is refused, and the ways serve new claims."""
+    (a,) = cluster(1, *SLOTMAP, "--rpc-timeout", "200ms")
+    c = RpcClient(a.endpoint("rpc"))
+    keys = ["review/claim/%d" % i for i in range(6)]
+    err, res = c.call("slot.claim", [keys, [4096] * len(keys)])
+    assert err is None, err
+    ways = res[2]
+    assert all(isinstance(w, list) for w in ways), ways
+    # commit the 2nd, give the 5th back, leave the rest to the sweep
+    err, ok = c.call("slot.commit", [[ways[1] + [1], ways[4] + [None]]])
+    assert err is None and ok == [True, False], ok
+    assert wait_metric(a, "peercache_slotmap_claims_expired_total", 4) == 4
+    err, ok = c.call("slot.commit", [[w + [1] for w in ways]])
+    assert err is None and ok == [False] * len(ways), ok
+    assert metrics_of(a)["peercache_slotmap_claims_expired_total"] == 4
+    # the ways are free again: new claims, committed at once
+    err, res = c.call("slot.claim", [keys, [4096] * len(keys)])
+    assert err is None and all(isinstance(w, list) for w in res[2]), res
+    err, ok = c.call("slot.commit", [[w + [None] for w in res[2]]])
+    assert err is None and ok == [False] * len(keys), ok
     c.close()
