@@ -951,14 +951,28 @@ static void claimed(struct sm_call *c, const struct rpc_result *res)
 		    mp_rd_uint(&rd, &t->rseq) < 0)
 			return;
 		t->claimed = t->want > 0;
+		t->wres = -ECANCELED; /* not written until start_writes says */
 	}
+}
+
+/* Did a failed WRITE surely not land? The owner refused it, or it was
+ * never sent. Any other failure (a timeout, a lost connection) may leave
+ * it on its way to the owner: if the way were given back and claimed
+ * again, it would land in that claim (a WRITE names no claim). */
+static bool write_never_landed(int res)
+{
+	return res == -EACCES || res == -EFAULT || res == -EINVAL;
 }
 
 static void written(void *arg, struct tp_write *ws, unsigned n)
 {
 	struct sm_op *o = arg;
-	for (unsigned k = 0; k < n; k++)
-		o->it[(uintptr_t)ws[k].hdr].wres = ws[k].res;
+	for (unsigned k = 0; k < n; k++) {
+		struct sm_it *t = &o->it[(uintptr_t)ws[k].hdr];
+		t->wres = ws[k].res;
+		if (t->wres && !write_never_landed(t->wres))
+			t->claimed = false; /* not committed: it expires */
+	}
 	o->pending--;
 	advance(o);
 }
