@@ -87,6 +87,7 @@ struct sm_it {
 	struct slot_wr w;
 	int wres;           /* remote set: the write's result */
 	bool ok, claimed, busy, rejected;
+	bool big;           /* set: no size class holds the page */
 	bool skip;          /* fetch: no destination: a miss */
 };
 
@@ -437,7 +438,11 @@ static void op_finish(struct sm_op *o)
 				local += t->own == SM_SELF;
 			} else if (t->busy) {
 				met_inc(sm_st.wr_fail_busy);
-			} else if (t->want && t->own >= 0) {
+			} else if (t->big) {
+				met_inc(sm_st.wr_fail_big);
+			} else if (t->len && t->own >= 0) {
+				/* t->len: the page's length (want is 0 for a
+				 * page not sent: suspect owner, no staging) */
 				met_inc(sm_st.wr_fail_remote);
 			}
 		}
@@ -601,7 +606,7 @@ static int local_begin(struct sm_it *t)
 	if (ret == -EBUSY)
 		t->busy = true;
 	else if (ret < 0)
-		met_inc(sm_st.wr_fail_big);
+		t->big = true;
 	return ret;
 }
 
@@ -939,8 +944,12 @@ static void claimed(struct sm_call *c, const struct rpc_result *res)
 	for (unsigned k = 0; k < c->cnt; k++) {
 		struct sm_it *t = &o->it[w->idx[c->from + k]];
 		bool stored;
-		if (mp_rd_try_nil(&rd))
+		if (mp_rd_try_nil(&rd)) {
+			/* not stored: too large or busy there; the cluster's
+			 * nodes share their classes, so ours tell which */
+			t->big = t->want && slot_class_for(&sm_st.lay, t->want) < 0;
 			continue;
+		}
 		if (mp_rd_bool(&rd, &stored) == 0) {
 			/* superseded: later pages of the call take its place */
 			t->ok = stored && t->want > 0;
@@ -1179,6 +1188,7 @@ static int sm_publish(struct rx_reactor *r, const struct kv_item *items,
 		t->src = items[i].data;
 		t->len = t->want;
 		if (!t->want || t->want > SLOT_PAYLOAD_MAX) {
+			t->big = t->want > SLOT_PAYLOAD_MAX;
 			t->want = 0;
 			continue;
 		}

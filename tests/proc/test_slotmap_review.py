@@ -100,3 +100,27 @@ def test_claims_expire_and_commits_after_them_fail(cluster):
     err, ok = c.call("slot.commit", [[w + [None] for w in res[2]]])
     assert err is None and ok == [False] * len(keys), ok
     c.close()
+
+
+def test_a_page_too_large_for_its_owner_counts_as_too_large(cluster):
+    """peercache_slotmap_write_failures_total: a page over the largest
+    class set through a node that does not own its key is too_large (the
+    owner cannot claim it), not remote."""
+    a, b = cluster(2, *SLOTMAP)
+    c = RpcClient(a.endpoint("rpc"), timeout=30.0)
+    key = None
+    for i in range(64):  # a key b owns: its small set goes the remote path
+        k = "review/big/%d" % i
+        before = metrics_of(a)['peercache_slotmap_writes_total{path="remote"}']
+        err, ok = c.call("kv.set", [[k], [b"x" * 4096]])
+        assert err is None and ok == [True]
+        if metrics_of(a)['peercache_slotmap_writes_total{path="remote"}'] > before:
+            key = k
+            break
+    assert key is not None
+    err, ok = c.call("kv.set", [[key], [os.urandom(9 << 20)]])  # over 8 MiB
+    assert err is None and ok == [False]
+    m = metrics_of(a)
+    assert m['peercache_slotmap_write_failures_total{reason="too_large"}'] == 1
+    assert m['peercache_slotmap_write_failures_total{reason="remote"}'] == 0
+    c.close()
