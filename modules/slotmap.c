@@ -66,12 +66,14 @@ struct sm_claim {
 	bool live;
 	uint32_t pins;     /* transport writes landing now */
 	uint64_t deadline; /* pc_now_ns() after which the sweep aborts it */
+	uint64_t at;       /* live: its place in claims.ix */
 	struct slot_wr w;
 };
 
 static struct {
 	pthread_mutex_t lock;
 	struct sm_claim *st;  /* one per slot of the region */
+	uint64_t *ix;         /* the live claims' slot numbers, [0, live) */
 	uint64_t nslots;
 	uint64_t first[SLOT_CLASSES_MAX]; /* slot number of each class's
 					   * first slot */
@@ -115,11 +117,36 @@ static int claims_init(void)
 	}
 	cl.nslots = n;
 	cl.st = calloc(n, sizeof(*cl.st));
-	if (!cl.st)
+	cl.ix = calloc(n, sizeof(*cl.ix));
+	if (!cl.st || !cl.ix) {
+		free(cl.st);
+		free(cl.ix);
+		cl.st = NULL;
+		cl.ix = NULL;
 		return -ENOMEM;
+	}
 	pthread_mutex_init(&cl.lock, NULL);
 	cl.ttl_ns = RX_MS(2 * (uint64_t)sm_st.timeout_ms);
 	return 0;
+}
+
+/* A claim starts or ends living (cl.lock held). The sweep walks the live
+ * ones only: a region can have millions of slots, and every remote write
+ * takes cl.lock. */
+static void claim_on(uint64_t no)
+{
+	cl.st[no].live = true;
+	cl.st[no].at = cl.live;
+	cl.ix[cl.live++] = no;
+}
+
+static void claim_off(uint64_t no)
+{
+	struct sm_claim *c = &cl.st[no];
+	uint64_t last = cl.ix[--cl.live];
+	cl.ix[c->at] = last;
+	cl.st[last].at = c->at;
+	c->live = false;
 }
 
 /* Pin hook of the write registration: a write must land in the payload of
@@ -175,12 +202,14 @@ static void sweep(struct rx_reactor *r, struct rx_timer *t)
 {
 	uint64_t now = pc_now_ns(), expired = 0;
 	pthread_mutex_lock(&cl.lock);
-	for (uint64_t i = 0; cl.live && i < cl.nslots; i++) {
-		struct sm_claim *c = &cl.st[i];
-		if (!c->live || c->pins || c->deadline > now)
+	for (uint64_t i = 0; i < cl.live;) {
+		uint64_t no = cl.ix[i];
+		struct sm_claim *c = &cl.st[no];
+		if (c->pins || c->deadline > now) {
+			i++;
 			continue;
-		c->live = false;
-		cl.live--;
+		}
+		claim_off(no); /* the last live one takes place i */
 		slot_write_abort(sm_st.reg, &c->w);
 		expired++;
 	}
@@ -375,10 +404,8 @@ static void m_claim(struct rpc_call *call, struct mp_rd *p)
 		pthread_mutex_lock(&cl.lock);
 		struct sm_claim *c = &cl.st[no];
 		PC_ASSERT(!c->live); /* begin never hands out a busy way */
-		*c = (struct sm_claim){.live = true,
-				       .deadline = now + cl.ttl_ns,
-				       .w = w};
-		cl.live++;
+		*c = (struct sm_claim){.deadline = now + cl.ttl_ns, .w = w};
+		claim_on(no);
 		pthread_mutex_unlock(&cl.lock);
 		got++;
 		msgpack_pack_array(pk, 2);
@@ -429,8 +456,7 @@ static void m_commit(struct rpc_call *call, struct mp_rd *p)
 		bool mine = c->live && c->w.seq == seq && c->pins == 0;
 		if (mine) {
 			w = c->w;
-			c->live = false;
-			cl.live--;
+			claim_off(no);
 		}
 		pthread_mutex_unlock(&cl.lock);
 		if (!mine)
@@ -860,6 +886,7 @@ static void sm_fini(struct pc_ctx *ctx)
 	if (sm_st.tp && sm_st.wkey)
 		sm_st.tp->ops->dereg_region(sm_st.tp->node, sm_st.wkey);
 	slot_region_free(sm_st.reg);
+	free(cl.ix);
 	free(cl.st);
 	if (cl.st)
 		pthread_mutex_destroy(&cl.lock);

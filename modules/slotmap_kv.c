@@ -19,8 +19,9 @@
  *          shrink), then slot.claim at the owner, one transport write per
  *          page straight into the claimed way, slot.commit with the
  *          page's XXH3. Three round trips per owner, batched.
- *   fetch  own key: a seqlock copy out of the slot (checked unchanged
- *          after). Another owner's: its layout (slot.layout, cached per
+ *   fetch  own key: a seqlock copy out of the slot, its XXH3 taken on
+ *          the way: a hit if the slot did not change meanwhile and the
+ *          checksum is the header's. Another owner's: its layout (slot.layout, cached per
  *          reactor until a membership change), then ONE transport read of
  *          the key's whole bucket into scratch, the way found by the
  *          header, trailer, key hash and length, and the payload moved to
@@ -32,9 +33,10 @@
  *          the owner makes the same check on its live slot.
  *   remove slot_del here, slot.delete at other owners.
  *
- * Never wrong: a remote page counts only after the full check of
- * slot_region.h; a local one only after its slot was seen unchanged
- * around the copy. Anything else is a miss. Deadlines: every round trip
+ * Never wrong: a page counts only after the full check of slot_region.h
+ * (a local one also after its slot was seen unchanged around the copy: a
+ * commit proves nothing about the bytes a remote writer left, see
+ * slot_locate). Anything else is a miss. Deadlines: every round trip
  * and read of a call shares its request_deadline; a suspect owner's keys
  * miss at once.
  */
@@ -85,6 +87,7 @@ struct sm_it {
 	struct slot_wr w;
 	int wres;           /* remote set: the write's result */
 	bool ok, claimed, busy, rejected;
+	bool big;           /* set: no size class holds the page */
 	bool skip;          /* fetch: no destination: a miss */
 };
 
@@ -190,6 +193,7 @@ static bool layout_sane(const struct sm_layout *l)
 		    k->max_payload > SLOT_PAYLOAD_MAX || !k->ways ||
 		    k->ways > SLOT_WAYS_MAX || !k->buckets ||
 		    k->stride != slot_stride_for(k->max_payload) ||
+		    slot_bucket_bytes(k) > TP_IO_MAX || /* one read (u32) */
 		    (c && k->max_payload <= l->l.cls[c - 1].max_payload) ||
 		    k->buckets > (l->l.bytes - k->offset) /
 					 slot_bucket_bytes(k) ||
@@ -434,7 +438,11 @@ static void op_finish(struct sm_op *o)
 				local += t->own == SM_SELF;
 			} else if (t->busy) {
 				met_inc(sm_st.wr_fail_busy);
-			} else if (t->want && t->own >= 0) {
+			} else if (t->big) {
+				met_inc(sm_st.wr_fail_big);
+			} else if (t->len && t->own >= 0) {
+				/* t->len: the page's length (want is 0 for a
+				 * page not sent: suspect owner, no staging) */
 				met_inc(sm_st.wr_fail_remote);
 			}
 		}
@@ -503,7 +511,11 @@ static void settle_copy(struct sm_op *o, unsigned e)
 			t->want = 0; /* not sent: a failure */
 		break;
 	case CQ_LREAD:
-		t->ok = res == 0 && slot_loc_still(&t->loc);
+		/* unchanged around the copy, and the bytes the commit named */
+		t->ok = res == 0 && slot_loc_still(&t->loc) &&
+			(!sm_st.check_sum ||
+			 slot_loc_sum_ok(&t->sk, &t->loc, o->job.sumv));
+		t->rejected = res == 0 && !t->ok;
 		break;
 	case CQ_RREAD:
 		t->ok = res == 0 &&
@@ -566,6 +578,7 @@ static void pump(struct sm_op *o)
 			j->dst = t->dst;
 			j->src = t->loc.payload;
 			j->guarded = o->client_mem;
+			j->sum = sm_st.check_sum;
 			break;
 		case CQ_RREAD:
 			j->dst = t->dst;
@@ -593,7 +606,7 @@ static int local_begin(struct sm_it *t)
 	if (ret == -EBUSY)
 		t->busy = true;
 	else if (ret < 0)
-		met_inc(sm_st.wr_fail_big);
+		t->big = true;
 	return ret;
 }
 
@@ -931,8 +944,12 @@ static void claimed(struct sm_call *c, const struct rpc_result *res)
 	for (unsigned k = 0; k < c->cnt; k++) {
 		struct sm_it *t = &o->it[w->idx[c->from + k]];
 		bool stored;
-		if (mp_rd_try_nil(&rd))
+		if (mp_rd_try_nil(&rd)) {
+			/* not stored: too large or busy there; the cluster's
+			 * nodes share their classes, so ours tell which */
+			t->big = t->want && slot_class_for(&sm_st.lay, t->want) < 0;
 			continue;
+		}
 		if (mp_rd_bool(&rd, &stored) == 0) {
 			/* superseded: later pages of the call take its place */
 			t->ok = stored && t->want > 0;
@@ -943,14 +960,28 @@ static void claimed(struct sm_call *c, const struct rpc_result *res)
 		    mp_rd_uint(&rd, &t->rseq) < 0)
 			return;
 		t->claimed = t->want > 0;
+		t->wres = -ECANCELED; /* not written until start_writes says */
 	}
+}
+
+/* Did a failed WRITE surely not land? The owner refused it, or it was
+ * never sent. Any other failure (a timeout, a lost connection) may leave
+ * it on its way to the owner: if the way were given back and claimed
+ * again, it would land in that claim (a WRITE names no claim). */
+static bool write_never_landed(int res)
+{
+	return res == -EACCES || res == -EFAULT || res == -EINVAL;
 }
 
 static void written(void *arg, struct tp_write *ws, unsigned n)
 {
 	struct sm_op *o = arg;
-	for (unsigned k = 0; k < n; k++)
-		o->it[(uintptr_t)ws[k].hdr].wres = ws[k].res;
+	for (unsigned k = 0; k < n; k++) {
+		struct sm_it *t = &o->it[(uintptr_t)ws[k].hdr];
+		t->wres = ws[k].res;
+		if (t->wres && !write_never_landed(t->wres))
+			t->claimed = false; /* not committed: it expires */
+	}
 	o->pending--;
 	advance(o);
 }
@@ -1157,6 +1188,7 @@ static int sm_publish(struct rx_reactor *r, const struct kv_item *items,
 		t->src = items[i].data;
 		t->len = t->want;
 		if (!t->want || t->want > SLOT_PAYLOAD_MAX) {
+			t->big = t->want > SLOT_PAYLOAD_MAX;
 			t->want = 0;
 			continue;
 		}
@@ -1225,7 +1257,8 @@ static void local_reads(struct sm_op *o)
 		t->len = (uint64_t)len;
 		if (o->kind == K_FETCH) {
 			queue_copy(o, i, CQ_LREAD);
-		} else if (o->staged + t->len > o->stage_max) {
+		} else if (o->refused || o->staged + t->len > o->stage_max) {
+			/* the first refusal ends the staging (kv.h) */
 			if (!o->refused)
 				o->refused = -E2BIG;
 			t->loc.slot = NULL;

@@ -441,11 +441,11 @@ int slot_write(struct slot_region *s, const struct slot_key *k,
 	return 0;
 }
 
-/* The way of key in its bucket, judged on the live header only (no
- * checksum: the caller's seqlock check follows), or -ENOENT. */
+/* The way of key in its bucket, judged on the live header only (the
+ * caller's seqlock check and checksum follow), or -ENOENT. */
 static int live_way(struct slot_region *s, uint32_t cls, uint64_t bucket,
 		    const struct slot_key *k, uint64_t want_len, uint64_t *seq,
-		    uint64_t *len)
+		    uint64_t *len, uint64_t *sum)
 {
 	const struct slot_class *c = &s->l.cls[cls];
 	for (uint32_t wy = 0; wy < c->ways; wy++) {
@@ -460,6 +460,7 @@ static int live_way(struct slot_region *s, uint32_t cls, uint64_t bucket,
 			continue;
 		*seq = s1;
 		*len = n;
+		*sum = h->sum;
 		return (int)wy;
 	}
 	return -ENOENT;
@@ -488,9 +489,9 @@ int64_t slot_locate(struct slot_region *s, const struct slot_key *k,
 		const struct slot_class *c = &s->l.cls[cls];
 		uint64_t bucket = bucket_index(c, k);
 		for (int t = 0; t < SLOT_READ_TRIES; t++) {
-			uint64_t seq, len;
+			uint64_t seq, len, sum;
 			int wy = live_way(s, cls, bucket, k, want_len, &seq,
-					  &len);
+					  &len, &sum);
 			if (wy < 0)
 				break;
 			uint8_t *slot = slot_at(s, cls, bucket, (uint32_t)wy);
@@ -508,7 +509,8 @@ int64_t slot_locate(struct slot_region *s, const struct slot_key *k,
 						 .payload = slot +
 							    SLOT_HDR_BYTES,
 						 .seq = seq,
-						 .len = len};
+						 .len = len,
+						 .sum = sum};
 			return (int64_t)len;
 		}
 	}
@@ -522,6 +524,12 @@ bool slot_loc_still(const struct slot_loc *loc)
 	       loc->seq;
 }
 
+bool slot_loc_sum_ok(const struct slot_key *k, const struct slot_loc *loc,
+		     uint64_t payload_hash)
+{
+	return slot_sum_hashed(k, loc->len, payload_hash) == loc->sum;
+}
+
 int64_t slot_read(struct slot_region *s, const struct slot_key *k,
 		  uint64_t want_len, void *dst, uint64_t cap)
 {
@@ -533,10 +541,16 @@ int64_t slot_read(struct slot_region *s, const struct slot_key *k,
 		if ((uint64_t)len > cap)
 			return -ENOSPC;
 		memcpy(dst, loc.payload, (size_t)len);
-		if (slot_loc_still(&loc))
+		if (!slot_loc_still(&loc)) {
+			atomic_fetch_add_explicit(&s->read_retries, 1,
+						  memory_order_relaxed);
+			continue;
+		}
+		if (slot_loc_sum_ok(k, &loc, pc_page_sum(dst, (size_t)len)))
 			return len;
-		atomic_fetch_add_explicit(&s->read_retries, 1,
+		atomic_fetch_add_explicit(&s->read_rejects, 1,
 					  memory_order_relaxed);
+		return -ENOENT;
 	}
 	return -EAGAIN;
 }
@@ -548,8 +562,8 @@ bool slot_exists(struct slot_region *s, const struct slot_key *k,
 		struct slot_loc loc;
 		if (slot_locate(s, k, want_len, &loc) < 0)
 			return false;
-		const struct slot_hdr *h = (const struct slot_hdr *)loc.slot;
-		bool whole = slot_sum(k, loc.len, loc.payload) == h->sum;
+		bool whole =
+			slot_loc_sum_ok(k, &loc, pc_page_sum(loc.payload, loc.len));
 		if (!slot_loc_still(&loc)) {
 			atomic_fetch_add_explicit(&s->read_retries, 1,
 						  memory_order_relaxed);

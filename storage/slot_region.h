@@ -216,27 +216,37 @@ int slot_write(struct slot_region *s, const struct slot_key *k,
 	       const void *page, uint64_t len);
 
 /* Read key's page into dst (cap bytes) on the owner: a seqlock read that
- * retries a few times if a writer moved the slot under it. want_len as in
- * slot_judge. Returns the length (>= 0), -ENOENT (absent or busy), -EAGAIN
- * (kept moving), -ENOSPC (cap too small). */
+ * retries a few times if a writer moved the slot under it, and accepts
+ * the copy only if its checksum is the header's (slot_loc_sum_ok).
+ * want_len as in slot_judge. Returns the length (>= 0), -ENOENT (absent,
+ * busy, or rejected by the checksum), -EAGAIN (kept moving), -ENOSPC (cap
+ * too small). */
 int64_t slot_read(struct slot_region *s, const struct slot_key *k,
 		  uint64_t want_len, void *dst, uint64_t cap);
 
 /* Where key's committed page is, for a copy the caller makes itself (in
  * slices, over loop passes): check slot_loc_still after the copy — the
- * bytes copied are the page only if no write touched the slot since. A
- * committed page is one whose sequence is even and whose trailer equals
- * it; the owner's seqlock makes that a whole page without a checksum (the
- * region's writers are the owner's own, and remote writes land only in
- * ways claimed with an odd sequence). Returns the length, or -ENOENT. */
+ * bytes copied are one commit's only if no write touched the slot since —
+ * and slot_loc_sum_ok on the copy's hash. A committed page is one whose
+ * sequence is even and whose trailer equals it. That alone does not prove
+ * the payload: a remote writer's commit carries the hash of the bytes it
+ * meant to write, and a stale WRITE (from a writer whose claim ended, the
+ * way since claimed by another) can land in a claimed way before its
+ * commit, so the owner's readers check the checksum as remote ones do.
+ * Returns the length, or -ENOENT. */
 struct slot_loc {
 	uint8_t *slot;
 	const uint8_t *payload;
 	uint64_t seq, len;
+	uint64_t sum; /* the header's checksum */
 };
 int64_t slot_locate(struct slot_region *s, const struct slot_key *k,
 		    uint64_t want_len, struct slot_loc *loc);
 bool slot_loc_still(const struct slot_loc *loc);
+/* Is payload_hash (pc_page_sum of a copy of loc's payload) the page the
+ * header's checksum names? */
+bool slot_loc_sum_ok(const struct slot_key *k, const struct slot_loc *loc,
+		     uint64_t payload_hash);
 
 /* Does the region hold key's whole page (the full check, checksum
  * included)? want_len as in slot_judge. */

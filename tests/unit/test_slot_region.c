@@ -203,7 +203,8 @@ Test(slot_region, write_read_exists_delete)
 
 /* A copy made in slices: slot_locate, copy, slot_loc_still. A write in
  * between makes the copy stale; a commit with a hash that is not the
- * bytes' makes the page fail every reader's check. */
+ * bytes' makes the page fail every reader's check, the owner's included
+ * (slot_read, slot_loc_sum_ok). */
 Test(slot_region, located_copies_and_hashed_commits)
 {
 	struct slot_layout l = one_class(64 * KIB, 4, 2);
@@ -237,6 +238,14 @@ Test(slot_region, located_copies_and_hashed_commits)
 	((uint8_t *)w.payload)[29999] ^= 1;
 	slot_write_commit_hashed(s, &w, pc_page_sum(page, 30000));
 	cr_assert_not(slot_exists(s, &b, 30000));
+	/* the owner's own readers reject it too: committed is not whole */
+	cr_assert_eq(slot_read(s, &b, 0, out, sizeof(out)), -ENOENT);
+	cr_assert_eq(slot_locate(s, &b, 30000, &loc), 30000);
+	memcpy(out, loc.payload, 30000);
+	cr_assert(slot_loc_still(&loc));
+	cr_assert_not(slot_loc_sum_ok(&b, &loc, pc_page_sum(out, 30000)));
+	cr_assert(slot_loc_sum_ok(&b, &loc, pc_page_sum(page, 30000)),
+		  "the header names the writer's bytes");
 	const struct slot_class *c = &slot_region_layout(s)->cls[0];
 	uint8_t *bucket = (uint8_t *)base + slot_bucket_off(c, &b);
 	uint64_t len;
