@@ -42,11 +42,24 @@ struct sm_layout {
 	struct slot_layout l;
 };
 
-/* Per reactor: the RPC client to owners and the layouts seen. */
+#define SM_KEEP_BLOCKS 4            /* scratch blocks a reactor keeps */
+#define SM_KEEP_BYTES (64ull << 20) /* ... of at most this much in all */
+
+/* A scratch or staging block and its size. */
+struct sm_blk {
+	uint8_t *p;
+	uint64_t cap;
+};
+
+/* Per reactor: the RPC client to owners, the layouts seen, and the blocks
+ * the last calls gave back (fresh memory costs a page fault per 4 KiB on
+ * first touch — in a VM, more than the copy itself). */
 struct sm_rx {
 	struct rx_reactor *r;
 	struct rpc_client *cl;
 	struct sm_layout lay[SM_LAYOUTS];
+	struct sm_blk keep[SM_KEEP_BLOCKS];
+	uint64_t kept;
 };
 
 /* The module's state (slotmap.c). */

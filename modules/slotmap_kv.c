@@ -123,6 +123,7 @@ struct sm_op {
 	unsigned pending;           /* round trips and batches out */
 	uint8_t *block, *block2;    /* remote scratch or staging; get's
 				     * local staging */
+	uint64_t block_cap, block2_cap;
 	uint64_t held;              /* of the node's staging budget */
 	struct tp_read *reads;
 	struct tp_write *writes;
@@ -161,18 +162,63 @@ static void release(uint64_t bytes)
 	PC_ASSERT(was >= bytes);
 }
 
-/* A block of bytes of the budget: NULL when over it or out of memory. */
-static uint8_t *take_block(struct sm_op *o, uint64_t bytes)
+/* A block of bytes of the budget (one the reactor kept, if one fits):
+ * NULL when over the budget or out of memory. */
+static uint8_t *take_block(struct sm_op *o, uint64_t bytes, uint64_t *cap)
 {
 	if (!bytes || hold(bytes) < 0)
 		return NULL;
-	uint8_t *b = malloc(bytes);
-	if (!b) {
+	struct sm_rx *x = o->x;
+	int best = -1;
+	for (int i = 0; i < SM_KEEP_BLOCKS; i++)
+		if (x->keep[i].p && x->keep[i].cap >= bytes &&
+		    (best < 0 || x->keep[i].cap < x->keep[best].cap))
+			best = i;
+	uint8_t *b;
+	if (best >= 0) {
+		b = x->keep[best].p;
+		*cap = x->keep[best].cap;
+		x->kept -= *cap;
+		x->keep[best] = (struct sm_blk){0};
+	} else if ((b = malloc(bytes))) {
+		*cap = bytes;
+	} else {
 		release(bytes);
 		return NULL;
 	}
 	o->held += bytes;
 	return b;
+}
+
+/* Give a block back: kept for the next call on this reactor while the
+ * reactor keeps little, else freed (the smallest kept one makes room for a
+ * larger one). */
+static void put_block(struct sm_rx *x, uint8_t *p, uint64_t cap)
+{
+	if (!p)
+		return;
+	int slot = -1;
+	for (int i = 0; i < SM_KEEP_BLOCKS && slot < 0; i++)
+		if (!x->keep[i].p)
+			slot = i;
+	if (slot < 0) {
+		int small = 0;
+		for (int i = 1; i < SM_KEEP_BLOCKS; i++)
+			if (x->keep[i].cap < x->keep[small].cap)
+				small = i;
+		if (x->keep[small].cap < cap) {
+			x->kept -= x->keep[small].cap;
+			free(x->keep[small].p);
+			x->keep[small] = (struct sm_blk){0};
+			slot = small;
+		}
+	}
+	if (slot < 0 || x->kept + cap > SM_KEEP_BYTES) {
+		free(p);
+		return;
+	}
+	x->keep[slot] = (struct sm_blk){p, cap};
+	x->kept += cap;
 }
 
 /* ------------------------------------------------------------- layouts */
@@ -382,8 +428,8 @@ static struct sm_op *op_new(struct rx_reactor *r, int kind,
 
 static void op_free(struct sm_op *o)
 {
-	free(o->block);
-	free(o->block2);
+	put_block(o->x, o->block, o->block_cap);
+	put_block(o->x, o->block2, o->block2_cap);
 	if (o->held)
 		release(o->held);
 	free(o); /* the arena */
@@ -868,7 +914,7 @@ static void start_reads(struct sm_op *o)
 	unsigned ms = left_ms(o);
 	if (!need || !ms)
 		return;
-	if (!(o->block = take_block(o, need))) {
+	if (!(o->block = take_block(o, need, &o->block_cap))) {
 		if (o->kind == K_GET && !o->refused)
 			o->refused = -EBUSY;
 		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "no staging for %llu bytes of "
@@ -1212,7 +1258,7 @@ static int sm_publish(struct rx_reactor *r, const struct kv_item *items,
 	}
 	/* Other owners' pages: staged now (the sources may not outlive this
 	 * call, or may shrink under a transport write). */
-	if (stage && !(o->block = take_block(o, stage)))
+	if (stage && !(o->block = take_block(o, stage, &o->block_cap)))
 		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "no staging for %llu bytes of "
 			  "pages to other owners (kv_staging_max %llu): not "
 			  "stored", (unsigned long long)stage,
@@ -1269,7 +1315,7 @@ static void local_reads(struct sm_op *o)
 	}
 	if (o->kind != K_GET || !stage)
 		return;
-	if (!(o->block2 = take_block(o, stage))) {
+	if (!(o->block2 = take_block(o, stage, &o->block2_cap))) {
 		if (!o->refused)
 			o->refused = -EBUSY;
 		return;
@@ -1400,6 +1446,10 @@ int sm_kv_start(struct rx_reactor *r)
 
 void sm_kv_exit(struct rx_reactor *r)
 {
-	(void)r;
+	struct sm_rx *x = &sm_st.rx[rx_reactor_id(r)];
+	for (int i = 0; i < SM_KEEP_BLOCKS; i++)
+		free(x->keep[i].p);
+	memset(x->keep, 0, sizeof(x->keep));
+	x->kept = 0;
 	t_x = NULL;
 }
