@@ -63,6 +63,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <arpa/inet.h>
@@ -679,6 +680,16 @@ static const char *const class_setting[SC__COUNT] = {
 	[SC_LOCAL] = "rpc_max_local_connections",
 };
 
+/* True when bytes from the peer of a silent connection wait in the kernel:
+ * it has spoken and the reactor has not read it yet (a burst of accepts
+ * ahead of its first read), so it is not one to drop as silent. */
+static bool has_unread_bytes(const struct rpc_sconn *v)
+{
+	int pending = 0;
+	int fd = v->c ? rx_conn_fd(v->c) : -1;
+	return fd >= 0 && ioctl(fd, FIONREAD, &pending) == 0 && pending > 0;
+}
+
 /*
  * Drop the oldest unproven connection of reactor rs of class k (SC__COUNT:
  * any) and, when addr is set, from that address, if it is older than
@@ -705,7 +716,8 @@ static bool evict_one(const struct rpc_server *s, struct rpc_rstate *rs,
 		if (t > before[l])
 			break; /* oldest first: the rest are younger still */
 		if ((k != SC__COUNT && v->cls != k) ||
-		    (addr && memcmp(v->addr, addr, 16) != 0))
+		    (addr && memcmp(v->addr, addr, 16) != 0) ||
+		    (l == YL_SILENT && has_unread_bytes(v)))
 			continue;
 		RX_STAT_INC(v->st->conns_evicted);
 		PC_LOG_RL(PC_LOG_INFO, LOG_MOD, "%s: dropped unproven "
