@@ -158,6 +158,28 @@ void tp_regs_release(struct tp_hold *h)
 	entry_put(e);
 }
 
+int tp_regs_select(const struct tp_hold *h, uint64_t addr, uint64_t len,
+		   const uint8_t sel[TP_SEL_BYTES], struct tp_piece *pieces,
+		   unsigned *n)
+{
+	const struct tp_region *r = &h->e->r;
+	*n = 0;
+	if (!r->select)
+		return 0;
+	int ret = r->select(r->ctx, (uintptr_t)addr, len, sel, pieces, n);
+	if (ret <= 0)
+		return ret;
+	/* The hook's pieces must lie inside the held range: never send a
+	 * byte the reader did not name. */
+	if (*n > TP_SEL_PIECES)
+		return -EINVAL;
+	for (unsigned i = 0; i < *n; i++)
+		if (pieces[i].addr < addr || pieces[i].len > len ||
+		    pieces[i].addr - addr > len - pieces[i].len)
+			return -EINVAL;
+	return 1;
+}
+
 int tp_io_check(uint32_t len, uint32_t hdr_len, const void *hdr,
 		const void *buf)
 {

@@ -48,6 +48,18 @@ struct tp_pin {
 /* Access a region grants to peers. */
 enum { TP_ACCESS_READ = 1, TP_ACCESS_WRITE = 2 };
 
+/* A selected read's selector: what the serving region narrows the read to
+ * (slotmap: the key's 128-bit hash, little-endian lo then hi). */
+#define TP_SEL_BYTES 16
+/* The most pieces a region's selection may send. */
+#define TP_SEL_PIECES 2
+
+/* One piece of a selection: bytes of the region, inside the held range. */
+struct tp_piece {
+	uintptr_t addr;
+	uint64_t len;
+};
+
 /* A region peers may read (and write, with TP_ACCESS_WRITE). */
 struct tp_region {
 	uintptr_t base;
@@ -60,6 +72,20 @@ struct tp_region {
 	/* Optional: after deregistration, once no transfer touches the
 	 * region any more (any thread). The owner may free it then. */
 	void (*released)(void *ctx);
+	/*
+	 * Optional: narrow a selected read of [addr, addr+len) (pinned) to
+	 * what sel names: up to TP_SEL_PIECES pieces inside the range, sent
+	 * in order and back to back instead of the range; *n = 0 sends
+	 * nothing (the range holds nothing sel names). Returns 1 (narrowed),
+	 * 0 (not this range: the whole range is sent) or -errno (the read
+	 * fails). Only a transport whose serving side runs code (TCP) calls
+	 * it; a one-sided one (RDMA, the fake) sends the range, so readers
+	 * must accept both. The bytes are not locked: a selection is a hint
+	 * the reader validates as it would the whole range. Any reactor.
+	 */
+	int (*select)(void *ctx, uintptr_t addr, uint64_t len,
+		      const uint8_t sel[TP_SEL_BYTES], struct tp_piece *pieces,
+		      unsigned *n);
 	void *ctx;
 };
 
@@ -78,6 +104,15 @@ struct tp_read {
 	void *dst;        /* the remaining len - hdr_len bytes land here */
 	int res;          /* on completion: 0, or a negative errno */
 	struct tp_peer *ph; /* a peer handle, or NULL: use peer[] */
+	/* A selected read: the serving region may send only what sel names
+	 * (struct tp_region's select). */
+	bool select;
+	uint8_t sel[TP_SEL_BYTES];
+	/* On completion with res 0: the bytes that landed (from the start
+	 * of hdr, then dst), and whether they are the region's selection
+	 * (then got <= len) rather than the whole range (got == len). */
+	uint32_t got;
+	bool narrowed;
 };
 
 /* One write of a batch: len bytes (hdr_len from hdr, the rest from src)
@@ -218,6 +253,14 @@ int tp_regs_remove(struct tp_regs *t, uint32_t key);
 int tp_regs_hold(struct tp_regs *t, uint32_t key, uint64_t addr,
 		 uint64_t len, unsigned access, struct tp_hold *h);
 void tp_regs_release(struct tp_hold *h);
+/*
+ * The held region's selection of [addr, addr+len) (held by h) for sel:
+ * 1 and pieces[0..*n) inside the range, 0 when the region does not narrow
+ * it (send the range), or the hook's -errno. Any thread.
+ */
+int tp_regs_select(const struct tp_hold *h, uint64_t addr, uint64_t len,
+		   const uint8_t sel[TP_SEL_BYTES], struct tp_piece *pieces,
+		   unsigned *n);
 
 /* The largest single transfer any transport accepts. */
 #define TP_IO_MAX (1u << 30)
@@ -255,13 +298,19 @@ struct tp_io {
 	uint32_t len, hdr_len;
 	uint8_t *hdr, *buf;      /* writes: sent from, never written to */
 	int *res;
+	/* Reads only (NULL for writes): the selector (NULL: a plain read),
+	 * and where the result's extent goes (preset to len, not narrowed). */
+	const uint8_t *sel;
+	uint32_t *got;
+	bool *narrowed;
 };
 
 /* Fill b (zeroed by the caller) and put it first on *list. */
 void tp_bcore_link(struct tp_bcore *b, struct tp_bcore **list, bool write,
 		   void *ops, unsigned n, void *arg,
 		   void (*timeout)(struct rx_reactor *r, struct rx_timer *t));
-/* Operation i of b, with its res reset to 0. */
+/* Operation i of b, with its res reset to 0 (and a read's got to its len,
+ * narrowed to false). */
 void tp_bcore_io(struct tp_bcore *b, unsigned i, struct tp_io *io);
 /* Stop the timer, leave *list and run done (once). b is not freed. */
 void tp_bcore_deliver(struct tp_bcore *b, struct tp_bcore **list,

@@ -35,12 +35,17 @@ void tp_bcore_io(struct tp_bcore *b, unsigned i, struct tp_io *io)
 		*io = (struct tp_io){w->ph, w->peer, w->node, w->rkey, w->addr,
 				     w->len, w->hdr_len,
 				     (uint8_t *)(uintptr_t)w->hdr,
-				     (uint8_t *)(uintptr_t)w->src, &w->res};
+				     (uint8_t *)(uintptr_t)w->src, &w->res,
+				     NULL, NULL, NULL};
 	} else {
 		struct tp_read *rd = &((struct tp_read *)b->ops)[i];
 		*io = (struct tp_io){rd->ph, rd->peer, rd->node, rd->rkey,
 				     rd->addr, rd->len, rd->hdr_len, rd->hdr,
-				     rd->dst, &rd->res};
+				     rd->dst, &rd->res,
+				     rd->select ? rd->sel : NULL, &rd->got,
+				     &rd->narrowed};
+		rd->got = rd->len;
+		rd->narrowed = false;
 	}
 	*io->res = 0;
 }

@@ -63,6 +63,7 @@ static struct {
 	struct rpc_local_rule local; /* who may read without a secret */
 	struct tp_tcpc_cfg ccfg;     /* what the clients need */
 	met_id served, served_bytes, refused, written, written_bytes;
+	met_id narrowed;
 	/* data-port connection guards (server side) */
 	struct d_rstate *rs;      /* per reactor */
 	uint32_t n_all, n_preauth; /* atomic: live connections */
@@ -328,24 +329,66 @@ static void refused(const char *what, const struct tp_req *q, int err)
 		  q->rkey, strerror(-err));
 }
 
-static void serve_read(struct dconn *d, const struct tp_req *q)
+/* A READ, or a READ_SEL (sel: its selector): the range, or the region's
+ * selection of it, sent from the region's memory (the hold ends when the
+ * last byte has left). */
+static void serve_read(struct dconn *d, const struct tp_req *q,
+		       const uint8_t *sel)
 {
 	struct tp_hold *h = malloc(sizeof(*h));
 	int ret = !h ? -ENOMEM
 		  : q->len > TP_IO_MAX ? -EINVAL
 		  : tp_regs_hold(&g.node.regs, q->rkey, q->addr, q->len,
 				 TP_ACCESS_READ, h);
+	struct tp_piece pc[TP_SEL_PIECES] = {
+		{(uintptr_t)q->addr, q->len}};
+	unsigned n = 1;
+	int selected = 0;
+	if (ret == 0 && sel) {
+		selected = tp_regs_select(h, q->addr, q->len, sel, pc, &n);
+		if (selected == 0) {
+			pc[0] = (struct tp_piece){(uintptr_t)q->addr, q->len};
+			n = 1;
+		} else if (selected < 0) {
+			tp_regs_release(h);
+			ret = selected;
+		}
+	}
 	if (ret < 0) {
 		free(h);
 		refused("read", q, ret);
 		respond(d, q->id, ret, NULL, 0);
 		return;
 	}
-	respond(d, q->id, 0, NULL, q->len);
-	rx_conn_write_ref(d->c, (const void *)(uintptr_t)q->addr, q->len,
-			  release_served, h);
+	uint64_t total = 0;
+	unsigned kept = 0;
+	for (unsigned i = 0; i < n; i++)
+		if (pc[i].len) { /* the hold ends with the last piece sent */
+			pc[kept++] = pc[i];
+			total += pc[i].len;
+		}
+	n = kept;
+	respond(d, q->id, selected > 0 ? TP_STATUS_SELECTED : 0, NULL, total);
+	/* The pieces go by reference; the hold ends with the last one. A
+	 * piece that could not be queued would leave the stream short of
+	 * what the header promised: close. */
+	int wr = 0;
+	for (unsigned i = 0; i < n; i++) {
+		bool last = i + 1 == n;
+		int r = rx_conn_write_ref(d->c, (const void *)pc[i].addr,
+					  pc[i].len, last ? release_served : NULL,
+					  last ? h : NULL);
+		if (r < 0 && !wr)
+			wr = r;
+	}
+	if (n == 0)
+		release_served(h);
+	if (wr < 0)
+		rx_conn_close(d->c, RX_CLOSE_NOW, wr);
 	met_inc(g.served);
-	met_add(g.served_bytes, q->len);
+	met_add(g.served_bytes, total);
+	if (selected > 0)
+		met_inc(g.narrowed);
 }
 
 /* A WRITE's header: pin its target, then take the payload as it comes. */
@@ -463,18 +506,23 @@ static ssize_t serve_one(struct dconn *d, const uint8_t *p, size_t avail)
 	 * connection (its owner was checked at accept). */
 	if (d->authed)
 		d_prove(d);
-	if (q.op == TP_OP_READ || q.op == TP_OP_WRITE) {
+	if (q.op == TP_OP_READ || q.op == TP_OP_WRITE ||
+	    q.op == TP_OP_READ_SEL) {
+		if (q.op == TP_OP_READ_SEL && avail < TP_REQ_BYTES + TP_SEL_BYTES)
+			return 0;
 		if (!d->authed) {
 			met_inc(g.refused);
 			respond(d, q.id, -EACCES, NULL, 0);
 			rx_conn_close(d->c, RX_CLOSE_FLUSH, -EACCES);
 			return (ssize_t)avail;
 		}
-		if (q.op == TP_OP_READ)
-			serve_read(d, &q);
-		else
+		if (q.op == TP_OP_WRITE) {
 			serve_write(d, &q);
-		return TP_REQ_BYTES;
+			return TP_REQ_BYTES;
+		}
+		bool sel = q.op == TP_OP_READ_SEL;
+		serve_read(d, &q, sel ? p + TP_REQ_BYTES : NULL);
+		return TP_REQ_BYTES + (sel ? TP_SEL_BYTES : 0);
 	}
 	if (q.op == TP_OP_AUTH_CHALLENGE)
 		return serve_challenge(d, q.id);
@@ -699,6 +747,10 @@ static int t_init(struct pc_ctx *ctx)
 	g.served_bytes = met_register(MET_COUNTER,
 				      "peercache_transport_served_bytes_total",
 				      "bytes served to peers", NULL);
+	g.narrowed = met_register(MET_COUNTER,
+				  "peercache_transport_reads_narrowed_total",
+				  "selected reads served as the region's "
+				  "selection (a slot, not its bucket)", NULL);
 	g.written = met_register(MET_COUNTER,
 				 "peercache_transport_writes_served_total",
 				 "writes of peers into this node's regions",

@@ -47,7 +47,7 @@ struct tp_pending {
 	struct tp_batch *b;
 	struct tp_pending *next; /* on its channel, in order */
 	uint64_t id;
-	uint16_t op;             /* TP_OP_READ or TP_OP_WRITE */
+	uint16_t op;             /* TP_OP_READ, TP_OP_READ_SEL, TP_OP_WRITE */
 	uint32_t rkey;
 	uint64_t addr;
 	uint32_t len;
@@ -55,6 +55,11 @@ struct tp_pending {
 	uint32_t hdr_len;
 	uint8_t *buf;
 	int *res;
+	uint32_t *got;           /* reads: the extent that landed */
+	bool *narrowed;
+	uint32_t rlen;           /* the answer's bytes */
+	bool rnarrowed;          /* the answer is the region's selection */
+	uint8_t sel[TP_SEL_BYTES]; /* a READ_SEL's selector */
 	bool sent;               /* its request is in the send queue */
 	bool fin;                /* reported to the batch */
 	bool ghost;              /* cancelled after sending: answer dropped */
@@ -140,7 +145,12 @@ static void pending_done(struct tp_pending *p, int res)
 	bool w = p->op == TP_OP_WRITE;
 	if (res == 0) {
 		met_inc(w ? cfg->writes : cfg->reads);
-		met_add(w ? cfg->write_bytes : cfg->read_bytes, p->len);
+		met_add(w ? cfg->write_bytes : cfg->read_bytes,
+			w ? p->len : p->rlen);
+		if (!w) {
+			*p->got = p->rlen;
+			*p->narrowed = p->rnarrowed;
+		}
 	} else {
 		met_inc(w ? cfg->write_errors : cfg->read_errors);
 	}
@@ -168,6 +178,8 @@ static void chan_send(struct tp_chan *ch)
 		uint8_t w[TP_REQ_BYTES];
 		tp_wire_req_encode(&q, w);
 		rx_conn_write(ch->c, w, sizeof(w));
+		if (p->op == TP_OP_READ_SEL)
+			rx_conn_write(ch->c, p->sel, sizeof(p->sel));
 		if (p->op == TP_OP_WRITE) {
 			if (p->hdr_len)
 				rx_conn_write(ch->c, p->hdr, p->hdr_len);
@@ -244,16 +256,23 @@ static void got_header(struct rx_conn *c, ssize_t res, void *arg)
 		return;
 	struct tp_pending *p = ch->head;
 	struct tp_resp r;
-	uint64_t want = p && p->op == TP_OP_READ ? p->len : 0;
+	bool reads = p && p->op != TP_OP_WRITE;
+	uint64_t want = reads ? p->len : 0;
+	/* A whole range is exactly what was asked; a selection (READ_SEL
+	 * only) is at most that. */
 	if (tp_wire_resp_decode(ch->resp, &r) < 0 || !p || r.id != p->id ||
-	    (r.status == 0 && r.len != want)) {
+	    (r.status == 0 && r.len != want) ||
+	    (r.status == TP_STATUS_SELECTED &&
+	     (p->op != TP_OP_READ_SEL || r.len > want))) {
 		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "%s: bad data response; "
 			  "closing the channel", ch->peer->name);
 		rx_conn_close(c, RX_CLOSE_NOW, -EPROTO);
 		return;
 	}
+	p->rlen = (uint32_t)r.len;
+	p->rnarrowed = r.status == TP_STATUS_SELECTED;
 	if (r.status < 0 || r.len == 0) {
-		pending_unlinked(chan_pop(ch), r.status);
+		pending_unlinked(chan_pop(ch), r.status < 0 ? r.status : 0);
 		chan_recv_next(ch);
 		return;
 	}
@@ -272,12 +291,12 @@ static void got_header(struct rx_conn *c, ssize_t res, void *arg)
 		/* Split reads: the leading hdr_len bytes to hdr, the rest to
 		 * buf, in one receive. */
 		ch->in_payload = true;
-		ret = p->hdr_len && p->len > p->hdr_len
+		uint32_t n = p->rlen; /* the whole range, or a selection */
+		ret = p->hdr_len && n > p->hdr_len
 			      ? rx_conn_read2(c, p->hdr, p->hdr_len, p->buf,
-					      p->len - p->hdr_len, got_payload,
-					      ch)
+					      n - p->hdr_len, got_payload, ch)
 			      : rx_conn_read(c, p->hdr_len ? p->hdr : p->buf,
-					     p->len, got_payload, ch);
+					     n, got_payload, ch);
 	}
 	if (ret < 0) {
 		ch->receiving = false;
@@ -561,9 +580,13 @@ static int batch_start(struct tp_client *tc, bool write, void *ops,
 		tp_bcore_io(&b->c, i, &io);
 		struct tp_pending *p = &b->pend[i];
 		*p = (struct tp_pending){.b = b, .id = ++tc->next_id,
-			.op = write ? TP_OP_WRITE : TP_OP_READ, .rkey = io.rkey,
-			.addr = io.addr, .len = io.len, .hdr = io.hdr,
-			.hdr_len = io.hdr_len, .buf = io.buf, .res = io.res};
+			.op = write ? TP_OP_WRITE
+			      : io.sel ? TP_OP_READ_SEL : TP_OP_READ,
+			.rkey = io.rkey, .addr = io.addr, .len = io.len,
+			.hdr = io.hdr, .hdr_len = io.hdr_len, .buf = io.buf,
+			.res = io.res, .got = io.got, .narrowed = io.narrowed};
+		if (io.sel)
+			memcpy(p->sel, io.sel, sizeof(p->sel));
 		int check = tp_io_check(io.len, io.hdr_len, io.hdr, io.buf);
 		struct tp_peer *peer = peer_of(tc, io.ph, io.peer, io.node);
 		failed += !pending_place(tc, p, peer, check);

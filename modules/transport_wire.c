@@ -61,6 +61,8 @@ ssize_t tp_wire_req_decode(const uint8_t *p, size_t avail, struct tp_req *q)
 
 uint32_t tp_wire_req_payload(const struct tp_req *q)
 {
+	if (q->op == TP_OP_READ_SEL)
+		return TP_SEL_BYTES;
 	return q->op == TP_OP_WRITE || q->op == TP_OP_AUTH_RESPONSE ? q->len
 								    : 0;
 }
@@ -82,7 +84,7 @@ int tp_wire_resp_decode(const uint8_t p[TP_RESP_BYTES], struct tp_resp *r)
 	r->status = (int32_t)le32toh((uint32_t)w.status);
 	r->id = le64toh(w.id);
 	r->len = le64toh(w.len);
-	if (r->status > 0 || (r->status < 0 && r->len != 0))
+	if (r->status > TP_STATUS_SELECTED || (r->status < 0 && r->len != 0))
 		return -EPROTO;
 	return 0;
 }

@@ -9,8 +9,11 @@
  *
  *   request  32 B: magic "PCD1", op u16, flags u16, rkey u32, len u32,
  *                  addr u64, id u64 [+ payload: see tp_wire_req_payload]
- *   response 24 B: magic "PCR1", status i32 (0 or -errno), id u64, len u64
- *                  [+ len payload bytes]
+ *   response 24 B: magic "PCR1", status i32 (0, TP_STATUS_SELECTED or
+ *                  -errno), id u64, len u64 [+ len payload bytes]
+ * A READ_SEL is a READ with a TP_SEL_BYTES selector as its payload; its
+ * answer is either the whole range (status 0, len = the request's) or the
+ * region's selection (status TP_STATUS_SELECTED, len <= the request's).
  * Little-endian.
  */
 #ifndef PC_MODULES_TRANSPORT_WIRE_H
@@ -30,7 +33,11 @@ enum tp_wire_op {
 	TP_OP_AUTH_CHALLENGE = 2,
 	TP_OP_AUTH_RESPONSE = 3,
 	TP_OP_WRITE = 4,
+	TP_OP_READ_SEL = 5,
 };
+
+/* The status of an answer that carries the region's selection. */
+#define TP_STATUS_SELECTED 1
 
 /* A decoded request header (host order). */
 struct tp_req {
@@ -58,11 +65,12 @@ void tp_wire_req_encode(const struct tp_req *q, uint8_t out[TP_REQ_BYTES]);
  */
 ssize_t tp_wire_req_decode(const uint8_t *p, size_t avail, struct tp_req *q);
 /* Payload bytes following a request header: len for WRITE and
- * AUTH_RESPONSE, 0 otherwise. */
+ * AUTH_RESPONSE, TP_SEL_BYTES for READ_SEL, 0 otherwise. */
 uint32_t tp_wire_req_payload(const struct tp_req *q);
 
 void tp_wire_resp_encode(const struct tp_resp *r, uint8_t out[TP_RESP_BYTES]);
-/* 0 and *r, or -EPROTO for a bad magic or a failure that carries bytes. */
+/* 0 and *r, or -EPROTO for a bad magic, a status above
+ * TP_STATUS_SELECTED, or a failure that carries bytes. */
 int tp_wire_resp_decode(const uint8_t p[TP_RESP_BYTES], struct tp_resp *r);
 
 #endif /* PC_MODULES_TRANSPORT_WIRE_H */

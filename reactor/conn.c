@@ -976,12 +976,14 @@ int rx_conn_write_ref(struct rx_conn *c, const void *data, size_t len,
 		      void (*release)(void *arg), void *arg)
 {
 	if ((c->flags & (RXC_CLOSING | RXC_CLOSE_FLUSH)) || len == 0) {
-		release(arg);
+		if (release)
+			release(arg);
 		return len == 0 ? 0 : -EPIPE;
 	}
 	struct rx_chunk *ch = malloc(sizeof(*ch));
 	if (!ch) {
-		release(arg);
+		if (release)
+			release(arg);
 		return -ENOMEM;
 	}
 	ch->next = NULL;

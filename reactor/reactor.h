@@ -290,7 +290,7 @@ int rx_conn_write(struct rx_conn *c, const void *data, size_t len);
 /*
  * Queue bytes by reference (zero-copy): data must stay valid and unchanged
  * until release(arg) is called — after the kernel has sent it or the
- * connection closed. release is called even on failure.
+ * connection closed. release (may be NULL) is called even on failure.
  */
 int rx_conn_write_ref(struct rx_conn *c, const void *data, size_t len,
 		      void (*release)(void *arg), void *arg);

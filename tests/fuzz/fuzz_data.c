@@ -16,6 +16,10 @@
  *   - prefixes: a header decoded from fewer bytes than it needs must ask for
  *     more (0), never accept or reject differently from the whole input,
  *     and an accepted header encodes back to the same bytes;
+ *     A READ_SEL is served through the region's select hook, whose
+ *     pieces come from the selector's bytes (anywhere, any length): the
+ *     pieces tp_regs_select lets through are copied out, so ASan traps
+ *     one that is not inside the held range;
  *   - responses: every 24-byte window decodes or is refused, and an
  *     accepted failure never carries bytes.
  * Every pin is released (counted). Any violation traps.
@@ -59,6 +63,29 @@ static int fz_pin(void *ctx, uintptr_t addr, uint64_t len, struct tp_pin *pin)
 	return 0;
 }
 
+/* Pieces from the selector: (offset i16, length u16) pairs relative to
+ * the range, byte 0 picking the answer — anything, in or out of range. */
+static int fz_select(void *ctx, uintptr_t addr, uint64_t len,
+		     const uint8_t sel[TP_SEL_BYTES], struct tp_piece *pc,
+		     unsigned *n)
+{
+	(void)ctx;
+	(void)len;
+	if (sel[0] % 4 == 0)
+		return 0;
+	if (sel[0] % 4 == 1)
+		return -EIO;
+	*n = sel[1] % (TP_SEL_PIECES + 2); /* sometimes too many */
+	for (unsigned i = 0; i < *n && i < TP_SEL_PIECES; i++) {
+		int16_t off;
+		uint16_t l;
+		memcpy(&off, sel + 2 + i * 4, 2);
+		memcpy(&l, sel + 4 + i * 4, 2);
+		pc[i] = (struct tp_piece){addr + (uint64_t)(int64_t)off, l};
+	}
+	return 1;
+}
+
 static void fz_unpin(void *ctx, const struct tp_pin *pin)
 {
 	struct fz_reg *g = ctx;
@@ -85,7 +112,8 @@ static void setup(void)
 		memset(g->mem, i, REG_BYTES);
 		struct tp_region r = {.base = (uintptr_t)g->mem, .len = REG_BYTES,
 			.access = i ? TP_ACCESS_READ | TP_ACCESS_WRITE : 0,
-			.pin = fz_pin, .unpin = fz_unpin, .ctx = g};
+			.pin = fz_pin, .unpin = fz_unpin,
+			.select = fz_select, .ctx = g};
 		check(tp_regs_add(&regs, &r, &g->key) == 0);
 	}
 }
@@ -116,6 +144,19 @@ static void serve(struct tp_req *q, const uint8_t *payload, size_t avail)
 	if (q->op == TP_OP_WRITE) {
 		check(q->rkey == rw.key); /* only the writable region */
 		memcpy(at, payload, PC_MIN((size_t)q->len, avail));
+	} else if (q->op == TP_OP_READ_SEL && avail == TP_SEL_BYTES) {
+		struct tp_piece pc[TP_SEL_PIECES];
+		unsigned n = 0;
+		int sel = tp_regs_select(&h, q->addr, q->len, payload, pc, &n);
+		check(sel == 0 || sel == 1 || sel == -EIO || sel == -EINVAL);
+		if (sel == 1) {
+			check(n <= TP_SEL_PIECES);
+			for (unsigned i = 0; i < n; i++)
+				memcpy(sink, (const void *)pc[i].addr,
+				       PC_MIN(pc[i].len, sizeof(sink)));
+		} else if (sel == 0) {
+			memcpy(sink, at, q->len);
+		}
 	} else {
 		memcpy(sink, at, q->len);
 	}
@@ -149,7 +190,8 @@ static void stream(const uint8_t *data, size_t size)
 		used += TP_REQ_BYTES;
 		uint32_t pay = tp_wire_req_payload(&q);
 		size_t avail = PC_MIN((size_t)pay, size - used);
-		if (q.op == TP_OP_READ || q.op == TP_OP_WRITE)
+		if (q.op == TP_OP_READ || q.op == TP_OP_WRITE ||
+		    q.op == TP_OP_READ_SEL)
 			serve(&q, data + used, avail);
 		used += avail;
 	}
@@ -162,7 +204,8 @@ static void responses(const uint8_t *data, size_t size)
 		int ret = tp_wire_resp_decode(data + off, &r);
 		check(ret == 0 || ret == -EPROTO);
 		if (ret == 0)
-			check(r.status <= 0 && (r.status == 0 || r.len == 0));
+			check(r.status <= TP_STATUS_SELECTED &&
+			      (r.status >= 0 || r.len == 0));
 	}
 }
 

@@ -681,6 +681,131 @@ static void dereg_after(struct tfx *f)
 
 static const step_fn dereg[] = {dereg_go, dereg_check, dereg_after, NULL};
 
+/* -------------------------------------------------- case: selected reads */
+
+/* The selector's first byte tells the test region's select hook what to
+ * answer; the hook counts its calls. */
+enum { SEL_TWO = 1, SEL_NONE, SEL_WHOLE, SEL_FAIL, SEL_OUTSIDE, SEL_SHORT };
+static int sel_calls;
+
+static int t_select(void *ctx, uintptr_t addr, uint64_t len,
+		    const uint8_t sel[TP_SEL_BYTES], struct tp_piece *pc,
+		    unsigned *n)
+{
+	(void)ctx;
+	sel_calls++;
+	switch (sel[0]) {
+	case SEL_TWO: /* 50 bytes at 100, then 8 at 1000 */
+		pc[0] = (struct tp_piece){addr + 100, 50};
+		pc[1] = (struct tp_piece){addr + 1000, 8};
+		*n = 2;
+		return 1;
+	case SEL_NONE:
+		*n = 0;
+		return 1;
+	case SEL_FAIL:
+		return -EIO;
+	case SEL_OUTSIDE: /* one byte past the range: never sent */
+		pc[0] = (struct tp_piece){addr + len - 4, 5};
+		*n = 1;
+		return 1;
+	case SEL_SHORT: /* 8 bytes, fewer than the read's hdr_len */
+		pc[0] = (struct tp_piece){addr + 64, 8};
+		*n = 1;
+		return 1;
+	default: /* SEL_WHOLE */
+		return 0;
+	}
+}
+
+static void sel_set(struct tfx *f, unsigned i, uint8_t mode, uint32_t hdr_len)
+{
+	rd_set(f, i, f->ep, &f->tmp, 4096, 4096, hdr_len);
+	f->rd[i].select = mode != 0;
+	f->rd[i].sel[0] = mode;
+}
+
+static void sel_go(struct tfx *f)
+{
+	f->tmp.mem = malloc(REG_BYTES);
+	cr_assert(f->tmp.mem);
+	tu_fill_pattern(f->tmp.mem, REG_BYTES, 4, 0);
+	struct tp_region reg = {.base = (uintptr_t)f->tmp.mem,
+				.len = REG_BYTES, .pin = t_pin,
+				.unpin = t_unpin, .released = t_released,
+				.select = t_select, .ctx = &f->tmp};
+	cr_assert_eq(f->ops->reg_region(f->node, &reg, &f->tmp.key), 0);
+	sel_calls = 0;
+	sel_set(f, 0, SEL_TWO, 0);
+	sel_set(f, 1, SEL_NONE, 0);
+	sel_set(f, 2, SEL_WHOLE, 0);
+	sel_set(f, 3, SEL_FAIL, 0);
+	sel_set(f, 4, SEL_OUTSIDE, 0);
+	sel_set(f, 5, SEL_TWO, 16); /* split: 16 to hdr, 42 to dst */
+	sel_set(f, 6, SEL_SHORT, 16);
+	sel_set(f, 7, 0, 0);        /* a plain read: the hook is not asked */
+	sel_set(f, 8, SEL_TWO, 0);  /* after all that, still in step */
+	go_reads(f, 9, 10000);
+}
+
+static void sel_check(struct tfx *f)
+{
+	struct tp_read *rd = f->rd;
+	if (!strcmp(f->k->name, "fake")) {
+		/* One-sided: the hook is never asked, every read (even
+		 * those the hook would fail) brings the whole range. */
+		cr_assert_eq(sel_calls, 0);
+		for (unsigned i = 0; i < 9; i++) {
+			rd_check(f, i, 4, 4096);
+			cr_assert_eq(rd[i].got, 4096);
+			cr_assert(!rd[i].narrowed);
+		}
+	} else {
+		cr_assert_eq(sel_calls, 8, "%d", sel_calls);
+		uint8_t *d = dst_of(f, 0);
+		cr_assert_eq(rd[0].res, 0, "%s", strerror(-rd[0].res));
+		cr_assert(rd[0].narrowed);
+		cr_assert_eq(rd[0].got, 58);
+		cr_assert_eq(tu_check_pattern(d, 50, 4, 4096 + 100), -1);
+		cr_assert_eq(tu_check_pattern(d + 50, 8, 4, 4096 + 1000), -1);
+		cr_assert_eq(rd[1].res, 0);
+		cr_assert(rd[1].narrowed);
+		cr_assert_eq(rd[1].got, 0);
+		rd_check(f, 2, 4, 4096);
+		cr_assert(!rd[2].narrowed);
+		cr_assert_eq(rd[2].got, 4096);
+		cr_assert_eq(rd[3].res, -EIO, "%s", strerror(-rd[3].res));
+		cr_assert_eq(rd[4].res, -EINVAL, "%s", strerror(-rd[4].res));
+		cr_assert_eq(rd[5].res, 0);
+		cr_assert(rd[5].narrowed && rd[5].got == 58);
+		cr_assert_eq(tu_check_pattern(f->hdr[5], 16, 4, 4096 + 100),
+			     -1);
+		cr_assert_eq(tu_check_pattern(dst_of(f, 5), 34, 4,
+					      4096 + 116), -1);
+		cr_assert_eq(tu_check_pattern(dst_of(f, 5) + 34, 8, 4,
+					      4096 + 1000), -1);
+		cr_assert_eq(rd[6].res, 0);
+		cr_assert(rd[6].narrowed && rd[6].got == 8);
+		cr_assert_eq(tu_check_pattern(f->hdr[6], 8, 4, 4096 + 64), -1);
+		rd_check(f, 7, 4, 4096);
+		cr_assert(!rd[7].narrowed && rd[7].got == 4096);
+		cr_assert(rd[8].narrowed && rd[8].got == 58);
+		cr_assert_eq(tu_check_pattern(dst_of(f, 8), 50, 4, 4096 + 100),
+			     -1);
+	}
+	cr_assert_eq(f->ops->dereg_region(f->node, f->tmp.key), 0);
+	next(f);
+}
+
+static void sel_after(struct tfx *f)
+{
+	cr_assert_eq(f->tmp.released, 1);
+	cr_assert_eq(f->tmp.pins, f->tmp.unpins);
+	next(f);
+}
+
+static const step_fn selected[] = {sel_go, sel_check, sel_after, NULL};
+
 /* ----------------------------------------------------- case: cancellation */
 
 /* Cancelled batches carry &f->cancel_arg, so that cancel names them only. */
@@ -989,5 +1114,6 @@ CASE(timeouts, timeouts, 16)
 CASE(peer_loss_mid_batch, peer_loss, 16)
 CASE(peer_close_and_fail_node, peer_close, 16)
 CASE(deregistration_while_reads_are_in_flight, dereg, 16)
+CASE(selected_reads_narrowed_or_whole, selected, 16)
 CASE(cancellation, cancel, 16)
 CASE(channel_cap, chan_cap, CAP)
