@@ -19,6 +19,7 @@
 #include "storage/slot_region.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -166,9 +167,14 @@ static inline bool key_eq(const struct slot_hdr *h, const struct slot_key *k)
 	return h->key_lo == k->lo && h->key_hi == k->hi;
 }
 
-enum slot_verdict slot_judge(const void *slot, const struct slot_class *c,
-			     const struct slot_key *k, uint64_t want_len,
-			     bool check_sum, uint64_t *len)
+/* Judge a snapshot whose header and payload start at slot and whose
+ * trailer is at trailer_off from it: the stride's last 8 bytes in a
+ * bucket, right after the payload in a selection (UINT64_MAX: the
+ * selection's size does not match its header — torn). */
+static enum slot_verdict judge(const uint8_t *slot, uint64_t trailer_off,
+			       const struct slot_class *c,
+			       const struct slot_key *k, uint64_t want_len,
+			       bool check_sum, uint64_t *len)
 {
 	struct slot_hdr h;
 	memcpy(&h, slot, sizeof(h));
@@ -182,9 +188,10 @@ enum slot_verdict slot_judge(const void *slot, const struct slot_class *c,
 		return SLOT_BAD;
 	if (h.len > c->max_payload || (want_len && h.len != want_len))
 		return SLOT_BAD;
+	if (trailer_off == UINT64_MAX)
+		return SLOT_BAD;
 	uint64_t tr;
-	memcpy(&tr, (const uint8_t *)slot + c->stride - SLOT_TRAILER_BYTES,
-	       sizeof(tr));
+	memcpy(&tr, slot + trailer_off, sizeof(tr));
 	if (tr != h.seq)
 		return SLOT_BAD;
 	if (check_sum &&
@@ -193,6 +200,33 @@ enum slot_verdict slot_judge(const void *slot, const struct slot_class *c,
 	if (len)
 		*len = h.len;
 	return SLOT_HIT;
+}
+
+enum slot_verdict slot_judge(const void *slot, const struct slot_class *c,
+			     const struct slot_key *k, uint64_t want_len,
+			     bool check_sum, uint64_t *len)
+{
+	return judge(slot, c->stride - SLOT_TRAILER_BYTES, c, k, want_len,
+		     check_sum, len);
+}
+
+enum slot_verdict slot_judge_sel(const void *sel, uint64_t n,
+				 const struct slot_class *c,
+				 const struct slot_key *k, uint64_t want_len,
+				 bool check_sum, uint64_t *len)
+{
+	if (n == 0)
+		return SLOT_EMPTY; /* the owner had nothing of the key */
+	if (n < SLOT_HDR_BYTES + SLOT_TRAILER_BYTES)
+		return SLOT_BAD;
+	uint64_t plen;
+	memcpy(&plen, (const uint8_t *)sel + offsetof(struct slot_hdr, len),
+	       sizeof(plen));
+	uint64_t toff = n - SLOT_TRAILER_BYTES;
+	/* the trailer must follow exactly the header's length of payload */
+	if (plen > c->max_payload || toff - SLOT_HDR_BYTES != plen)
+		toff = UINT64_MAX;
+	return judge(sel, toff, c, k, want_len, check_sum, len);
 }
 
 int slot_find(const void *bucket, const struct slot_class *c,
@@ -464,6 +498,34 @@ static int live_way(struct slot_region *s, uint32_t cls, uint64_t bucket,
 		return (int)wy;
 	}
 	return -ENOENT;
+}
+
+int slot_pick(struct slot_region *s, uint64_t off, uint64_t n,
+	      uint64_t key_lo, uint64_t key_hi, struct slot_sel *out)
+{
+	const struct slot_class *c = NULL;
+	uint32_t cls;
+	for (cls = 0; cls < s->l.nclasses; cls++) {
+		c = &s->l.cls[cls];
+		if (off >= c->offset &&
+		    off - c->offset < c->buckets * slot_bucket_bytes(c))
+			break;
+	}
+	if (cls == s->l.nclasses || n != slot_bucket_bytes(c) ||
+	    (off - c->offset) % n != 0)
+		return -EINVAL;
+	uint64_t bucket = (off - c->offset) / n;
+	struct slot_key k = {.lo = key_lo, .hi = key_hi};
+	uint64_t seq, len, sum;
+	int wy = live_way(s, cls, bucket, &k, 0, &seq, &len, &sum);
+	if (wy < 0)
+		return 0;
+	*out = (struct slot_sel){
+		.slot_off = off + (uint64_t)wy * c->stride,
+		.len = len,
+		.trailer_off = c->stride - SLOT_TRAILER_BYTES,
+	};
+	return 1;
 }
 
 /* Classes a key of want_len may be in: its own, or every one. */

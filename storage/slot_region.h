@@ -156,6 +156,16 @@ enum slot_verdict slot_judge(const void *slot, const struct slot_class *c,
 			     const struct slot_key *k, uint64_t want_len,
 			     bool check_sum, uint64_t *len);
 
+/* Judge a selection: the n bytes an owner sent for key k instead of its
+ * bucket (slot_pick) — one way's header and payload, then its trailer, or
+ * nothing (n == 0: SLOT_EMPTY). The same checks as slot_judge, and the
+ * size must be the header's length plus header and trailer; on SLOT_HIT
+ * the payload starts SLOT_HDR_BYTES into sel. */
+enum slot_verdict slot_judge_sel(const void *sel, uint64_t n,
+				 const struct slot_class *c,
+				 const struct slot_key *k, uint64_t want_len,
+				 bool check_sum, uint64_t *len);
+
 /* Counts of a bucket scan. */
 struct slot_scan {
 	unsigned rejected; /* SLOT_BAD snapshots of the key */
@@ -247,6 +257,21 @@ bool slot_loc_still(const struct slot_loc *loc);
  * header's checksum names? */
 bool slot_loc_sum_ok(const struct slot_key *k, const struct slot_loc *loc,
 		     uint64_t payload_hash);
+
+/* What an owner sends for a selected read of one bucket (a narrowed
+ * READ): the way holding a committed page of the key — its header and
+ * payload (SLOT_HDR_BYTES + len bytes at slot_off), then its trailer (8
+ * bytes at slot_off + trailer_off). Offsets are from the region's base. */
+struct slot_sel {
+	uint64_t slot_off, len, trailer_off;
+};
+/* The selection for key hash (key_lo, key_hi) of [off, off+n): 1 and *out,
+ * 0 when no way of the bucket holds a committed page of the key (send
+ * nothing), -EINVAL when the range is not exactly one bucket (send it
+ * whole). The headers are read without the bucket's lock: a write racing
+ * the send is caught by the reader's checks (slot_judge_sel). */
+int slot_pick(struct slot_region *s, uint64_t off, uint64_t n,
+	      uint64_t key_lo, uint64_t key_hi, struct slot_sel *out);
 
 /* Does the region hold key's whole page (the full check, checksum
  * included)? want_len as in slot_judge. */

@@ -400,6 +400,98 @@ Test(slot_judge, torn_snapshots_are_rejected_and_caught_only_by_the_check)
 	free(base);
 }
 
+/* What an owner sends for a selected read: the picked way's header and
+ * payload, then its trailer (a plain copy, as the transport's send is);
+ * its size, 0 when nothing is picked. Any thread. */
+static uint64_t sel_snap(struct slot_region *s, const struct slot_class *c,
+			 const struct slot_key *k, uint8_t *out,
+			 struct slot_sel *ss)
+{
+	const uint8_t *base = slot_region_base(s);
+	if (slot_pick(s, slot_bucket_off(c, k), slot_bucket_bytes(c), k->lo,
+		      k->hi, ss) != 1)
+		return 0;
+	memcpy(out, base + ss->slot_off, SLOT_HDR_BYTES + ss->len);
+	memcpy(out + SLOT_HDR_BYTES + ss->len,
+	       base + ss->slot_off + ss->trailer_off, SLOT_TRAILER_BYTES);
+	return SLOT_HDR_BYTES + ss->len + SLOT_TRAILER_BYTES;
+}
+
+/* sel_snap, checking that the pieces lie inside the key's bucket. */
+static uint64_t sel_copy(struct slot_region *s, const struct slot_class *c,
+			 const struct slot_key *k, uint8_t *out)
+{
+	struct slot_sel ss;
+	uint64_t n = sel_snap(s, c, k, out, &ss);
+	uint64_t off = slot_bucket_off(c, k);
+	cr_assert(n == 0 || (ss.slot_off >= off &&
+			     ss.slot_off + ss.trailer_off + SLOT_TRAILER_BYTES <=
+				     off + slot_bucket_bytes(c)));
+	return n;
+}
+
+Test(slot_judge, a_selection_is_judged_as_strictly_as_its_bucket)
+{
+	struct slot_layout l = one_class(64 * KIB, 4, 8);
+	const struct slot_class *c = &l.cls[0];
+	void *base;
+	struct slot_region *s = mk(&l, &base);
+	struct slot_key a = key("a"), b = key("b");
+	static uint8_t page[40 * KIB];
+	uint8_t *v1 = malloc(c->stride), *v2 = malloc(c->stride),
+		*snap = malloc(c->stride);
+	uint64_t off = slot_bucket_off(c, &a), bb = slot_bucket_bytes(c);
+	struct slot_sel ss;
+	/* nothing written: nothing to send */
+	cr_assert_eq(slot_pick(s, off, bb, a.lo, a.hi, &ss), 0);
+	cr_assert_eq(slot_judge_sel(v1, 0, c, &a, 0, true, NULL), SLOT_EMPTY);
+	fill(page, sizeof(page), 1, 1);
+	cr_assert_eq(slot_write(s, &a, page, sizeof(page)), 0);
+	uint64_t n1 = sel_copy(s, c, &a, v1);
+	cr_assert_eq(n1, SLOT_HDR_BYTES + sizeof(page) + SLOT_TRAILER_BYTES);
+	fill(page, sizeof(page), 1, 2);
+	cr_assert_eq(slot_write(s, &a, page, sizeof(page)), 0);
+	uint64_t n2 = sel_copy(s, c, &a, v2);
+	uint64_t len = 0;
+	cr_assert_eq(slot_judge_sel(v2, n2, c, &a, 0, true, &len), SLOT_HIT);
+	cr_assert_eq(len, sizeof(page));
+	cr_assert(memcmp(v2 + SLOT_HDR_BYTES, page, sizeof(page)) == 0);
+	cr_assert_eq(slot_judge_sel(v1, n1, c, &a, sizeof(page), true, NULL),
+		     SLOT_HIT);
+	cr_assert_eq(slot_judge_sel(v2, n2, c, &b, 0, true, NULL), SLOT_OTHER);
+	cr_assert_eq(slot_judge_sel(v2, n2, c, &a, 100, true, NULL), SLOT_BAD);
+	/* a size that is not the header's length plus header and trailer */
+	cr_assert_eq(slot_judge_sel(v2, n2 - 1, c, &a, 0, false, NULL),
+		     SLOT_BAD);
+	cr_assert_eq(slot_judge_sel(v2, 40, c, &a, 0, false, NULL), SLOT_BAD);
+	/* v1's header and trailer around part of v2's payload */
+	memcpy(snap, v1, n1);
+	memcpy(snap + SLOT_HDR_BYTES + 1000, v2 + SLOT_HDR_BYTES + 1000, 4096);
+	cr_assert_eq(slot_judge_sel(snap, n1, c, &a, 0, true, NULL), SLOT_BAD);
+	cr_assert_eq(slot_judge_sel(snap, n1, c, &a, 0, false, NULL), SLOT_HIT,
+		     "the negative control: without the checksum it passes");
+	/* v2's header with v1's trailer */
+	memcpy(snap, v2, n2);
+	memcpy(snap + n2 - 8, v1 + n1 - 8, 8);
+	cr_assert_eq(slot_judge_sel(snap, n2, c, &a, 0, true, NULL), SLOT_BAD);
+	/* only whole buckets are narrowed, and only to a committed way */
+	cr_assert_eq(slot_pick(s, off + 64, bb, a.lo, a.hi, &ss), -EINVAL);
+	cr_assert_eq(slot_pick(s, off, bb - 64, a.lo, a.hi, &ss), -EINVAL);
+	cr_assert_eq(slot_pick(s, l.bytes, bb, a.lo, a.hi, &ss), -EINVAL);
+	cr_assert_eq(slot_pick(s, slot_bucket_off(c, &b), bb, b.lo, b.hi,
+			       &ss), 0);
+	struct slot_wr w;
+	cr_assert_eq(slot_write_begin(s, &a, sizeof(page), &w), 0);
+	cr_assert_eq(slot_pick(s, off, bb, a.lo, a.hi, &ss), 0,
+		     "a way being written is not sent");
+	slot_write_abort(s, &w);
+	free(v1);
+	free(v2);
+	free(snap);
+	slot_region_free(s);
+	free(base);
+}
+
 /* ---- Writers and readers on one bucket, from threads ---- */
 
 #define HAM_KEYS 6
@@ -470,6 +562,34 @@ static void *ham_reader(void *arg)
 	return NULL;
 }
 
+/* A remote reader of selections: what the owner picks, sent as a plain
+ * copy while writers work, judged as a narrowed READ's bytes are. */
+static void *ham_sel_reader(void *arg)
+{
+	struct ham *h = arg;
+	uint8_t *snap = malloc(h->c->stride), *scratch = malloc(HAM_PAGE);
+	uint32_t id = 0;
+	while (!atomic_load(&h->stop)) {
+		id = (id + 1) % HAM_KEYS;
+		const struct slot_key *k = &h->k[id];
+		struct slot_sel ss;
+		uint64_t n = sel_snap(h->s, h->c, k, snap, &ss);
+		uint64_t len = 0;
+		enum slot_verdict v = slot_judge_sel(snap, n, h->c, k, HAM_PAGE,
+						     h->check_sum, &len);
+		atomic_fetch_add(&h->reads, 1);
+		if (v != SLOT_HIT)
+			continue;
+		atomic_fetch_add(&h->hits, 1);
+		if (len != HAM_PAGE ||
+		    !page_ok(snap + SLOT_HDR_BYTES, len, id, scratch))
+			atomic_fetch_add(&h->wrong, 1);
+	}
+	free(snap);
+	free(scratch);
+	return NULL;
+}
+
 /* A local reader: the owner's seqlock read. */
 static void *ham_local(void *arg)
 {
@@ -531,11 +651,12 @@ static void hammer(struct ham *h, void *(*reader)(void *), uint64_t reads,
 	free(base);
 }
 
-Test(slot_hammer, remote_readers_never_accept_a_wrong_page, .timeout = 120)
+/* The hammer with the checksum on: hits, writes, and no wrong page. */
+static void hammer_clean(void *(*reader)(void *), const char *what)
 {
 	struct ham h = {.check_sum = true};
-	hammer(&h, ham_reader, 200000, false, 5);
-	cr_log_info("remote: %lu reads, %lu hits, %lu writes, %lu wrong",
+	hammer(&h, reader, 200000, false, 5);
+	cr_log_info("%s: %lu reads, %lu hits, %lu writes, %lu wrong", what,
 		    (unsigned long)h.reads, (unsigned long)h.hits,
 		    (unsigned long)h.writes, (unsigned long)h.wrong);
 	cr_assert_gt(h.hits, 0);
@@ -543,27 +664,44 @@ Test(slot_hammer, remote_readers_never_accept_a_wrong_page, .timeout = 120)
 	cr_assert_eq(h.wrong, 0);
 }
 
+/* A negative control: the same load with the checksum off must let a
+ * torn page through, or the clean run proves nothing. */
+static void hammer_control(void *(*reader)(void *), const char *what)
+{
+	struct ham h = {.check_sum = false};
+	hammer(&h, reader, UINT64_MAX, true, 60);
+	cr_log_info("control, %s: %lu reads, %lu hits, %lu wrong", what,
+		    (unsigned long)h.reads, (unsigned long)h.hits,
+		    (unsigned long)h.wrong);
+	cr_assert_gt(h.wrong, 0, "%s: no torn page in 60 s of hammering", what);
+}
+
+Test(slot_hammer, remote_readers_never_accept_a_wrong_page, .timeout = 120)
+{
+	hammer_clean(ham_reader, "remote");
+}
+
 Test(slot_hammer, local_seqlock_readers_never_see_a_wrong_page,
      .timeout = 120)
 {
-	struct ham h = {.check_sum = true};
-	hammer(&h, ham_local, 200000, false, 5);
-	cr_log_info("local: %lu reads, %lu hits, %lu writes, %lu wrong",
-		    (unsigned long)h.reads, (unsigned long)h.hits,
-		    (unsigned long)h.writes, (unsigned long)h.wrong);
-	cr_assert_gt(h.hits, 0);
-	cr_assert_eq(h.wrong, 0);
+	hammer_clean(ham_local, "local");
 }
 
-/* The negative control: the same load with the checksum off must let a
- * torn page through, or the test above proves nothing. */
 Test(slot_hammer, without_the_checksum_torn_pages_get_through,
      .timeout = 120)
 {
-	struct ham h = {.check_sum = false};
-	hammer(&h, ham_reader, UINT64_MAX, true, 60);
-	cr_log_info("control: %lu reads, %lu hits, %lu wrong",
-		    (unsigned long)h.reads, (unsigned long)h.hits,
-		    (unsigned long)h.wrong);
-	cr_assert_gt(h.wrong, 0, "no torn page in 60 s of hammering");
+	hammer_control(ham_reader, "buckets");
+}
+
+Test(slot_hammer, selected_readers_never_accept_a_wrong_page, .timeout = 120)
+{
+	hammer_clean(ham_sel_reader, "selected");
+}
+
+/* Selections (narrowed READs) are torn too, and only the checksum stops
+ * them. */
+Test(slot_hammer, without_the_checksum_torn_selections_get_through,
+     .timeout = 120)
+{
+	hammer_control(ham_sel_reader, "selections");
 }
