@@ -34,7 +34,8 @@
 
 struct copier_job {
 	/* set by the caller */
-	void *dst;
+	void *dst;      /* NULL: no copy, only the checksum of src (node
+			 * memory, not guarded) in slices */
 	const void *src;
 	size_t len;
 	bool guarded;   /* client memory on either side (common/guard.h) */

@@ -26,6 +26,7 @@ struct ctx {
 	int done;            /* done callbacks seen */
 	uint64_t iters0, iters;
 	struct rx_timer t, t2;
+	bool sum_only;       /* start_one: a checksum of src, no copy */
 };
 
 static struct ctx c;
@@ -53,8 +54,9 @@ static void start_one(struct rx_reactor *r, struct rx_timer *t)
 {
 	(void)t;
 	c.iters0 = rx_reactor_stats(r)->loop_iterations;
-	c.job = (struct copier_job){.dst = c.dst, .src = c.src, .len = c.len,
-				    .sum = true, .done = job_done};
+	c.job = (struct copier_job){.dst = c.sum_only ? NULL : c.dst,
+				    .src = c.src, .len = c.len, .sum = true,
+				    .done = job_done};
 	c.started = copier_copy(r, &c.job);
 	if (c.started == 1)
 		rx_reactor_stop(r);
@@ -93,6 +95,29 @@ Test(copier, small_page_finishes_inline)
 	cr_assert_eq(c.done, 0, "done is not called for an inline finish");
 	cr_assert_eq(tu_check_pattern(c.dst, c.len, 7, 0), -1);
 	cr_assert_eq(c.job.sumv, pc_page_sum(c.src, c.len));
+	rx_reactor_destroy(c.r);
+}
+
+Test(copier, a_checksum_without_a_copy_is_sliced_too)
+{
+	c = (struct ctx){0};
+	copier_set_slice(512 << 10);
+	setup_bufs(4 * MIB);
+	c.r = tu_reactor(NULL);
+	c.sum_only = true;
+	rx_timer_init(&c.t, start_one, NULL);
+	rx_timer_start(c.r, &c.t, 0, 0);
+	tu_run(c.r, 20000);
+	cr_assert_eq(c.started, 0, "a 4 MiB checksum must not finish in one "
+		     "pass");
+	cr_assert_eq(c.done, 1);
+	cr_assert_eq(c.job.res, 0);
+	cr_assert_geq(c.iters, 7, "4 MiB in 512 KiB slices: 8 passes, got %llu",
+		      (unsigned long long)c.iters);
+	cr_assert_eq(c.job.sumv, pc_page_sum(c.src, c.len));
+	for (size_t i = 0; i < c.len; i++)
+		if (c.dst[i] != 0xEE)
+			cr_assert_fail("a checksum-only job wrote at %zu", i);
 	rx_reactor_destroy(c.r);
 }
 
