@@ -23,6 +23,11 @@ Environment (defaults in brackets):
   NOCHECK              1: the negative control (PEERCACHE_TEST_SLOT_NOCHECK=1
                        on every node, a test build); runs until the first
                        wrong page or READS [0]
+  WHOLE                1: readers read whole buckets, as over a one-sided
+                       transport (PEERCACHE_TEST_SLOT_WHOLE_READS=1, a test
+                       build); by default the owners narrow each read to
+                       the key's way. Torn snapshots are far more frequent
+                       with whole buckets: use it with NOCHECK [0]
   SEED                 the run's seed [random, printed]
 Only 127.0.0.1 is contacted; the nodes are stopped by PID however it ends.
 """
@@ -47,6 +52,7 @@ WAYS = int(os.environ.get("WAYS", "4"))
 WRITERS = int(os.environ.get("WRITERS", "2"))
 THREADS = os.environ.get("NODE_THREADS", "2")
 NOCHECK = os.environ.get("NOCHECK", "0") == "1"
+WHOLE = os.environ.get("WHOLE", "0") == "1"
 SEED = int(os.environ.get("SEED", random.randrange(1 << 30)))
 READ_BATCH = int(os.environ.get("READ_BATCH", "0")) or None
 
@@ -56,11 +62,17 @@ def log(msg):
 
 
 def main():
-    log("seed %d, %d reads, pages %d..%d B, %d keys per owner, %d ways%s"
+    log("seed %d, %d reads, pages %d..%d B, %d keys per owner, %d ways%s%s"
         % (SEED, READS, PAGE // 2, PAGE, PER_OWNER, WAYS,
+           ", whole-bucket reads" if WHOLE else "",
            ", checksum OFF (negative control)" if NOCHECK else ""))
     work = tempfile.mkdtemp(prefix="pc-slot-oracle-")
-    env = {"PEERCACHE_TEST_SLOT_NOCHECK": "1"} if NOCHECK else None
+    env = {}
+    if NOCHECK:
+        env["PEERCACHE_TEST_SLOT_NOCHECK"] = "1"
+    if WHOLE:
+        env["PEERCACHE_TEST_SLOT_WHOLE_READS"] = "1"
+    env = env or None
     ports = free_ports(3)
     peers = ",".join("127.0.0.1:%d" % p for p in ports)
     nodes = []

@@ -32,6 +32,7 @@
  * region locks per bucket; the claims have one mutex, held for O(1) work).
  * Handlers run on the reactor that received the call.
  */
+#include <endian.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -195,6 +196,36 @@ static void runpin(void *ctx, const struct tp_pin *pin)
 {
 	(void)ctx;
 	(void)pin;
+}
+
+/* A selected read of one bucket (the key's hash as selector): send the
+ * way that holds the key's committed page, header and payload then its
+ * trailer, or nothing — not the whole bucket. Readers check the selection
+ * as they would the bucket (slot_judge_sel); a racing write is theirs to
+ * reject. */
+static int rselect(void *ctx, uintptr_t addr, uint64_t len,
+		   const uint8_t sel[TP_SEL_BYTES], struct tp_piece *pieces,
+		   unsigned *n)
+{
+	(void)ctx;
+	uint64_t lo, hi;
+	memcpy(&lo, sel, 8);
+	memcpy(&hi, sel + 8, 8);
+	struct slot_sel ss;
+	uintptr_t base = (uintptr_t)sm_st.base;
+	int ret = slot_pick(sm_st.reg, addr - base, len, le64toh(lo),
+			    le64toh(hi), &ss);
+	if (ret < 0)
+		return 0; /* not one bucket: send the range as asked */
+	*n = 0;
+	if (ret == 0)
+		return 1;
+	pieces[0] = (struct tp_piece){base + ss.slot_off,
+				      SLOT_HDR_BYTES + ss.len};
+	pieces[1] = (struct tp_piece){base + ss.slot_off + ss.trailer_off,
+				      SLOT_TRAILER_BYTES};
+	*n = 2;
+	return 1;
 }
 
 /* Abort the claims whose time is over and that no write holds. */
@@ -785,13 +816,20 @@ static int sm_init(struct pc_ctx *ctx)
 			"payload checksum (a test's negative control: torn and "
 			"foreign pages can pass)");
 	}
+	const char *wb = getenv("PEERCACHE_TEST_SLOT_WHOLE_READS");
+	if (wb && *wb && strcmp(wb, "0") != 0) {
+		sm_st.whole_reads = true;
+		PC_LOGW(LOG_MOD, "PEERCACHE_TEST_SLOT_WHOLE_READS: readers "
+			"read whole buckets, as over a one-sided transport "
+			"(a test's setting)");
+	}
 #endif
 	if ((ret = slot_region_new(&sm_st.reg, sm_st.base, &sm_st.lay)) < 0 ||
 	    (ret = claims_init()) < 0)
 		goto fail;
 	struct tp_region rr = {.base = (uintptr_t)sm_st.base, .len = sm_st.bytes,
 			       .access = TP_ACCESS_READ, .pin = rpin,
-			       .unpin = runpin};
+			       .unpin = runpin, .select = rselect};
 	struct tp_region wr = {.base = (uintptr_t)sm_st.base, .len = sm_st.bytes,
 			       .access = TP_ACCESS_WRITE, .pin = wpin,
 			       .unpin = wunpin};

@@ -77,6 +77,7 @@ struct sm_state {
 	const struct mb_api *mb;
 	struct sm_rx *rx;              /* per reactor */
 	bool check_sum;                /* false: the tests' negative control */
+	bool whole_reads;              /* tests: never ask for a selection */
 	unsigned timeout_ms;           /* rpc_timeout */
 	uint64_t deadline_ns;          /* request_deadline */
 	uint64_t staging_max;          /* kv_staging_max */

@@ -40,6 +40,7 @@
  * and read of a call shares its request_deadline; a suspect owner's keys
  * miss at once.
  */
+#include <endian.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -126,6 +127,7 @@ struct sm_op {
 	uint64_t block_cap, block2_cap;
 	uint64_t held;              /* of the node's staging budget */
 	struct tp_read *reads;
+	unsigned read_ms;           /* the bucket reads' timeout */
 	struct tp_write *writes;
 	unsigned *cq;               /* copies to make: item << 2 | CQ_* */
 	unsigned cq_n, cq_i;
@@ -536,7 +538,7 @@ static void settle_copy(struct sm_op *o, unsigned e)
 	int res = o->job.res;
 	if (res == -ECANCELED)
 		o->cancelled = true;
-	if (res == 0)
+	if (res == 0 && o->job.dst) /* bytes copied (not only summed) */
 		met_add((e & 3) == CQ_LREAD	  ? sm_st.copy_get_local
 			: (e & 3) == CQ_RREAD ? sm_st.copy_get_remote
 					      : sm_st.copy_set,
@@ -626,10 +628,10 @@ static void pump(struct sm_op *o)
 			j->guarded = o->client_mem;
 			j->sum = sm_st.check_sum;
 			break;
-		case CQ_RREAD:
-			j->dst = t->dst;
+		case CQ_RREAD: /* dst NULL: the page stays where it is */
+			j->dst = t->dst == t->src ? NULL : t->dst;
 			j->src = t->src;
-			j->guarded = o->client_mem;
+			j->guarded = j->dst && o->client_mem;
 			j->sum = sm_st.check_sum;
 			break;
 		}
@@ -846,29 +848,46 @@ static void read_done(void *arg, struct tp_read *reads, unsigned n)
 		if (rd->res < 0) {
 			if (rd->res == -EFAULT) /* a new region: new layout */
 				sm_layout_slot(o->x, w->node)->valid = false;
+			else if (sm_st.health && ph_no_answer(rd->res) &&
+				 (rd->res != -ETIMEDOUT ||
+				  o->read_ms >= PH_EVIDENCE_MS))
+				sm_st.health->failed(w->node, rd->res,
+						     "data read");
 			continue;
 		}
 		int c = slot_class_for(&w->lay.l, t->want);
 		const struct slot_class *cls = &w->lay.l.cls[c];
 		uint64_t len = 0;
-		struct slot_scan sc = {0};
-		bool full = o->kind == K_GET; /* no copy to check it on */
-		int way = slot_find(t->scratch, cls, &t->sk, t->want,
-				    full && sm_st.check_sum, &len, &sc);
-		if (way < 0) {
-			t->rejected = sc.rejected > 0;
-			continue;
+		/* The checksum is taken by the copier, in slices (a batch of
+		 * large pages would hold the reactor for milliseconds here);
+		 * the judge below checks everything else. */
+		bool check = false;
+		const uint8_t *slot = t->scratch;
+		if (rd->narrowed) { /* the owner sent the key's way only */
+			enum slot_verdict v = slot_judge_sel(
+				t->scratch, rd->got, cls, &t->sk, t->want,
+				check, &len);
+			if (v != SLOT_HIT) {
+				t->rejected = v == SLOT_BAD;
+				continue;
+			}
+		} else { /* the whole bucket */
+			struct slot_scan sc = {0};
+			int way = slot_find(t->scratch, cls, &t->sk, t->want,
+					    check, &len, &sc);
+			if (way < 0) {
+				t->rejected = sc.rejected > 0;
+				continue;
+			}
+			slot += (uint64_t)way * cls->stride;
 		}
-		const uint8_t *slot = t->scratch + (uint64_t)way * cls->stride;
 		t->len = len;
-		if (full) {
-			t->dst = (uint8_t *)slot + SLOT_HDR_BYTES;
-			t->ok = true;
-			continue;
-		}
 		const struct slot_hdr *h = (const struct slot_hdr *)slot;
 		t->hash = h->sum;
 		t->src = slot + SLOT_HDR_BYTES;
+		if (o->kind == K_GET) /* the page stays in the scratch: a
+				       * checksum of it, no copy */
+			t->dst = (uint8_t *)t->src;
 		queue_copy(o, i, CQ_RREAD);
 	}
 	o->pending--;
@@ -914,6 +933,7 @@ static void start_reads(struct sm_op *o)
 	unsigned ms = left_ms(o);
 	if (!need || !ms)
 		return;
+	o->read_ms = ms;
 	if (!(o->block = take_block(o, need, &o->block_cap))) {
 		if (o->kind == K_GET && !o->refused)
 			o->refused = -EBUSY;
@@ -938,6 +958,11 @@ static void start_reads(struct sm_op *o)
 		rd->rkey = l->rkey;
 		rd->addr = l->base + slot_bucket_off(cls, &t->sk);
 		rd->len = (uint32_t)slot_bucket_bytes(cls);
+		/* The owner may send only the key's way (TCP); a one-sided
+		 * transport brings the bucket. read_done takes either. */
+		rd->select = !sm_st.whole_reads;
+		uint64_t sel[2] = {htole64(t->sk.lo), htole64(t->sk.hi)};
+		memcpy(rd->sel, sel, sizeof(rd->sel));
 		rd->dst = at;
 		/* hdr_len 0: hdr carries the item's index back */
 		rd->hdr = (void *)(uintptr_t)i;
