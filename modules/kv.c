@@ -12,7 +12,7 @@
  * Owns: the publish pool (storage/pool.c), registered once with the
  * transport as a region peers may read; the per-reactor queue of
  * unpublishes that evictions cause; the node's staging budget
- * (kv_staging_max, g.staged); the read/write metrics under the original
+ * (kv_staging_max, g.staging); the read/write metrics under the original
  * PeerCache names. Threads: calls run on the reactor that made them, and
  * every asynchronous step (placement lookup, remote read) comes back to
  * that reactor; the pool is striped for concurrent use.
@@ -34,7 +34,7 @@
  * copies, records, flags, reads — whatever the batch size. get (staged
  * pages, for kv.*) adds at most two blocks: one for the local pages, one
  * for the remote ones. Staging: a get stages at most its stage_max, and
- * all calls together at most kv_staging_max (g.staged, an atomic counter,
+ * all calls together at most kv_staging_max (g.staging, a common/budget.h counter,
  * which also holds what kv.* calls keep per key: kv_api.hold). Bytes are
  * taken before a block is allocated and given back when the call ends; the
  * first refusal ends the call's staging.
@@ -60,6 +60,7 @@
 #include <string.h>
 
 #include "common/arena.h"
+#include "common/budget.h"
 #include "common/checksum.h"
 #include "common/log.h"
 #include "common/metrics.h"
@@ -106,8 +107,7 @@ static struct {
 	bool checksums;
 	uint32_t rkey;              /* the transport's key of the pool */
 	struct svc_pool pool_svc;   /* published: the pool and its key */
-	uint64_t staging_max;       /* kv_staging_max: all calls */
-	uint64_t staged;            /* atomic: bytes staged or held now */
+	struct pc_budget staging;   /* kv_staging_max: all calls */
 	unsigned read_timeout_ms;   /* rpc_timeout: a read never waits longer */
 	uint64_t deadline_ns;       /* request_deadline */
 	met_id deadline_hit, rd_suspect;
@@ -285,18 +285,12 @@ static struct dir_keys dir_keys_of(const struct keys *ks, unsigned from)
 
 static int kv_hold(uint64_t bytes)
 {
-	if (__atomic_add_fetch(&g.staged, bytes, __ATOMIC_RELAXED) >
-	    g.staging_max) {
-		__atomic_sub_fetch(&g.staged, bytes, __ATOMIC_RELAXED);
-		return -EBUSY;
-	}
-	return 0;
+	return pc_budget_hold(&g.staging, bytes);
 }
 
 static void kv_release(uint64_t bytes)
 {
-	uint64_t was = __atomic_fetch_sub(&g.staged, bytes, __ATOMIC_RELAXED);
-	PC_ASSERT(was >= bytes); /* never more given back than held */
+	pc_budget_release(&g.staging, bytes);
 }
 
 /* ------------------------------------------------------------ deadlines */
@@ -1258,12 +1252,6 @@ static double pool_stat(void *arg)
 
 #define POOL_STAT(f) ((void *)offsetof(struct pool_stats, f))
 
-static double staged_fn(void *arg)
-{
-	(void)arg;
-	return (double)__atomic_load_n(&g.staged, __ATOMIC_RELAXED);
-}
-
 /* A producer became suspect: reads still waiting for it on this reactor
  * fail now (misses) instead of at their deadline. */
 static void on_peer_gone(struct rx_reactor *r, enum mb_event ev,
@@ -1286,7 +1274,7 @@ static int kv_init(struct pc_ctx *ctx)
 	g.ctx = ctx;
 	g.checksums = s->page_checksums;
 	g.read_timeout_ms = (unsigned)s->rpc_timeout_ms;
-	g.staging_max = s->kv_staging_max;
+	pc_budget_init(&g.staging, s->kv_staging_max);
 	g.deadline_ns = RX_MS(s->request_deadline_ms);
 	if (!(g.cl = svc_need_cluster(ctx, "kv")) ||
 	    !(g.tp = svc_need_transport(ctx, "kv")) ||
@@ -1382,9 +1370,7 @@ static int kv_init(struct pc_ctx *ctx)
 	    "remote pages not read because their producer is suspect (misses "
 	    "at once)");
 #undef CTR
-	met_register_fn("peercache_kv_staged_bytes",
-			"bytes kv.* calls in flight hold now: kv.get's pages "
-			"and every call's per-key state", NULL, staged_fn, NULL);
+	pc_budget_metric(&g.staging, KV_STAGED_METRIC, KV_STAGED_HELP);
 	static const char copy_help[] =
 		"page bytes the node copied with its CPU, by operation";
 	g.copy_set = met_register(MET_COUNTER, "peercache_copy_bytes_total",

@@ -86,4 +86,10 @@ struct kv_api {
 	void (*release)(uint64_t bytes);
 };
 
+/* The gauge of the staging budget, exported by whichever module is "kv". */
+#define KV_STAGED_METRIC "peercache_kv_staged_bytes"
+#define KV_STAGED_HELP                                                        \
+	"bytes kv.* calls in flight hold now: kv.get's pages and every "      \
+	"call's per-key state"
+
 #endif /* PC_MODULES_KV_H */

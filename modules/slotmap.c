@@ -619,12 +619,6 @@ static double stat_fn(void *arg)
 	return (double)*(const uint64_t *)((const char *)&st + (uintptr_t)arg);
 }
 
-static double staged_fn(void *arg)
-{
-	(void)arg;
-	return (double)__atomic_load_n(&sm_st.staged, __ATOMIC_RELAXED);
-}
-
 static double const_fn(void *arg)
 {
 	return (double)*(const uint64_t *)arg;
@@ -711,9 +705,7 @@ static void register_metrics(void)
 	sm_st.lat_write = met_register(MET_HISTOGRAM,
 				    "peercache_op_latency_seconds",
 				    "latency of page operations", "op=\"write\"");
-	met_register_fn("peercache_kv_staged_bytes",
-			"bytes kv.* calls in flight hold now", NULL, staged_fn,
-			NULL);
+	pc_budget_metric(&sm_st.staging, KV_STAGED_METRIC, KV_STAGED_HELP);
 	met_register_fn("peercache_slotmap_region_bytes",
 			"bytes of this node's slot region", NULL, const_fn,
 			&sm_st.lay.bytes);
@@ -767,7 +759,7 @@ static int sm_init(struct pc_ctx *ctx)
 	sm_st.ctx = ctx;
 	sm_st.timeout_ms = (unsigned)s->rpc_timeout_ms;
 	sm_st.deadline_ns = RX_MS(s->request_deadline_ms);
-	sm_st.staging_max = s->kv_staging_max;
+	pc_budget_init(&sm_st.staging, s->kv_staging_max);
 	sm_st.secret = s->cluster_secret;
 	sm_st.msg_max = s->rpc_max_message_bytes;
 	sm_st.check_sum = true;

@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "common/budget.h"
 #include "common/metrics.h"
 #include "modules/kv.h"
 #include "modules/module.h"
@@ -80,8 +81,7 @@ struct sm_state {
 	bool whole_reads;              /* tests: never ask for a selection */
 	unsigned timeout_ms;           /* rpc_timeout */
 	uint64_t deadline_ns;          /* request_deadline */
-	uint64_t staging_max;          /* kv_staging_max */
-	uint64_t staged;               /* atomic */
+	struct pc_budget staging;      /* kv_staging_max */
 	const char *secret;
 	uint64_t msg_max;
 	/* metrics */

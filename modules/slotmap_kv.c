@@ -150,18 +150,12 @@ static _Thread_local struct sm_rx *t_x;
 
 static int hold(uint64_t bytes)
 {
-	if (__atomic_add_fetch(&sm_st.staged, bytes, __ATOMIC_RELAXED) >
-	    sm_st.staging_max) {
-		__atomic_sub_fetch(&sm_st.staged, bytes, __ATOMIC_RELAXED);
-		return -EBUSY;
-	}
-	return 0;
+	return pc_budget_hold(&sm_st.staging, bytes);
 }
 
 static void release(uint64_t bytes)
 {
-	uint64_t was = __atomic_fetch_sub(&sm_st.staged, bytes, __ATOMIC_RELAXED);
-	PC_ASSERT(was >= bytes);
+	pc_budget_release(&sm_st.staging, bytes);
 }
 
 /* A block of bytes of the budget (one the reactor kept, if one fits):
@@ -940,7 +934,7 @@ static void start_reads(struct sm_op *o)
 		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "no staging for %llu bytes of "
 			  "bucket reads (kv_staging_max %llu): misses",
 			  (unsigned long long)need,
-			  (unsigned long long)sm_st.staging_max);
+			  (unsigned long long)sm_st.staging.max);
 		return;
 	}
 	uint8_t *at = o->block;
@@ -1287,7 +1281,7 @@ static int sm_publish(struct rx_reactor *r, const struct kv_item *items,
 		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "no staging for %llu bytes of "
 			  "pages to other owners (kv_staging_max %llu): not "
 			  "stored", (unsigned long long)stage,
-			  (unsigned long long)sm_st.staging_max);
+			  (unsigned long long)sm_st.staging.max);
 	uint8_t *at = o->block;
 	for (unsigned i = 0; i < n; i++) {
 		struct sm_it *t = &o->it[i];
@@ -1443,15 +1437,6 @@ static int sm_remove(struct rx_reactor *r, const struct kv_item *items,
 	return 0;
 }
 
-static int sm_hold(uint64_t bytes)
-{
-	return hold(bytes);
-}
-
-static void sm_release(uint64_t bytes)
-{
-	release(bytes);
-}
 
 const struct kv_api sm_kv_api = {
 	.publish = sm_publish,
@@ -1459,8 +1444,8 @@ const struct kv_api sm_kv_api = {
 	.get = sm_get,
 	.exists = sm_exists,
 	.remove = sm_remove,
-	.hold = sm_hold,
-	.release = sm_release,
+	.hold = hold,
+	.release = release,
 };
 
 int sm_kv_start(struct rx_reactor *r)
