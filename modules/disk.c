@@ -233,10 +233,13 @@ struct promo {
 
 /* I/O on the store, and how it failed: peercache_disk_errors_total. */
 enum { OP_READ, OP_WRITE, OP_FSYNC, OP__N };
-enum { E_EIO, E_ENOSPC, E_EROFS, E_OTHER, E__N };
+enum { E_EIO, E_ENOSPC, E_EROFS, E_OTHER, E_CANCELED, E_NORES, E__N };
 static const char *const op_names[OP__N] = {"read", "write", "fsync"};
+/* canceled and no_resources say nothing about the disk (a stop, no
+ * memory or no op slot): labelled apart so they never read as failures. */
 static const char *const err_names[E__N] = {"EIO", "ENOSPC", "EROFS",
-					     "other"};
+					     "other", "canceled",
+					     "no_resources"};
 
 /* Pages the store evicted with a region, to unpublish. */
 struct evl {
@@ -317,11 +320,13 @@ static bool degraded(void)
 static bool io_failed(unsigned op, int64_t res, uint64_t off)
 {
 	int e = res < 0 ? (int)-res : 0;
+	bool canceled = e == ECANCELED || e == ESHUTDOWN;
+	bool nores = e == ENOMEM || e == EAGAIN || e == EBUSY;
 	unsigned kind = e == EIO ? E_EIO : e == ENOSPC ? E_ENOSPC
-			: e == EROFS ? E_EROFS : E_OTHER;
+			: e == EROFS ? E_EROFS : canceled ? E_CANCELED
+			: nores ? E_NORES : E_OTHER;
 	cnt(&g.errs[op][kind], 1);
-	if (e == ECANCELED || e == ENOMEM || e == EAGAIN || e == EBUSY ||
-	    e == ESHUTDOWN)
+	if (canceled || nores)
 		return false;
 	int expect = 0;
 	if (!__atomic_compare_exchange_n(&g.degraded, &expect, 2, false,
