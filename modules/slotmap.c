@@ -46,6 +46,7 @@
 #include "common/metrics.h"
 #include "common/settings.h"
 #include "common/util.h"
+#include "modules/copier.h"
 #include "modules/membership.h"
 #include "modules/modules.h"
 #include "modules/peer_health.h"
@@ -447,8 +448,76 @@ static void m_claim(struct rpc_call *call, struct mp_rd *p)
 	rpc_reply_end(call);
 }
 
+/* A slot.commit under way: the claimed ways it ends, each payload's hash
+ * taken (in copier slices) before the way is published. */
+struct commit {
+	struct rpc_call *call;
+	struct rx_reactor *r;
+	uint32_t n, i;            /* items; the next to hash */
+	struct copier_job job;
+	bool ok[SM_BATCH_MAX];
+	struct {
+		struct slot_wr w;
+		uint64_t hash;    /* the writer's */
+		bool hashing;     /* a claim of this call to publish */
+	} it[];
+};
+
+static void commit_run(struct commit *cm);
+
+/* Item cm->i's payload was hashed: publish it if the bytes are the ones
+ * the writer hashed, else empty the way — a commit is never a header over
+ * bytes it does not describe, so every committed way here is proven (the
+ * seqlock checks of exists and slot.probe then say all a checksum would). */
+static void commit_settle(struct commit *cm)
+{
+	uint32_t i = cm->i++;
+	if (cm->job.res == 0 && cm->job.sumv == cm->it[i].hash) {
+		slot_write_commit_hashed(sm_st.reg, &cm->it[i].w,
+					 cm->it[i].hash);
+		cm->ok[i] = true;
+		return;
+	}
+	slot_write_abort(sm_st.reg, &cm->it[i].w);
+	met_inc(sm_st.commits_refused);
+	PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "%s: refused a commit of %llu bytes "
+		  "whose payload is not the bytes the writer hashed (a WRITE "
+		  "that did not land, or one that landed late); the way is "
+		  "empty", rpc_call_peer(cm->call),
+		  (unsigned long long)cm->it[i].w.len);
+}
+
+static void commit_hashed(struct copier_job *j)
+{
+	struct commit *cm = j->arg;
+	commit_settle(cm);
+	commit_run(cm);
+}
+
+static void commit_run(struct commit *cm)
+{
+	while (cm->i < cm->n) {
+		if (!cm->it[cm->i].hashing) {
+			cm->i++;
+			continue;
+		}
+		cm->job = (struct copier_job){.src = cm->it[cm->i].w.payload,
+					      .len = cm->it[cm->i].w.len,
+					      .sum = true,
+					      .done = commit_hashed,
+					      .arg = cm};
+		if (copier_copy(cm->r, &cm->job) == 0)
+			return; /* commit_hashed goes on */
+		commit_settle(cm);
+	}
+	rpc_reply_bools(cm->call, cm->ok, cm->n);
+	free(cm);
+}
+
 /* slot.commit [[addr, seq, hash | nil], ...] -> [bool, ...]: publish each
- * claimed way with the writer's hash of its payload (nil: give it back). */
+ * claimed way with the writer's hash of its payload (nil: give it back).
+ * The owner hashes each payload first: one that is not the writer's bytes
+ * is refused (false) and its way emptied. */
 static void m_commit(struct rpc_call *call, struct mp_rd *p)
 {
 	uint32_t n;
@@ -467,7 +536,14 @@ static void m_commit(struct rpc_call *call, struct mp_rd *p)
 		return;
 	}
 	mp_rd_array(p, &n);
-	bool ok[SM_BATCH_MAX];
+	struct commit *cm = calloc(1, sizeof(*cm) + n * sizeof(cm->it[0]));
+	if (!cm) {
+		rpc_reply_error(call, RPC_E_BUSY, "out of memory");
+		return;
+	}
+	cm->call = call;
+	cm->r = rpc_call_reactor(call);
+	cm->n = n;
 	for (uint32_t i = 0; i < n; i++) {
 		uint32_t m;
 		uint64_t addr, seq, hash = 0;
@@ -477,13 +553,14 @@ static void m_commit(struct rpc_call *call, struct mp_rd *p)
 		bool give_back = mp_rd_try_nil(p);
 		if (!give_back)
 			mp_rd_uint(p, &hash);
-		ok[i] = false;
 		uint64_t no, in;
 		if (slot_of(addr, 1, &no, &in) < 0 || in != SLOT_HDR_BYTES)
 			continue;
 		struct slot_wr w;
 		pthread_mutex_lock(&cl.lock);
 		struct sm_claim *c = &cl.st[no];
+		/* no write lands once the claim is off (wpin): the bytes
+		 * hashed below are the ones published */
 		bool mine = c->live && c->w.seq == seq && c->pins == 0;
 		if (mine) {
 			w = c->w;
@@ -496,10 +573,11 @@ static void m_commit(struct rpc_call *call, struct mp_rd *p)
 			slot_write_abort(sm_st.reg, &w);
 			continue;
 		}
-		slot_write_commit_hashed(sm_st.reg, &w, hash);
-		ok[i] = true;
+		cm->it[i].w = w;
+		cm->it[i].hash = hash;
+		cm->it[i].hashing = true;
 	}
-	rpc_reply_bools(call, ok, n);
+	commit_run(cm);
 }
 
 /* slot.probe [keys, len] -> [len, ...]: each key's committed page length
@@ -687,6 +765,9 @@ static void register_metrics(void)
 	CTR(sm_st.claims_expired, "peercache_slotmap_claims_expired_total",
 	    "claimed ways emptied because their writer did not commit within "
 	    "twice rpc_timeout", NULL);
+	CTR(sm_st.commits_refused, "peercache_slotmap_commits_refused_total",
+	    "peers' commits refused: the claimed way's payload was not the "
+	    "bytes the writer hashed (the way is emptied)", NULL);
 	CTR(sm_st.layouts_fetched, "peercache_slotmap_layouts_fetched_total",
 	    "slot.layout answers this node took from owners", NULL);
 #undef CTR

@@ -90,7 +90,7 @@ struct sm_state {
 	met_id wr_req, wr_pages, wr_bytes, wr_local, wr_remote;
 	met_id wr_fail_busy, wr_fail_big, wr_fail_remote;
 	met_id ex_req, ex_found, del_req, lat_read, lat_write, deadline_hit;
-	met_id claims, claims_expired, layouts_fetched;
+	met_id claims, claims_expired, commits_refused, layouts_fetched;
 	met_id copy_set, copy_get_local, copy_get_remote;
 };
 

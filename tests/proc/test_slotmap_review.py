@@ -3,8 +3,10 @@
 A claimed way committed with a hash that is not its bytes — what a writer
 whose stale WRITE landed in someone else's claim, or a writer that never
 wrote, leaves behind — must never be served as the key's page: not by a
-peer's one-sided read (checked against the header's checksum) and not by
-the owner's own reads either."""
+peer's one-sided read (checked against the header's checksum), not by the
+owner's own reads, and not counted by exists either (the owner hashes the
+payload at commit and refuses a commit its bytes do not prove)."""
+import ctypes
 import os
 import time
 
@@ -12,17 +14,26 @@ from conftest import RpcClient, metrics_of
 
 SLOTMAP = ("--mode", "slotmap", "--pool-size", "256mb")
 
+_xxh = ctypes.CDLL("libxxhash.so.0")
+_xxh.XXH3_64bits.restype = ctypes.c_uint64
+_xxh.XXH3_64bits.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+
+
+def page_sum(data):
+    """The node's page checksum (pc_page_sum: XXH3-64) of data."""
+    return _xxh.XXH3_64bits(data, len(data))
+
 
 def claim_commit_unwritten(c, key, length, bogus_hash):
     """slot.claim a way for key and commit it without writing its payload,
-    with bogus_hash as the writer's hash."""
+    with bogus_hash as the writer's hash: the commit is refused."""
     err, res = c.call("slot.claim", [[key], [length]])
     assert err is None, err
     data, wkey, ways = res
     assert isinstance(ways[0], list), ways
     addr, seq = ways[0]
     err, ok = c.call("slot.commit", [[[addr, seq, bogus_hash]]])
-    assert err is None and ok == [True], (err, ok)
+    assert err is None and ok == [False], (err, ok)
 
 
 def test_owner_never_serves_a_page_its_hash_does_not_prove(cluster):
@@ -42,8 +53,36 @@ def test_owner_never_serves_a_page_its_hash_does_not_prove(cluster):
     err, got = c.call("kv.get", [["review/old"]])
     assert err is None
     assert got == [None], "the owner served a page its checksum rejects"
+    # exists and slot.probe (what a peer's exists asks) count neither.
+    for k in ("review/unwritten", "review/old"):
+        err, n = c.call("kv.exists", [[k]])
+        assert err is None and n == 0, (k, n)
+        err, lens = c.call("slot.probe", [[k], 0])
+        assert err is None and lens == [0], (k, lens)
     m = metrics_of(a)
-    assert m['peercache_slotmap_reads_total{source="rejected"}'] >= 2
+    assert m["peercache_slotmap_commits_refused_total"] == 2
+    c.close()
+
+
+def test_a_commit_is_published_only_over_the_bytes_it_names(cluster):
+    """A claimed way whose payload is the writer's bytes is published;
+    the same claim committed with another hash is not."""
+    (a,) = cluster(1, *SLOTMAP)
+    c = RpcClient(a.endpoint("rpc"))
+    zeros = bytes(4096)  # a fresh way's payload
+    err, res = c.call("slot.claim", [["review/z1", "review/z2"], [4096, 4096]])
+    assert err is None, err
+    (w1, w2) = res[2]
+    err, ok = c.call("slot.commit", [[w1 + [page_sum(zeros)],
+                                      w2 + [page_sum(zeros) ^ 1]]])
+    assert err is None and ok == [True, False], ok
+    err, got = c.call("kv.get", [["review/z1", "review/z2"]])
+    assert err is None and got == [zeros, None], got
+    err, n = c.call("kv.exists", [["review/z1"]])
+    assert err is None and n == 1
+    err, n = c.call("kv.exists", [["review/z2"]])
+    assert err is None and n == 0
+    assert metrics_of(a)["peercache_slotmap_commits_refused_total"] == 1
     c.close()
 
 
@@ -87,8 +126,10 @@ def test_claims_expire_and_commits_after_them_fail(cluster):
     assert err is None, err
     ways = res[2]
     assert all(isinstance(w, list) for w in ways), ways
-    # commit the 2nd, give the 5th back, leave the rest to the sweep
-    err, ok = c.call("slot.commit", [[ways[1] + [1], ways[4] + [None]]])
+    # commit the 2nd (a fresh way: its payload is zeros), give the 5th
+    # back, leave the rest to the sweep
+    err, ok = c.call("slot.commit", [[ways[1] + [page_sum(bytes(4096))],
+                                      ways[4] + [None]]])
     assert err is None and ok == [True, False], ok
     assert wait_metric(a, "peercache_slotmap_claims_expired_total", 4) == 4
     err, ok = c.call("slot.commit", [[w + [1] for w in ways]])
