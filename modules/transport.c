@@ -170,14 +170,18 @@ int tp_regs_select(const struct tp_hold *h, uint64_t addr, uint64_t len,
 	if (ret <= 0)
 		return ret;
 	/* The hook's pieces must lie inside the held range: never send a
-	 * byte the reader did not name. */
+	 * byte the reader did not name; and together they are at most the
+	 * range (the answer's promise, which a reader holds it to). */
 	if (*n > TP_SEL_PIECES)
 		return -EINVAL;
-	for (unsigned i = 0; i < *n; i++)
+	uint64_t total = 0;
+	for (unsigned i = 0; i < *n; i++) {
 		if (pieces[i].addr < addr || pieces[i].len > len ||
 		    pieces[i].addr - addr > len - pieces[i].len)
 			return -EINVAL;
-	return 1;
+		total += pieces[i].len; /* each <= len: no overflow */
+	}
+	return total > len ? -EINVAL : 1;
 }
 
 int tp_io_check(uint32_t len, uint32_t hdr_len, const void *hdr,

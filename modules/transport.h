@@ -74,14 +74,15 @@ struct tp_region {
 	void (*released)(void *ctx);
 	/*
 	 * Optional: narrow a selected read of [addr, addr+len) (pinned) to
-	 * what sel names: up to TP_SEL_PIECES pieces inside the range, sent
-	 * in order and back to back instead of the range; *n = 0 sends
-	 * nothing (the range holds nothing sel names). Returns 1 (narrowed),
-	 * 0 (not this range: the whole range is sent) or -errno (the read
-	 * fails). Only a transport whose serving side runs code (TCP) calls
-	 * it; a one-sided one (RDMA, the fake) sends the range, so readers
-	 * must accept both. The bytes are not locked: a selection is a hint
-	 * the reader validates as it would the whole range. Any reactor.
+	 * what sel names: up to TP_SEL_PIECES pieces inside the range (at
+	 * most len bytes in all), sent in order and back to back instead of
+	 * the range; *n = 0 sends nothing (the range holds nothing sel
+	 * names). Returns 1 (narrowed), 0 (not this range: the whole range
+	 * is sent) or -errno (the read fails). Only a transport whose
+	 * serving side runs code (TCP) calls it; a one-sided one (RDMA, the
+	 * fake) sends the range, so readers must accept both. The bytes are
+	 * not locked: a selection is a hint the reader validates as it would
+	 * the whole range. Any reactor.
 	 */
 	int (*select)(void *ctx, uintptr_t addr, uint64_t len,
 		      const uint8_t sel[TP_SEL_BYTES], struct tp_piece *pieces,
@@ -255,8 +256,9 @@ int tp_regs_hold(struct tp_regs *t, uint32_t key, uint64_t addr,
 void tp_regs_release(struct tp_hold *h);
 /*
  * The held region's selection of [addr, addr+len) (held by h) for sel:
- * 1 and pieces[0..*n) inside the range, 0 when the region does not narrow
- * it (send the range), or the hook's -errno. Any thread.
+ * 1 and pieces[0..*n) inside the range (at most len bytes in all), 0 when
+ * the region does not narrow it (send the range), the hook's -errno, or
+ * -EINVAL for pieces that break those bounds. Any thread.
  */
 int tp_regs_select(const struct tp_hold *h, uint64_t addr, uint64_t len,
 		   const uint8_t sel[TP_SEL_BYTES], struct tp_piece *pieces,

@@ -19,7 +19,8 @@
  *     A READ_SEL is served through the region's select hook, whose
  *     pieces come from the selector's bytes (anywhere, any length): the
  *     pieces tp_regs_select lets through are copied out, so ASan traps
- *     one that is not inside the held range;
+ *     one that is not inside the held range, and together they are at
+ *     most the range;
  *   - responses: every 24-byte window decodes or is refused, and an
  *     accepted failure never carries bytes.
  * Every pin is released (counted). Any violation traps.
@@ -151,9 +152,13 @@ static void serve(struct tp_req *q, const uint8_t *payload, size_t avail)
 		check(sel == 0 || sel == 1 || sel == -EIO || sel == -EINVAL);
 		if (sel == 1) {
 			check(n <= TP_SEL_PIECES);
-			for (unsigned i = 0; i < n; i++)
+			uint64_t total = 0; /* what the answer promises */
+			for (unsigned i = 0; i < n; i++) {
 				memcpy(sink, (const void *)pc[i].addr,
 				       PC_MIN(pc[i].len, sizeof(sink)));
+				total += pc[i].len;
+			}
+			check(total <= q->len);
 		} else if (sel == 0) {
 			memcpy(sink, at, q->len);
 		}

@@ -685,7 +685,10 @@ static const step_fn dereg[] = {dereg_go, dereg_check, dereg_after, NULL};
 
 /* The selector's first byte tells the test region's select hook what to
  * answer; the hook counts its calls. */
-enum { SEL_TWO = 1, SEL_NONE, SEL_WHOLE, SEL_FAIL, SEL_OUTSIDE, SEL_SHORT };
+enum {
+	SEL_TWO = 1, SEL_NONE, SEL_WHOLE, SEL_FAIL, SEL_OUTSIDE, SEL_SHORT,
+	SEL_OVER
+};
 static int sel_calls;
 
 static int t_select(void *ctx, uintptr_t addr, uint64_t len,
@@ -712,6 +715,11 @@ static int t_select(void *ctx, uintptr_t addr, uint64_t len,
 	case SEL_SHORT: /* 8 bytes, fewer than the read's hdr_len */
 		pc[0] = (struct tp_piece){addr + 64, 8};
 		*n = 1;
+		return 1;
+	case SEL_OVER: /* each piece inside, together more than the range */
+		pc[0] = (struct tp_piece){addr, 3000};
+		pc[1] = (struct tp_piece){addr + 1000, 3000};
+		*n = 2;
 		return 1;
 	default: /* SEL_WHOLE */
 		return 0;
@@ -745,7 +753,8 @@ static void sel_go(struct tfx *f)
 	sel_set(f, 6, SEL_SHORT, 16);
 	sel_set(f, 7, 0, 0);        /* a plain read: the hook is not asked */
 	sel_set(f, 8, SEL_TWO, 0);  /* after all that, still in step */
-	go_reads(f, 9, 10000);
+	sel_set(f, 9, SEL_OVER, 0);
+	go_reads(f, 10, 10000);
 }
 
 static void sel_check(struct tfx *f)
@@ -755,13 +764,13 @@ static void sel_check(struct tfx *f)
 		/* One-sided: the hook is never asked, every read (even
 		 * those the hook would fail) brings the whole range. */
 		cr_assert_eq(sel_calls, 0);
-		for (unsigned i = 0; i < 9; i++) {
+		for (unsigned i = 0; i < 10; i++) {
 			rd_check(f, i, 4, 4096);
 			cr_assert_eq(rd[i].got, 4096);
 			cr_assert(!rd[i].narrowed);
 		}
 	} else {
-		cr_assert_eq(sel_calls, 8, "%d", sel_calls);
+		cr_assert_eq(sel_calls, 9, "%d", sel_calls);
 		uint8_t *d = dst_of(f, 0);
 		cr_assert_eq(rd[0].res, 0, "%s", strerror(-rd[0].res));
 		cr_assert(rd[0].narrowed);
@@ -792,6 +801,9 @@ static void sel_check(struct tfx *f)
 		cr_assert(rd[8].narrowed && rd[8].got == 58);
 		cr_assert_eq(tu_check_pattern(dst_of(f, 8), 50, 4, 4096 + 100),
 			     -1);
+		/* a selection larger than the range is refused by the node,
+		 * not sent for the reader to drop with its channel */
+		cr_assert_eq(rd[9].res, -EINVAL, "%s", strerror(-rd[9].res));
 	}
 	cr_assert_eq(f->ops->dereg_region(f->node, f->tmp.key), 0);
 	next(f);
