@@ -17,6 +17,11 @@ Per round it reads both nodes' copy counters, so the table shows the bytes
 the nodes copied per page: 1 page per set and per local get, 0 for a remote
 get, whose bytes land straight in the host pool (peercache_bytes_landed).
 
+STALL_CPU=1 runs node B with reactor_stall_cpu_clock on and counts the
+reactor callbacks over 1 ms of CPU it ran during the remote gets (a check of
+the checksums done inline for a whole batch); off by default, because the
+clock costs two system calls per callback.
+
 Prints a markdown table (GB/s medians, ratios paired per round with
 min/median/max) on stdout; progress on stderr; every round plus the summary
 to RESULTS_DIR/shim-<timestamp>.json. Only 127.0.0.1 is contacted; every
@@ -54,6 +59,7 @@ RUNS = int(env.get("RUNS", "5"))
 BATCH = int(env.get("BATCH", "128"))
 REP_MB = int(env.get("REP_MB", "256"))
 NODE_THREADS = env.get("NODE_THREADS", "2")
+STALL_CPU = env.get("STALL_CPU", "0") == "1"
 P2P_SECONDS = env.get("DURATION", "4")
 RESULTS_DIR = env.get("RESULTS_DIR", os.path.join(BUILD, "bench-results"))
 if RUNS < 1 or BATCH < 1 or BATCH > 1024 or REP_MB < 1:
@@ -73,10 +79,13 @@ def shim(nd):
 
 def counters(nd):
     m = metrics_of(nd)
-    return {k: m.get(k, 0) for k in (
+    out = {k: m.get(k, 0) for k in (
         'peercache_copy_bytes_total{op="set"}',
         'peercache_copy_bytes_total{op="get_local"}',
         "peercache_bytes_landed_total")}
+    out["cpu_stalls"] = sum(v for k, v in m.items()
+                            if k.startswith("peercache_reactor_stalls_cpu_total"))
+    return out
 
 
 def delta(after, before):
@@ -128,7 +137,7 @@ def bench_size(size, a, b, c):
 
     rounds = []
     for run in range(RUNS):
-        r = {"run": run + 1}
+        r = {"run": run + 1, "reps": reps}
 
         def do_memcpy():
             t = 0.0
@@ -184,6 +193,8 @@ def bench_size(size, a, b, c):
             "remote_get": d_rget['peercache_copy_bytes_total{op="get_local"}'] / pages / size,
             "remote_landed": d_rget["peercache_bytes_landed_total"] / pages / size,
         }
+        if STALL_CPU:
+            r["b_cpu_stalls"] = d_rget["cpu_stalls"]
         log("  round %d: memcpy %.2f, set %.2f, local get %.2f, remote get %.2f, "
             "p2p %.2f GB/s" % (run + 1, r["memcpy"], r["set"], r["local_get"],
                                r["remote_get"], r["p2p"]))
@@ -210,7 +221,8 @@ def main():
     per_round = max(reps_for(s) * s * BATCH for s in SIZES)
     pool = "%dmb" % max(1024, 2 * per_round >> 20)
     a = node("a", "--rpc-port", str(pa_port), "--peers", peers, "--pool-size", pool)
-    b = node("b", "--rpc-port", str(pb_port), "--peers", peers, "--pool-size", "256mb")
+    b = node("b", "--rpc-port", str(pb_port), "--peers", peers, "--pool-size", "256mb",
+             *(["--reactor-stall-cpu-clock", "true"] if STALL_CPU else []))
     c = node("c", "--rpc-port", "0", "--pool-size", "1536mb")
     results = {}
     for size in SIZES:
@@ -252,6 +264,15 @@ def main():
         print("| %d KiB | %.2f | %.2f | %.2f | %.2f |" % (
             size >> 10, cp["set"], cp["local_get"], cp["remote_get"], cp["remote_landed"]))
     print()
+    if STALL_CPU:
+        for size, rounds in results.items():
+            st = spread([r["b_cpu_stalls"] for r in rounds])
+            summary[size]["b_cpu_stalls"] = st
+            print("Node B, remote gets of %d KiB pages: reactor callbacks over 1 ms "
+                  "of CPU per round %s (median (min-max)), %d batches of %d pages "
+                  "per round." % (size >> 10, "%d (%d-%d)" % st, rounds[0]["reps"],
+                                  BATCH))
+        print()
     for size in results:
         s = summary[size]["ratios"]
         print("Goals, %d KiB: local get >= 0.7x memcpy: %s (%.2f); remote get >= "
