@@ -489,12 +489,15 @@ static int live_way(struct slot_region *s, uint32_t cls, uint64_t bucket,
 		const struct slot_hdr *h = (const struct slot_hdr *)slot;
 		if ((s1 & 1) || h->magic != SLOT_MAGIC || !key_eq(h, k))
 			continue;
-		uint64_t n = h->len;
+		/* Read once: a writer may change it under us (the callers'
+		 * seqlock or the reader's checks catch that), but the bound
+		 * checked must be the value handed out. */
+		uint64_t n = *(volatile const uint64_t *)&h->len;
 		if (n > c->max_payload || (want_len && n != want_len))
 			continue;
 		*seq = s1;
 		*len = n;
-		*sum = h->sum;
+		*sum = *(volatile const uint64_t *)&h->sum;
 		return (int)wy;
 	}
 	return -ENOENT;
