@@ -485,9 +485,14 @@ def partition_heal(cl, n, far, label):
         kept = {i: sorted(m["id"] for m in v["members"]) == want
                 for i, v in vs.items()}
         assert all(kept.values()), (
-            "a far node without a master did not keep its last view: %s" %
-            {i: (v["epoch"], v["from"], sorted(m["id"] for m in v["members"]))
-             for i, v in vs.items()})
+            "a far node without a master did not keep its last view: %s\n%s" %
+            ({i: (v["epoch"], v["from"], sorted(m["id"] for m in v["members"]))
+              for i, v in vs.items()},
+             # what those nodes logged, for the diagnosis (one CI failure so
+             # far, not reproduced)
+             "\n".join("--- node %d (%s), last lines:\n%s" % (
+                 i, cl.ids[i], "\n".join(cl.nodes[i].text().splitlines()[-40:]))
+                 for i in far if not kept[i])))
         sides += ", far side keeps its last view of %d (epochs %s)" % (
             n, sorted({v["epoch"] for v in vs.values()}))
     # Each side serves: reads through every reachable node hit.
