@@ -94,20 +94,16 @@ static int slot_of(uint64_t addr, uint64_t len, uint64_t *no, uint64_t *in)
 	if (addr < base || addr - base >= sm_st.lay.bytes)
 		return -EFAULT;
 	uint64_t off = addr - base;
-	for (uint32_t c = 0; c < sm_st.lay.nclasses; c++) {
-		const struct slot_class *k = &sm_st.lay.cls[c];
-		uint64_t end = k->offset + k->buckets * slot_bucket_bytes(k);
-		if (off < k->offset || off >= end)
-			continue;
-		uint64_t rel = off - k->offset;
-		*no = cl.first[c] + rel / k->stride;
-		*in = rel % k->stride;
-		if (*in < SLOT_HDR_BYTES ||
-		    *in + len > k->stride - SLOT_TRAILER_BYTES)
-			return -EFAULT;
-		return 0;
-	}
-	return -EFAULT;
+	int c = slot_class_at(&sm_st.lay, off);
+	if (c < 0)
+		return -EFAULT;
+	const struct slot_class *k = &sm_st.lay.cls[c];
+	uint64_t rel = off - k->offset;
+	*no = cl.first[c] + rel / k->stride;
+	*in = rel % k->stride;
+	if (*in < SLOT_HDR_BYTES || *in + len > k->stride - SLOT_TRAILER_BYTES)
+		return -EFAULT;
+	return 0;
 }
 
 static int claims_init(void)
@@ -830,6 +826,16 @@ static void on_member(struct rx_reactor *r, enum mb_event ev,
 
 static void sm_fini(struct pc_ctx *ctx);
 
+
+#ifdef PEERCACHE_FAULT_INJECTION
+/* A test setting of fault-injection builds: set, and not "0". */
+static bool test_flag(const char *name)
+{
+	const char *v = getenv(name);
+	return v && *v && strcmp(v, "0") != 0;
+}
+#endif
+
 static int sm_init(struct pc_ctx *ctx)
 {
 	const struct pc_settings *s = ctx->cfg;
@@ -882,15 +888,13 @@ static int sm_init(struct pc_ctx *ctx)
 	}
 	sm_st.base = m;
 #ifdef PEERCACHE_FAULT_INJECTION
-	const char *nc = getenv("PEERCACHE_TEST_SLOT_NOCHECK");
-	if (nc && *nc && strcmp(nc, "0") != 0) {
+	if (test_flag("PEERCACHE_TEST_SLOT_NOCHECK")) {
 		sm_st.check_sum = false;
 		PC_LOGW(LOG_MOD, "PEERCACHE_TEST_SLOT_NOCHECK: readers skip the "
 			"payload checksum (a test's negative control: torn and "
 			"foreign pages can pass)");
 	}
-	const char *wb = getenv("PEERCACHE_TEST_SLOT_WHOLE_READS");
-	if (wb && *wb && strcmp(wb, "0") != 0) {
+	if (test_flag("PEERCACHE_TEST_SLOT_WHOLE_READS")) {
 		sm_st.whole_reads = true;
 		PC_LOGW(LOG_MOD, "PEERCACHE_TEST_SLOT_WHOLE_READS: readers "
 			"read whole buckets, as over a one-sided transport "

@@ -137,6 +137,17 @@ int slot_class_for(const struct slot_layout *l, uint64_t len)
 	return -E2BIG;
 }
 
+int slot_class_at(const struct slot_layout *l, uint64_t off)
+{
+	for (uint32_t i = 0; i < l->nclasses; i++) {
+		const struct slot_class *c = &l->cls[i];
+		if (off >= c->offset &&
+		    off - c->offset < c->buckets * slot_bucket_bytes(c))
+			return (int)i;
+	}
+	return -EFAULT;
+}
+
 static uint64_t bucket_index(const struct slot_class *c,
 			     const struct slot_key *k)
 {
@@ -506,21 +517,16 @@ static int live_way(struct slot_region *s, uint32_t cls, uint64_t bucket,
 int slot_pick(struct slot_region *s, uint64_t off, uint64_t n,
 	      uint64_t key_lo, uint64_t key_hi, struct slot_sel *out)
 {
-	const struct slot_class *c = NULL;
-	uint32_t cls;
-	for (cls = 0; cls < s->l.nclasses; cls++) {
-		c = &s->l.cls[cls];
-		if (off >= c->offset &&
-		    off - c->offset < c->buckets * slot_bucket_bytes(c))
-			break;
-	}
-	if (cls == s->l.nclasses || n != slot_bucket_bytes(c) ||
-	    (off - c->offset) % n != 0)
+	int cls = slot_class_at(&s->l, off);
+	if (cls < 0)
+		return -EINVAL;
+	const struct slot_class *c = &s->l.cls[cls];
+	if (n != slot_bucket_bytes(c) || (off - c->offset) % n != 0)
 		return -EINVAL;
 	uint64_t bucket = (off - c->offset) / n;
 	struct slot_key k = {.lo = key_lo, .hi = key_hi};
 	uint64_t seq, len, sum;
-	int wy = live_way(s, cls, bucket, &k, 0, &seq, &len, &sum);
+	int wy = live_way(s, (uint32_t)cls, bucket, &k, 0, &seq, &len, &sum);
 	if (wy < 0)
 		return 0;
 	*out = (struct slot_sel){

@@ -118,6 +118,9 @@ uint64_t slot_stride_for(uint64_t max_payload);
 
 /* The class a page of len bytes goes to: its index, or -E2BIG. */
 int slot_class_for(const struct slot_layout *l, uint64_t len);
+/* The class whose buckets hold byte off of the region: its index, or
+ * -EFAULT (past the last class's whole buckets). */
+int slot_class_at(const struct slot_layout *l, uint64_t off);
 
 static inline uint64_t slot_bucket_bytes(const struct slot_class *c)
 {
