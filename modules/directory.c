@@ -968,8 +968,7 @@ static void job_rpc_done(void *arg, const struct rpc_result *res)
 		char why[200];
 		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "a directory owner did not "
 			  "answer: %s", rpc_result_str(res, why, sizeof(why)));
-		if (g.health && (res->err != -ETIMEDOUT ||
-				 jr->timeout_ms >= PH_EVIDENCE_MS))
+		if (g.health && ph_evidence(res->err, jr->timeout_ms))
 			g.health->failed(ring_member(j->ring, jr->owner),
 					 res->err, job_methods[j->kind]);
 	}

@@ -159,8 +159,7 @@ static void rp_answered(void *arg, const struct rpc_result *res)
 			  "failed: %s (misses)", c->n, c->n == 1 ? "" : "s",
 			  c->k[0]->node, rpc_result_str(res, why, sizeof(why)));
 		/* A timeout cut short by the deadline says nothing of A. */
-		if (g.health && ph_no_answer(err) &&
-		    (err != -ETIMEDOUT || c->timeout_ms >= PH_EVIDENCE_MS))
+		if (g.health && ph_evidence(err, c->timeout_ms))
 			g.health->failed(c->k[0]->node, err, "disk.promote");
 	}
 	for (unsigned i = 0; i < c->n; i++) {

@@ -714,9 +714,7 @@ static void fetch_read_done(void *arg, struct tp_read *reads, unsigned n)
 			met_inc(g.rd_fail);
 			PC_LOGD(LOG_MOD, "remote page from %s failed: %s",
 				r->data, strerror(-bad));
-			if (reads[j].res && g.health &&
-			    (reads[j].res != -ETIMEDOUT ||
-			     f->read_ms >= PH_EVIDENCE_MS))
+			if (g.health && ph_evidence(reads[j].res, f->read_ms))
 				g.health->failed(r->node, reads[j].res,
 							  "data read");
 			continue;

@@ -61,4 +61,12 @@ static inline bool ph_no_answer(int err)
 	}
 }
 
+/* Is a call's failure with err, after a timeout of timeout_ms, evidence
+ * that the peer does not answer (worth ph_api.failed)? */
+static inline bool ph_evidence(int err, unsigned timeout_ms)
+{
+	return ph_no_answer(err) &&
+	       (err != -ETIMEDOUT || timeout_ms >= PH_EVIDENCE_MS);
+}
+
 #endif /* PC_MODULES_PEER_HEALTH_H */

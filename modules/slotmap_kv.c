@@ -680,8 +680,7 @@ static void owner_failed(struct sm_op *o, struct sm_own *w,
 	char why[256];
 	PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "%s at %s failed: %s (misses)", what,
 		  w->node, rpc_result_str(res, why, sizeof(why)));
-	if (sm_st.health && ph_no_answer(res->err) &&
-	    (res->err != -ETIMEDOUT || timeout_ms >= PH_EVIDENCE_MS))
+	if (sm_st.health && ph_evidence(res->err, timeout_ms))
 		sm_st.health->failed(w->node, res->err, what);
 	(void)o;
 }
@@ -842,9 +841,8 @@ static void read_done(void *arg, struct tp_read *reads, unsigned n)
 		if (rd->res < 0) {
 			if (rd->res == -EFAULT) /* a new region: new layout */
 				sm_layout_slot(o->x, w->node)->valid = false;
-			else if (sm_st.health && ph_no_answer(rd->res) &&
-				 (rd->res != -ETIMEDOUT ||
-				  o->read_ms >= PH_EVIDENCE_MS))
+			else if (sm_st.health &&
+				 ph_evidence(rd->res, o->read_ms))
 				sm_st.health->failed(w->node, rd->res,
 						     "data read");
 			continue;
@@ -852,15 +850,14 @@ static void read_done(void *arg, struct tp_read *reads, unsigned n)
 		int c = slot_class_for(&w->lay.l, t->want);
 		const struct slot_class *cls = &w->lay.l.cls[c];
 		uint64_t len = 0;
-		/* The checksum is taken by the copier, in slices (a batch of
-		 * large pages would hold the reactor for milliseconds here);
-		 * the judge below checks everything else. */
-		bool check = false;
+		/* Judged without the checksum (false below): the copier takes
+		 * it in slices (a batch of large pages would hold the reactor
+		 * for milliseconds here). */
 		const uint8_t *slot = t->scratch;
 		if (rd->narrowed) { /* the owner sent the key's way only */
 			enum slot_verdict v = slot_judge_sel(
 				t->scratch, rd->got, cls, &t->sk, t->want,
-				check, &len);
+				false, &len);
 			if (v != SLOT_HIT) {
 				t->rejected = v == SLOT_BAD;
 				continue;
@@ -868,7 +865,7 @@ static void read_done(void *arg, struct tp_read *reads, unsigned n)
 		} else { /* the whole bucket */
 			struct slot_scan sc = {0};
 			int way = slot_find(t->scratch, cls, &t->sk, t->want,
-					    check, &len, &sc);
+					    false, &len, &sc);
 			if (way < 0) {
 				t->rejected = sc.rejected > 0;
 				continue;
