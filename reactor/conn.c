@@ -485,6 +485,10 @@ static void conn_finalize(struct rx_conn *c)
 	struct rx_reactor *r = c->r;
 	c->flags |= RXC_FINAL;
 	rx_timer_stop(r, &c->timer);
+	/* Count the close before telling the owner, so whoever learns of it
+	 * from on_close also finds it in the stats. */
+	RX_STAT_ADD(r->st.conns_live, (uint64_t)-1);
+	RX_STAT_INC(r->st.conns_closed);
 	if (c->ops->on_close)
 		c->ops->on_close(c, c->close_err);
 	close(c->fd);
@@ -495,8 +499,6 @@ static void conn_finalize(struct rx_conn *c)
 	}
 	in_release(c);
 	RX_LIST_DEL(r->conns, c);
-	RX_STAT_ADD(r->st.conns_live, (uint64_t)-1);
-	RX_STAT_INC(r->st.conns_closed);
 	free(c);
 }
 
