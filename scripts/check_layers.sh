@@ -80,6 +80,7 @@ prefixes_of() { # object path (relative to the build dir) -> allowed prefixes
 	modules/*/discovery*.c.o) echo "pc_mod_ disc_" ;;
 	modules/*/etcd_wire.c.o) echo "etcd_" ;;
 	modules/*/transport*.c.o) echo "tp_ pc_mod_" ;;
+	modules/*/rdma_verbs.c.o) echo "rv_" ;;
 	modules/*/disk*.c.o) echo "pc_mod_ disk_" ;;
 	modules/*/placement_wire.c.o) echo "pl_" ;;
 	modules/*/slotmap*.c.o) echo "pc_mod_ sm_" ;;
