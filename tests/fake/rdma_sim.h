@@ -22,7 +22,10 @@
  *    create_qp needs pd->context == id->verbs (EINVAL otherwise), so PDs
  *    for QPs must be allocated on id->verbs.
  *  - bind_addr needs an active device (ENODEV), sets id->verbs; port 0
- *    picks a free port (get_src_port); EADDRINUSE if the ip:port is bound.
+ *    picks a free port; EADDRINUSE if the ip:port is bound. get_src_port
+ *    returns it in network byte order, as rdma_get_src_port does (its real
+ *    type is __be16): callers need ntohs. resolve_addr without a bound
+ *    address takes 127.0.0.1 and a free port.
  *  - connect to an address nobody listens on: RDMA_CM_EVENT_REJECTED with
  *    status RSIM_REJ_NO_LISTENER (8, the IB CM's "invalid service id", as
  *    hardware answers a port with no listener); reject() and destroying a
