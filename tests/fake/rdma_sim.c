@@ -23,6 +23,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +44,7 @@
 #define KILL_DELAY_NS (RSIM_KILL_DELAY_MS * 1000000ull)
 #define PORT_FIRST 20000
 #define PORT_LAST 60999
+#define COPY_CHUNK 4096u
 
 /* Unlink x from the singly linked list at head (by ->next). */
 #define UNLINK(head, x)                                                     \
@@ -1033,14 +1035,22 @@ static enum ibv_wc_status wr_check(struct sim_qp *q, struct sim_wr *w,
 	return IBV_WC_SUCCESS;
 }
 
+/* In pages with a yield between them, as a NIC's DMA is not one atomic
+ * copy: a caller that frees memory while a copy still runs (it must not:
+ * see S.busy) gets caught by ASan on the next page. */
 static void wr_copy(const struct sim_wr *w, uint8_t *remote)
 {
 	for (int i = 0; i < w->nsge; i++) {
 		uint8_t *local = (uint8_t *)(uintptr_t)w->sge[i].addr;
-		if (w->op == IBV_WR_RDMA_READ)
-			memcpy(local, remote, w->sge[i].length);
-		else
-			memcpy(remote, local, w->sge[i].length);
+		for (uint32_t off = 0; off < w->sge[i].length; off += COPY_CHUNK) {
+			uint32_t n = w->sge[i].length - off;
+			n = n < COPY_CHUNK ? n : COPY_CHUNK;
+			if (w->op == IBV_WR_RDMA_READ)
+				memcpy(local + off, remote + off, n);
+			else
+				memcpy(remote + off, local + off, n);
+			sched_yield();
+		}
 		remote += w->sge[i].length;
 	}
 }
