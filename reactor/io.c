@@ -73,6 +73,18 @@ static void watch_free(struct rx_watch *w)
 	free(w);
 }
 
+/* Ask the kernel to end w's poll. A removal that meets the poll while it
+ * fires finds nothing to remove (-EALREADY) and the poll stays armed: its
+ * next completion still says "more", and watch_on_poll asks again. */
+static void watch_remove(struct rx_watch *w)
+{
+	struct io_uring_sqe *sqe = rx_sqe(w->r);
+	if (sqe) {
+		io_uring_prep_poll_remove(sqe, rx_op_ud(w->r, w->op));
+		io_uring_sqe_set_data64(sqe, 0);
+	}
+}
+
 static void watch_on_poll(struct rx_reactor *r, struct rx_op *op,
 			  const struct io_uring_cqe *cqe, uint32_t idx)
 {
@@ -86,8 +98,11 @@ static void watch_on_poll(struct rx_reactor *r, struct rx_op *op,
 			  w->fd, strerror(-res));
 		w->cb(w, POLLNVAL, w->arg); /* tell the owner it is dead */
 	}
-	if (more)
+	if (more) {
+		if (w->cancelled)
+			watch_remove(w);
 		return;
+	}
 	rx_op_free(r, idx);
 	w->op = RX_NO_OP;
 	if (w->cancelled)
@@ -106,11 +121,7 @@ void rx_watch_cancel(struct rx_watch *w)
 		watch_free(w);
 		return;
 	}
-	struct io_uring_sqe *sqe = rx_sqe(w->r);
-	if (sqe) {
-		io_uring_prep_poll_remove(sqe, rx_op_ud(w->r, w->op));
-		io_uring_sqe_set_data64(sqe, 0);
-	}
+	watch_remove(w);
 }
 
 void rx_watches_cancel_all(struct rx_reactor *r)

@@ -325,6 +325,56 @@ Test(reactor, fd_watch_reports_readiness_until_cancelled)
 	rx_reactor_destroy(r);
 }
 
+/* A watch cancelled while its fd fires: the removal can meet the poll as it
+ * fires and find nothing to remove; the watch must still end, so that the
+ * loop stops without waiting out the shutdown grace. */
+static struct {
+	int efd;
+	struct rx_watch *w;
+	struct rx_timer t;
+	unsigned rounds;
+} wr;
+
+static void wr_noop(struct rx_watch *w, uint32_t revents, void *arg)
+{
+	(void)w;
+	(void)revents;
+	(void)arg;
+}
+
+static void wr_tick(struct rx_reactor *r, struct rx_timer *t)
+{
+	uint64_t one = 1;
+	(void)t;
+	/* Readable now, and readable again as the removal goes out. */
+	write(wr.efd, &one, sizeof(one));
+	rx_watch_cancel(wr.w);
+	write(wr.efd, &one, sizeof(one));
+	rx_reactor_stop(r);
+}
+
+Test(reactor, watch_cancelled_while_its_fd_fires_ends, .timeout = 60)
+{
+	for (wr.rounds = 0; wr.rounds < 50; wr.rounds++) {
+		struct rx_params p;
+		rx_params_default(&p);
+		p.shutdown_grace_ms = 100000; /* the test's timeout fires first */
+		struct rx_reactor *r = tu_reactor(&p);
+		wr.efd = eventfd(0, EFD_NONBLOCK);
+		int err;
+		/* Level: the fd stays readable, every wake-up fires it. */
+		wr.w = rx_watch_fd(r, wr.efd, POLLIN, wr_noop, NULL, &err);
+		cr_assert(wr.w);
+		uint64_t one = 1;
+		write(wr.efd, &one, sizeof(one));
+		rx_timer_init(&wr.t, wr_tick, NULL);
+		rx_timer_start(r, &wr.t, RX_MS(1), 0);
+		tu_run(r, 50000);
+		close(wr.efd);
+		rx_reactor_destroy(r);
+	}
+}
+
 /* ---------------------------------------------------------------- file I/O */
 
 struct file_test {
