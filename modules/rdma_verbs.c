@@ -47,6 +47,8 @@ static void real_destroy_event_channel(struct rdma_event_channel *ch)
 
 const struct rv_api rv_real = {
 	.name = "verbs",
+	.get_devices = rdma_get_devices,
+	.free_devices = rdma_free_devices,
 	.get_device_list = ibv_get_device_list,
 	.free_device_list = ibv_free_device_list,
 	.get_device_name = ibv_get_device_name,

@@ -13,7 +13,7 @@
  * The objects are the libraries' own structs (struct ibv_context,
  * ibv_pd, ibv_mr, ibv_cq, ibv_qp, ibv_comp_channel, rdma_event_channel,
  * rdma_cm_id, rdma_cm_event). Besides calling the table, the transport
- * reads only these fields of them: ibv_device name (through
+ * reads only these fields of them: ibv_context.device (its name through
  * get_device_name), ibv_mr.lkey / .rkey, ibv_qp.qp_num, ibv_comp_channel.fd,
  * rdma_event_channel.fd, rdma_cm_id.verbs / .qp / .context,
  * rdma_cm_event.event / .id / .listen_id / .status /
@@ -59,7 +59,10 @@
 struct rv_api {
 	const char *name; /* "verbs" (the real libraries), "sim" */
 
-	/* devices */
+	/* devices: rdma_cm's contexts (rdma_get_devices) are the ones its ids
+	 * use (id->verbs), so PDs, MRs and CQs are made on those. */
+	struct ibv_context **(*get_devices)(int *num);
+	void (*free_devices)(struct ibv_context **list);
 	struct ibv_device **(*get_device_list)(int *num);
 	void (*free_device_list)(struct ibv_device **list);
 	const char *(*get_device_name)(struct ibv_device *dev);
@@ -119,7 +122,8 @@ struct rv_api {
 	int (*get_cm_event)(struct rdma_event_channel *ch,
 			    struct rdma_cm_event **event);
 	int (*ack_cm_event)(struct rdma_cm_event *event);
-	/* The local port an id is bound to (rdma_get_src_port). */
+	/* The local port an id is bound to, in network byte order
+	 * (rdma_get_src_port). */
 	uint16_t (*get_src_port)(struct rdma_cm_id *id);
 };
 

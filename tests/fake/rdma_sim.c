@@ -458,6 +458,27 @@ static struct sim_dev *dev_active(void)
 
 /* -------------------------------------------------------------- devices */
 
+/* rdma_get_devices: rdma_cm's own contexts, the ones its ids use. */
+static struct ibv_context **sim_get_devices(int *num)
+{
+	lock();
+	struct ibv_context **l = calloc(S.ndevs + 1, sizeof(*l));
+	if (l)
+		for (unsigned i = 0; i < S.ndevs; i++)
+			l[i] = &S.devs[i]->cm_ctx->ctx;
+	if (num)
+		*num = l ? (int)S.ndevs : 0;
+	unlock();
+	if (!l)
+		errno = ENOMEM;
+	return l;
+}
+
+static void sim_free_devices(struct ibv_context **list)
+{
+	free(list);
+}
+
 static struct ibv_device **sim_get_device_list(int *num)
 {
 	lock();
@@ -1740,6 +1761,8 @@ static uint16_t sim_get_src_port(struct rdma_cm_id *cmid)
 
 static const struct rv_api sim_api = {
 	.name = "sim",
+	.get_devices = sim_get_devices,
+	.free_devices = sim_free_devices,
 	.get_device_list = sim_get_device_list,
 	.free_device_list = sim_free_device_list,
 	.get_device_name = sim_get_device_name,
