@@ -24,7 +24,9 @@
  *
  * Errors are negative errnos in each operation's res: -EFAULT (no such key,
  * or out of the region's bounds), -EACCES (region not writable, or not
- * authenticated), -EINVAL (bad arguments), -ETIMEDOUT (the batch's timeout),
+ * authenticated; RDMA hardware reports a region without the access as a
+ * wrong key, -EFAULT), -EINVAL (bad arguments), -ETIMEDOUT (the batch's
+ * timeout),
  * -ECANCELED (tp_ops.cancel), -EHOSTDOWN / -ECONNRESET / -ECONNREFUSED
  * (peer closed, failed or departed), -ESHUTDOWN (the reactor stops), -EIO
  * (short transfer), -ENOMEM.

@@ -1,0 +1,1687 @@
+/*
+ * modules/transport_rdma.c — the RDMA transport (transport_rdma.h).
+ *
+ * Owns: struct tp_node (device context, PD, the region table with one MR
+ * per region, local registrations, the rdma_cm listener and the queue pairs
+ * it accepted, the replay cache of connect proofs) and struct tp_client
+ * (per reactor: the completion channel and the rdma_cm event channel, both
+ * watched on the reactor; peers, their channels and the live batches).
+ *
+ * An operation (struct rop) is placed on a channel of its peer: queued
+ * there until the channel is connected and its send queue has room, then
+ * posted (pump). The channel's fifo holds posted operations in posting
+ * order; a signaled completion with wr_id = seq finishes every operation up
+ * to seq; a failed one finishes those before it, fails the one it names
+ * and tears the channel down (destroy_qp: no byte moves after it). Batches
+ * end through their timer (0-delay when the last operation finished), so
+ * done never runs inside a call of the caller.
+ */
+#include "modules/transport_rdma.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/endpoint.h"
+#include "common/log.h"
+#include "common/sha256.h"
+#include "common/util.h"
+
+#define LOG_MOD "rdma"
+
+#define HELLO_MAGIC 0x31524350u /* "PCR1" little-endian */
+#define HELLO_AUTH 1u
+#define NONCE_BYTES 16
+#define PROOF_BYTES 24
+#define SKEW_MS 60000
+#define SEEN_MAX 1024
+#define LOCAL_MAX 16
+#define STAT_ADD(tn, f, n) __atomic_add_fetch(&(tn)->st.f, (n), __ATOMIC_RELAXED)
+
+/* Connect request private data (56 bytes: the most an RC REQ carries). */
+struct hello {
+	uint32_t magic;
+	uint32_t flags;
+	uint64_t ts_ms;
+	uint8_t nonce[NONCE_BYTES];
+	uint8_t proof[PROOF_BYTES];
+};
+_Static_assert(sizeof(struct hello) == 56, "REQ private data is 56 bytes");
+
+/* Accept / reject private data. */
+struct welcome {
+	uint32_t magic;
+	int32_t err; /* reject: the reason, a negative errno */
+	uint8_t proof[PC_SHA256_BYTES];
+};
+
+/* ------------------------------------------------------------------ node */
+
+struct rreg {
+	bool used;
+	struct tp_region r;
+	struct ibv_mr *mr;
+};
+
+struct rlocal {
+	void *base;
+	struct ibv_mr *mr;
+};
+
+struct sconn {
+	struct rdma_cm_id *id;
+	struct sconn *next;
+};
+
+struct tp_node {
+	struct tp_rdma_cfg cfg;
+	char *device, *secret;
+	const struct rv_api *api;
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+	pthread_mutex_t lock; /* regs, locals */
+	struct rreg regs[TP_REGIONS_MAX];
+	struct rlocal locals[LOCAL_MAX];
+	/* the listener (its reactor only) */
+	struct rx_reactor *lr;
+	struct rdma_event_channel *lch;
+	struct rdma_cm_id *lid;
+	struct rx_watch *lw;
+	struct ibv_cq *scq;
+	struct sconn *sconns;
+	char endpoint[160];
+	struct {
+		uint64_t ts;
+		uint8_t nonce[NONCE_BYTES];
+	} seen[SEEN_MAX];
+	unsigned seen_next;
+	unsigned clients;
+	struct tp_rdma_stats st;
+};
+
+/* ------------------------------------------------------------- clients */
+
+enum { CH_ADDR, CH_ROUTE, CH_CONN, CH_READY, CH_DEAD };
+
+struct rbatch;
+struct rchan;
+
+struct rop {
+	struct rbatch *b;
+	struct tp_peer *p;
+	struct rchan *ch;
+	struct rop *next;   /* a channel's wait queue */
+	uint64_t seq;
+	bool fin, posted, retried;
+	uint8_t moves;      /* times a closing channel passed it on */
+	bool write;
+	uint32_t rkey;
+	uint64_t addr;
+	uint32_t len, hdr_len;
+	uint8_t *hdr, *buf;
+	uint32_t lkey_hdr, lkey_buf;
+	int *res;
+};
+
+struct rbatch {
+	struct tp_bcore c; /* first: the list holds &c */
+	struct tp_client *tc;
+	struct ibv_mr **mrs; /* registered for this batch */
+	unsigned nmrs, capmrs;
+	struct rop ops[];
+};
+_Static_assert(offsetof(struct rbatch, c) == 0, "a batch is its core");
+
+struct rchan {
+	struct tp_client *tc;
+	struct tp_peer *p;
+	int state;
+	struct rdma_cm_id *id;
+	struct ibv_cq *cq;
+	uint64_t seq;           /* of the next WR */
+	struct rop **fifo;      /* posted, in order (ring of sq_depth) */
+	unsigned head, nfifo;
+	unsigned since_signal;
+	struct rop *wq, *wq_tail; /* placed, not posted */
+	unsigned nwait;
+	struct rx_timer timer;  /* connect step deadline; reaping */
+	struct hello hi;
+	struct rchan *next;     /* the peer's channels, or the reap list */
+};
+
+struct tp_peer {
+	char name[160];
+	char node[160];
+	struct sockaddr_storage sa;
+	int sa_err;             /* endpoint parse error, 0 if resolved */
+	unsigned refs;
+	int last_err;
+	bool up;
+	struct rchan *chans;
+	unsigned nchans;
+	unsigned inflight;
+	struct tp_peer *next;
+};
+
+struct tp_client {
+	struct tp_node *tn;
+	struct rx_reactor *r;
+	struct ibv_comp_channel *cch;
+	struct rdma_event_channel *ech;
+	struct rx_watch *cw, *ew;
+	struct tp_peer *peers;
+	struct tp_bcore *batches;
+	struct rchan *reap;     /* dead channels to free */
+	struct rx_timer reaper;
+	bool stopping;
+};
+
+static unsigned cfg_chans(const struct tp_node *tn)
+{
+	return tn->cfg.max_chans ? tn->cfg.max_chans : 16;
+}
+
+static unsigned cfg_sq(const struct tp_node *tn)
+{
+	return tn->cfg.sq_depth ? tn->cfg.sq_depth : 128;
+}
+
+static unsigned cfg_sig(const struct tp_node *tn)
+{
+	return tn->cfg.signal_every ? tn->cfg.signal_every : 16;
+}
+
+static unsigned cfg_rd(const struct tp_node *tn)
+{
+	return tn->cfg.rd_atomic ? tn->cfg.rd_atomic : 16;
+}
+
+static int cfg_ctimeout(const struct tp_node *tn)
+{
+	return (int)(tn->cfg.connect_timeout_ms ? tn->cfg.connect_timeout_ms
+						: 2000);
+}
+
+static int neg_errno(int fallback)
+{
+	return errno > 0 ? -errno : fallback;
+}
+
+static int set_nonblock(int fd)
+{
+	int fl = fcntl(fd, F_GETFL);
+	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+		return -errno;
+	return 0;
+}
+
+static uint64_t wall_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* ---------------------------------------------------------- the proofs */
+
+static void proof_of(const char *secret, bool server, uint64_t ts,
+		     const uint8_t nonce[NONCE_BYTES], const char *endpoint,
+		     uint8_t out[PC_SHA256_BYTES])
+{
+	static const char cl[] = "peercache-rdma-v1 client";
+	static const char sv[] = "peercache-rdma-v1 server";
+	uint8_t t[8];
+	for (unsigned i = 0; i < 8; i++)
+		t[i] = (uint8_t)(ts >> (8 * i));
+	struct pc_iov_c parts[] = {
+		{server ? sv : cl, server ? sizeof(sv) - 1 : sizeof(cl) - 1},
+		{t, sizeof(t)},
+		{nonce, NONCE_BYTES},
+		{endpoint, strlen(endpoint)},
+	};
+	pc_hmac_sha256(secret, strlen(secret), parts, 4, out);
+}
+
+/* ---------------------------------------------------------------- probe */
+
+/* Whether ctx's port (cfg->ib_port) is usable; why says what was found. */
+static bool dev_usable(const struct tp_rdma_cfg *cfg, struct ibv_context *ctx,
+		       char *why, size_t whylen)
+{
+	const struct rv_api *api = cfg->api;
+	const char *name = api->get_device_name(ctx->device);
+	struct ibv_port_attr pa;
+	memset(&pa, 0, sizeof(pa));
+	if (api->query_port(ctx, (uint8_t)cfg->ib_port, &pa) != 0) {
+		snprintf(why, whylen, "%s: no port %u", name, cfg->ib_port);
+		return false;
+	}
+	if (pa.state != IBV_PORT_ACTIVE) {
+		snprintf(why, whylen, "%s: port %u is not active", name,
+			 cfg->ib_port);
+		return false;
+	}
+	union ibv_gid gid;
+	if (cfg->gid_index >= 0 &&
+	    api->query_gid(ctx, (uint8_t)cfg->ib_port, cfg->gid_index, &gid)) {
+		snprintf(why, whylen, "%s: no gid_index %d on port %u", name,
+			 cfg->gid_index, cfg->ib_port);
+		return false;
+	}
+	snprintf(why, whylen, "%s port %u active", name, cfg->ib_port);
+	return true;
+}
+
+/*
+ * The usable devices rdma_cm knows (only the one cfg names, if any): how
+ * many, and in *out the first one's context (rdma_cm's own, the one its
+ * ids use). why says what was found.
+ */
+static int dev_open(const struct tp_rdma_cfg *cfg, struct ibv_context **out,
+		    char *why, size_t whylen)
+{
+	int n = 0;
+	struct ibv_context **list = cfg->api->get_devices(&n);
+	bool named = cfg->device && *cfg->device;
+	snprintf(why, whylen, "%s", n > 0 ? "no device matches"
+					  : "no RDMA device (rdma_cm sees "
+					    "none)");
+	if (named && n > 0)
+		snprintf(why, whylen, "no RDMA device named %s", cfg->device);
+	int found = 0;
+	for (int i = 0; list && i < n; i++) {
+		const char *name = cfg->api->get_device_name(list[i]->device);
+		if (named && strcmp(cfg->device, name))
+			continue;
+		char one[160];
+		if (dev_usable(cfg, list[i], one, sizeof(one))) {
+			if (!found) {
+				snprintf(why, whylen, "%s", one);
+				if (out)
+					*out = list[i];
+			}
+			found++;
+		} else if (!found) {
+			snprintf(why, whylen, "%s", one);
+		}
+	}
+	if (list)
+		cfg->api->free_devices(list);
+	return found;
+}
+
+int tp_rdma_probe(const struct tp_rdma_cfg *cfg, char *why, size_t whylen)
+{
+	return dev_open(cfg, NULL, why, whylen);
+}
+
+/* ------------------------------------------------------------- regions */
+
+static int access_of(unsigned a)
+{
+	int acc = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ;
+	if (a & TP_ACCESS_WRITE)
+		acc |= IBV_ACCESS_REMOTE_WRITE;
+	return acc;
+}
+
+static int rdma_reg(struct tp_node *tn, const struct tp_region *region,
+		    uint32_t *key)
+{
+	if (!region->len || !region->pin || !region->unpin ||
+	    region->base + region->len < region->base ||
+	    (region->access & ~(unsigned)(TP_ACCESS_READ | TP_ACCESS_WRITE)))
+		return -EINVAL;
+	unsigned access = region->access ? region->access : TP_ACCESS_READ;
+	pthread_mutex_lock(&tn->lock);
+	int slot = -1;
+	for (unsigned i = 0; i < TP_REGIONS_MAX && slot < 0; i++)
+		if (!tn->regs[i].used)
+			slot = (int)i;
+	if (slot < 0) {
+		pthread_mutex_unlock(&tn->lock);
+		return -ENOSPC;
+	}
+	struct ibv_mr *mr = tn->api->reg_mr(tn->pd, (void *)region->base,
+					    region->len, access_of(access));
+	if (!mr) {
+		int err = neg_errno(-ENOMEM);
+		pthread_mutex_unlock(&tn->lock);
+		PC_LOGW(LOG_MOD, "registering %llu bytes failed: %s",
+			(unsigned long long)region->len, strerror(-err));
+		return err;
+	}
+	struct rreg *g = &tn->regs[slot];
+	g->used = true;
+	g->r = *region;
+	g->r.access = access;
+	g->mr = mr;
+	*key = mr->rkey;
+	pthread_mutex_unlock(&tn->lock);
+	return 0;
+}
+
+static int rdma_dereg(struct tp_node *tn, uint32_t key)
+{
+	pthread_mutex_lock(&tn->lock);
+	struct rreg *g = NULL;
+	for (unsigned i = 0; i < TP_REGIONS_MAX && !g; i++)
+		if (tn->regs[i].used && tn->regs[i].mr->rkey == key)
+			g = &tn->regs[i];
+	if (!g) {
+		pthread_mutex_unlock(&tn->lock);
+		return -ENOENT;
+	}
+	/* Once dereg_mr returns, no peer reaches the bytes; local
+	 * operations that named its lkey hold their own registration
+	 * (lkey_of registers per batch for memory outside the table at the
+	 * time they started). */
+	struct tp_region r = g->r;
+	int ret = tn->api->dereg_mr(g->mr);
+	if (ret)
+		PC_LOGW(LOG_MOD, "dereg_mr of key %08x: %s", key,
+			strerror(errno));
+	g->used = false;
+	g->mr = NULL;
+	pthread_mutex_unlock(&tn->lock);
+	if (r.released)
+		r.released(r.ctx);
+	return 0;
+}
+
+int tp_rdma_reg_local(struct tp_node *tn, void *base, size_t len)
+{
+	if (!base || !len)
+		return -EINVAL;
+	pthread_mutex_lock(&tn->lock);
+	int ret = -ENOSPC;
+	for (unsigned i = 0; i < LOCAL_MAX; i++) {
+		if (tn->locals[i].base)
+			continue;
+		struct ibv_mr *mr = tn->api->reg_mr(tn->pd, base, len,
+						    IBV_ACCESS_LOCAL_WRITE);
+		if (!mr) {
+			ret = neg_errno(-ENOMEM);
+			break;
+		}
+		tn->locals[i] = (struct rlocal){base, mr};
+		ret = 0;
+		break;
+	}
+	pthread_mutex_unlock(&tn->lock);
+	return ret;
+}
+
+int tp_rdma_unreg_local(struct tp_node *tn, void *base)
+{
+	pthread_mutex_lock(&tn->lock);
+	int ret = -ENOENT;
+	for (unsigned i = 0; i < LOCAL_MAX; i++)
+		if (tn->locals[i].base == base) {
+			tn->api->dereg_mr(tn->locals[i].mr);
+			tn->locals[i] = (struct rlocal){NULL, NULL};
+			ret = 0;
+			break;
+		}
+	pthread_mutex_unlock(&tn->lock);
+	return ret;
+}
+
+/* The lkey of an MR of the node's tables covering [p, p+len), or 0. */
+static uint32_t table_lkey(struct tp_node *tn, const void *p, size_t len)
+{
+	uintptr_t a = (uintptr_t)p;
+	uint32_t lkey = 0;
+	pthread_mutex_lock(&tn->lock);
+	for (unsigned i = 0; i < TP_REGIONS_MAX && !lkey; i++) {
+		const struct rreg *g = &tn->regs[i];
+		if (g->used && a >= g->r.base && a - g->r.base <= g->r.len &&
+		    len <= g->r.len - (a - g->r.base))
+			lkey = g->mr->lkey;
+	}
+	for (unsigned i = 0; i < LOCAL_MAX && !lkey; i++) {
+		const struct rlocal *l = &tn->locals[i];
+		uintptr_t b = (uintptr_t)(l->base);
+		if (l->base && a >= b && a - b <= l->mr->length &&
+		    len <= l->mr->length - (a - b))
+			lkey = l->mr->lkey;
+	}
+	pthread_mutex_unlock(&tn->lock);
+	return lkey;
+}
+
+/* The lkey for [p, p+len) of batch b: the tables', one of the batch's own
+ * registrations, or a new one for the batch. 0 and -errno in *err. */
+static uint32_t lkey_of(struct rbatch *b, const void *p, size_t len, int *err)
+{
+	struct tp_node *tn = b->tc->tn;
+	if (!len)
+		return 0;
+	uint32_t k = table_lkey(tn, p, len);
+	if (k)
+		return k;
+	uintptr_t a = (uintptr_t)p;
+	for (unsigned i = 0; i < b->nmrs; i++) {
+		uintptr_t m = (uintptr_t)b->mrs[i]->addr;
+		if (a >= m && a - m <= b->mrs[i]->length &&
+		    len <= b->mrs[i]->length - (a - m))
+			return b->mrs[i]->lkey;
+	}
+	if (b->nmrs == b->capmrs) {
+		unsigned cap = b->capmrs ? b->capmrs * 2 : 4;
+		struct ibv_mr **m = realloc(b->mrs, cap * sizeof(*m));
+		if (!m) {
+			*err = -ENOMEM;
+			return 0;
+		}
+		b->mrs = m;
+		b->capmrs = cap;
+	}
+	struct ibv_mr *mr = tn->api->reg_mr(tn->pd, (void *)p, len,
+					    IBV_ACCESS_LOCAL_WRITE);
+	if (!mr) {
+		*err = neg_errno(-ENOMEM);
+		return 0;
+	}
+	STAT_ADD(tn, lazy_mrs, 1);
+	b->mrs[b->nmrs++] = mr;
+	return mr->lkey;
+}
+
+/* ----------------------------------------------------------- batches */
+
+/* How a closing channel's operations go on. */
+enum td { TD_FAIL, TD_RETRY, TD_CONNFAIL };
+
+static void chan_teardown(struct rchan *ch, enum td mode, int err);
+static void op_place(struct tp_client *tc, struct rop *o, bool may_open);
+
+static void batch_fire(struct rx_reactor *r, struct rx_timer *t);
+
+/* Finish o with res (once); a finished batch ends from its timer. */
+static void op_end(struct rop *o, int res)
+{
+	if (o->fin)
+		return;
+	o->fin = true;
+	if (o->p)
+		o->p->inflight--;
+	*o->res = tp_bcore_res(&o->b->c, res);
+	if (res == 0) {
+		struct tp_node *tn = o->b->tc->tn;
+		if (o->write) {
+			STAT_ADD(tn, writes, 1);
+			STAT_ADD(tn, write_bytes, o->len);
+		} else {
+			STAT_ADD(tn, reads, 1);
+			STAT_ADD(tn, read_bytes, o->len);
+		}
+	}
+	if (--o->b->c.left == 0)
+		rx_timer_start(o->b->tc->r, &o->b->c.timer, 0, 0);
+}
+
+/* Take o off its channel's wait queue (it was not posted). */
+static void op_unqueue(struct rop *o)
+{
+	struct rchan *ch = o->ch;
+	struct rop **pp = &ch->wq, *prev = NULL;
+	while (*pp && *pp != o) {
+		prev = *pp;
+		pp = &(*pp)->next;
+	}
+	if (!*pp)
+		return;
+	*pp = o->next;
+	if (ch->wq_tail == o)
+		ch->wq_tail = prev;
+	ch->nwait--;
+	o->ch = NULL;
+	o->next = NULL;
+}
+
+/* End every unfinished operation of b with err, destroying the QPs that
+ * hold posted ones first (their other operations go elsewhere). */
+static void batch_abort(struct rbatch *b, int err)
+{
+	for (unsigned i = 0; i < b->c.n; i++) {
+		struct rop *o = &b->ops[i];
+		if (o->fin)
+			continue;
+		if (o->ch && o->posted)
+			chan_teardown(o->ch, TD_RETRY, -ECONNRESET);
+		else if (o->ch)
+			op_unqueue(o);
+	}
+	for (unsigned i = 0; i < b->c.n; i++)
+		op_end(&b->ops[i], err);
+}
+
+static void batch_fire(struct rx_reactor *r, struct rx_timer *t)
+{
+	struct rbatch *b = t->arg;
+	(void)r;
+	if (b->c.left) {
+		/* The timeout. */
+		b->c.timed_out = true;
+		STAT_ADD(b->tc->tn, timeouts, 1);
+		batch_abort(b, -ETIMEDOUT);
+	}
+	for (unsigned i = 0; i < b->nmrs; i++)
+		b->tc->tn->api->dereg_mr(b->mrs[i]);
+	free(b->mrs);
+	tp_bcore_deliver(&b->c, &b->tc->batches, b->tc->r);
+	free(b);
+}
+
+/* ------------------------------------------------------------- peers */
+
+static struct tp_peer *peer_get(struct tp_client *tc, const char *name,
+				const char *node)
+{
+	struct tp_peer *p;
+	for (p = tc->peers; p; p = p->next)
+		if (strcmp(p->name, name) == 0)
+			break;
+	if (!p) {
+		p = calloc(1, sizeof(*p));
+		if (!p)
+			return NULL;
+		snprintf(p->name, sizeof(p->name), "%s", name);
+		socklen_t sl;
+		p->sa_err = pc_endpoint_parse(name, &p->sa, &sl);
+		p->next = tc->peers;
+		tc->peers = p;
+	}
+	if (node && !p->node[0])
+		snprintf(p->node, sizeof(p->node), "%s", node);
+	return p;
+}
+
+/* Every operation to p ends with err; its channels close. */
+static void peer_fail(struct tp_client *tc, struct tp_peer *p, int err)
+{
+	(void)tc;
+	while (p->chans)
+		chan_teardown(p->chans, TD_FAIL, err);
+	p->up = false;
+	p->last_err = err;
+}
+
+/* ------------------------------------------------------------ channels */
+
+static void chan_reap(struct rx_reactor *r, struct rx_timer *t)
+{
+	struct tp_client *tc = t->arg;
+	(void)r;
+	while (tc->reap) {
+		struct rchan *ch = tc->reap;
+		tc->reap = ch->next;
+		if (ch->id)
+			tc->tn->api->destroy_id(ch->id);
+		free(ch->fifo);
+		free(ch);
+	}
+}
+
+static void cq_destroy(struct tp_node *tn, struct ibv_cq **cq)
+{
+	if (*cq && tn->api->destroy_cq(*cq))
+		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "destroy_cq: %s",
+			  strerror(errno));
+	*cq = NULL;
+}
+
+/*
+ * Close ch now: its QP is destroyed (nothing it holds can land after
+ * this). Its operations end with err (TD_FAIL), or go on: TD_RETRY posts
+ * the posted ones once more and the queued ones again on the peer's other
+ * channels (a new one if need be); TD_CONNFAIL (the channel never
+ * connected) moves the queued ones to channels that are still open or
+ * opening, and ends them with err when there are none. The id is
+ * destroyed later, outside any rdma_cm event handling.
+ */
+static void chan_teardown(struct rchan *ch, enum td mode, int err)
+{
+	struct tp_client *tc = ch->tc;
+	struct tp_node *tn = tc->tn;
+	struct tp_peer *p = ch->p;
+	if (ch->state == CH_DEAD)
+		return;
+	bool was_ready = ch->state == CH_READY;
+	ch->state = CH_DEAD;
+	STAT_ADD(tn, chans_torn_down, 1);
+	rx_timer_stop(tc->r, &ch->timer);
+	if (ch->id && ch->id->qp) {
+		if (was_ready)
+			tn->api->disconnect(ch->id);
+		tn->api->destroy_qp(ch->id);
+	}
+	cq_destroy(tn, &ch->cq);
+	/* Off the peer's list first, so nothing is placed back on it. */
+	struct rchan **pp = &p->chans;
+	while (*pp && *pp != ch)
+		pp = &(*pp)->next;
+	if (*pp) {
+		*pp = ch->next;
+		p->nchans--;
+	}
+	ch->next = tc->reap;
+	tc->reap = ch;
+	rx_timer_start(tc->r, &tc->reaper, 0, 0);
+	/* The posted operations, in order. */
+	unsigned sq = cfg_sq(tn);
+	while (ch->nfifo) {
+		struct rop *o = ch->fifo[ch->head];
+		ch->head = (ch->head + 1) % sq;
+		ch->nfifo--;
+		o->ch = NULL;
+		o->posted = false;
+		if (o->fin)
+			continue;
+		bool again = mode == TD_RETRY && !o->retried &&
+			     !o->b->c.cancelled &&
+			     !o->b->c.timed_out && !tc->stopping;
+		if (again) {
+			o->retried = true;
+			STAT_ADD(tn, retried, 1);
+			op_place(tc, o, true);
+		} else {
+			op_end(o, err);
+		}
+	}
+	while (ch->wq) {
+		struct rop *o = ch->wq;
+		ch->wq = o->next;
+		o->next = NULL;
+		o->ch = NULL;
+		ch->nwait--;
+		if (o->fin)
+			continue;
+		/* Queued ones never ran: they move on, a few times at most
+		 * (a peer that accepts and drops every channel). */
+		bool again = !tc->stopping && o->moves < 3 &&
+			     (mode == TD_RETRY ||
+			      (mode == TD_CONNFAIL && p->chans));
+		if (again) {
+			o->moves++;
+			op_place(tc, o, mode == TD_RETRY);
+		} else {
+			op_end(o, err);
+		}
+	}
+	ch->wq_tail = NULL;
+}
+
+static void hello_make(struct rchan *ch)
+{
+	struct tp_node *tn = ch->tc->tn;
+	struct hello *h = &ch->hi;
+	memset(h, 0, sizeof(*h));
+	h->magic = HELLO_MAGIC;
+	h->ts_ms = wall_ms();
+	pc_random_bytes(h->nonce, sizeof(h->nonce));
+	if (tn->secret) {
+		uint8_t full[PC_SHA256_BYTES];
+		h->flags = HELLO_AUTH;
+		proof_of(tn->secret, false, h->ts_ms, h->nonce, ch->p->name,
+			 full);
+		memcpy(h->proof, full, PROOF_BYTES);
+	}
+}
+
+static void chan_deadline(struct rx_reactor *r, struct rx_timer *t)
+{
+	struct rchan *ch = t->arg;
+	(void)r;
+	PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "%s: connecting a channel timed out",
+		  ch->p->name);
+	STAT_ADD(ch->tc->tn, chans_failed, 1);
+	ch->p->last_err = -ETIMEDOUT;
+	chan_teardown(ch, TD_CONNFAIL, -ETIMEDOUT);
+}
+
+/* A new channel to p (connecting); NULL and *err. */
+static struct rchan *chan_open(struct tp_client *tc, struct tp_peer *p,
+			       int *err)
+{
+	struct tp_node *tn = tc->tn;
+	if (p->sa_err) {
+		*err = p->sa_err;
+		return NULL;
+	}
+	struct rchan *ch = calloc(1, sizeof(*ch));
+	if (ch)
+		ch->fifo = calloc(cfg_sq(tn), sizeof(*ch->fifo));
+	if (!ch || !ch->fifo) {
+		if (ch)
+			free(ch);
+		*err = -ENOMEM;
+		return NULL;
+	}
+	ch->tc = tc;
+	ch->p = p;
+	ch->state = CH_ADDR;
+	rx_timer_init(&ch->timer, chan_deadline, ch);
+	if (tn->api->create_id(tc->ech, &ch->id, ch, RDMA_PS_TCP)) {
+		*err = neg_errno(-ENOMEM);
+		free(ch->fifo);
+		free(ch);
+		return NULL;
+	}
+	if (tn->api->resolve_addr(ch->id, NULL, (struct sockaddr *)&p->sa,
+				  cfg_ctimeout(tn))) {
+		*err = neg_errno(-EHOSTUNREACH);
+		tn->api->destroy_id(ch->id);
+		free(ch->fifo);
+		free(ch);
+		return NULL;
+	}
+	rx_timer_start(tc->r, &ch->timer, RX_MS(cfg_ctimeout(tn)) * 2, 0);
+	ch->next = p->chans;
+	p->chans = ch;
+	p->nchans++;
+	STAT_ADD(tn, chans_opened, 1);
+	return ch;
+}
+
+/* Post what waits on ch while its send queue has room, in one chain. */
+static void chan_pump(struct rchan *ch)
+{
+	struct tp_node *tn = ch->tc->tn;
+	unsigned sq = cfg_sq(tn), sig = cfg_sig(tn);
+	while (ch->state == CH_READY && ch->wq && ch->nfifo < sq) {
+		enum { CHAIN = 32 };
+		struct ibv_send_wr wr[CHAIN];
+		struct ibv_sge sge[CHAIN][2];
+		struct rop *ops[CHAIN];
+		unsigned n = 0;
+		while (ch->wq && n < CHAIN && ch->nfifo + n < sq) {
+			struct rop *o = ch->wq;
+			ch->wq = o->next;
+			if (!ch->wq)
+				ch->wq_tail = NULL;
+			ch->nwait--;
+			o->next = NULL;
+			ops[n] = o;
+			struct ibv_send_wr *w = &wr[n];
+			memset(w, 0, sizeof(*w));
+			int ns = 0;
+			if (o->hdr_len)
+				sge[n][ns++] = (struct ibv_sge){
+					(uintptr_t)o->hdr, o->hdr_len,
+					o->lkey_hdr};
+			if (o->len > o->hdr_len)
+				sge[n][ns++] = (struct ibv_sge){
+					(uintptr_t)o->buf, o->len - o->hdr_len,
+					o->lkey_buf};
+			w->sg_list = sge[n];
+			w->num_sge = ns;
+			w->opcode = o->write ? IBV_WR_RDMA_WRITE
+					     : IBV_WR_RDMA_READ;
+			w->wr.rdma.remote_addr = o->addr;
+			w->wr.rdma.rkey = o->rkey;
+			w->wr_id = ch->seq + n;
+			if (++ch->since_signal >= sig) {
+				w->send_flags = IBV_SEND_SIGNALED;
+				ch->since_signal = 0;
+			}
+			w->next = NULL;
+			if (n)
+				wr[n - 1].next = w;
+			n++;
+		}
+		/* The chain's last WR is signaled: every WR is covered. */
+		if (!(wr[n - 1].send_flags & IBV_SEND_SIGNALED)) {
+			wr[n - 1].send_flags = IBV_SEND_SIGNALED;
+			ch->since_signal = 0;
+		}
+		struct ibv_send_wr *bad = NULL;
+		int ret = tn->api->post_send(ch->id->qp, wr, &bad);
+		unsigned posted = n;
+		if (ret) {
+			posted = bad ? (unsigned)(bad - wr) : 0;
+			STAT_ADD(tn, post_failures, 1);
+		}
+		for (unsigned i = 0; i < posted; i++) {
+			struct rop *o = ops[i];
+			o->seq = ch->seq + i;
+			o->posted = true;
+			ch->fifo[(ch->head + ch->nfifo) % sq] = o;
+			ch->nfifo++;
+			if (wr[i].send_flags & IBV_SEND_SIGNALED)
+				STAT_ADD(tn, wrs_signaled, 1);
+		}
+		STAT_ADD(tn, wrs_posted, posted);
+		ch->seq += posted;
+		if (posted < n) {
+			/* Put the rest back, in order. */
+			for (unsigned i = n; i-- > posted;) {
+				ops[i]->next = ch->wq;
+				ch->wq = ops[i];
+				if (!ch->wq_tail)
+					ch->wq_tail = ops[i];
+				ch->nwait++;
+			}
+			if (posted && !(wr[posted - 1].send_flags &
+					IBV_SEND_SIGNALED)) {
+				/* The posted part ends unsignaled: nothing
+				 * would report it. Start over. */
+				PC_LOG_RL(PC_LOG_WARN, LOG_MOD,
+					  "%s: post_send took part of a chain "
+					  "(%s); reopening the channel",
+					  ch->p->name, strerror(ret));
+				chan_teardown(ch, TD_RETRY, -EIO);
+				return;
+			}
+			if (ret != ENOMEM || !ch->nfifo) {
+				PC_LOG_RL(PC_LOG_WARN, LOG_MOD,
+					  "%s: post_send: %s", ch->p->name,
+					  strerror(ret));
+				chan_teardown(ch, TD_RETRY, -EIO);
+			}
+			return;
+		}
+	}
+}
+
+/* Put o on the least-loaded channel of its peer (a new one while every
+ * channel has work, the cap allows and may_open), or end it with the
+ * reason. */
+static void op_place(struct tp_client *tc, struct rop *o, bool may_open)
+{
+	struct tp_peer *p = o->p;
+	struct rchan *best = NULL;
+	unsigned load = UINT32_MAX;
+	for (struct rchan *ch = p->chans; ch; ch = ch->next) {
+		unsigned l = ch->nfifo + ch->nwait;
+		if (l < load) {
+			load = l;
+			best = ch;
+		}
+	}
+	if ((!best || load > 0) && p->nchans < cfg_chans(tc->tn) && may_open) {
+		int err = 0;
+		struct rchan *ch = chan_open(tc, p, &err);
+		if (ch) {
+			best = ch;
+		} else if (!best) {
+			p->last_err = err;
+			op_end(o, err);
+			return;
+		}
+	}
+	if (!best) {
+		op_end(o, p->last_err ? p->last_err : -ECONNREFUSED);
+		return;
+	}
+	o->ch = best;
+	o->next = NULL;
+	if (best->wq_tail)
+		best->wq_tail->next = o;
+	else
+		best->wq = o;
+	best->wq_tail = o;
+	best->nwait++;
+	if (best->state == CH_READY)
+		chan_pump(best);
+}
+
+/* ---------------------------------------------------------- completions */
+
+static int wc_errno(enum ibv_wc_status st)
+{
+	switch (st) {
+	case IBV_WC_REM_ACCESS_ERR:
+		return -EFAULT;
+	case IBV_WC_LOC_PROT_ERR:
+	case IBV_WC_LOC_LEN_ERR:
+	case IBV_WC_REM_INV_REQ_ERR:
+		return -EINVAL;
+	case IBV_WC_RETRY_EXC_ERR:
+	case IBV_WC_RNR_RETRY_EXC_ERR:
+		return -EHOSTDOWN;
+	case IBV_WC_WR_FLUSH_ERR:
+		return -ECONNRESET;
+	default:
+		return -EIO;
+	}
+}
+
+static void chan_wc(struct rchan *ch, const struct ibv_wc *wc)
+{
+	struct tp_node *tn = ch->tc->tn;
+	unsigned sq = cfg_sq(tn);
+	if (ch->state != CH_READY)
+		return;
+	/* Every operation posted before wc's completed (in order). */
+	while (ch->nfifo && ch->fifo[ch->head]->seq < wc->wr_id) {
+		struct rop *o = ch->fifo[ch->head];
+		ch->head = (ch->head + 1) % sq;
+		ch->nfifo--;
+		o->ch = NULL;
+		o->posted = false;
+		op_end(o, 0);
+	}
+	if (!ch->nfifo || ch->fifo[ch->head]->seq != wc->wr_id)
+		return; /* not ours (stale): ignore */
+	struct rop *o = ch->fifo[ch->head];
+	if (wc->status == IBV_WC_SUCCESS) {
+		ch->head = (ch->head + 1) % sq;
+		ch->nfifo--;
+		o->ch = NULL;
+		o->posted = false;
+		op_end(o, 0);
+		ch->p->up = true;
+		ch->p->last_err = 0;
+		chan_pump(ch);
+		return;
+	}
+	STAT_ADD(tn, wc_errors, 1);
+	int err = wc_errno(wc->status);
+	if (wc->status != IBV_WC_WR_FLUSH_ERR) {
+		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "%s: %s of %u bytes failed: %s",
+			  ch->p->name, o->write ? "write" : "read", o->len,
+			  ibv_wc_status_str(wc->status));
+		ch->head = (ch->head + 1) % sq;
+		ch->nfifo--;
+		o->ch = NULL;
+		o->posted = false;
+		op_end(o, err);
+	}
+	if (err == -EHOSTDOWN) {
+		ch->p->up = false;
+		ch->p->last_err = err;
+		/* The peer does not answer: the rest of its work too. */
+		peer_fail(ch->tc, ch->p, err);
+		return;
+	}
+	chan_teardown(ch, TD_RETRY, -ECONNRESET);
+}
+
+static void chan_drain(struct rchan *ch)
+{
+	struct tp_node *tn = ch->tc->tn;
+	struct ibv_wc wc[16];
+	while (ch->state == CH_READY && ch->cq) {
+		int n = tn->api->poll_cq(ch->cq, 16, wc);
+		if (n < 0) {
+			PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "%s: poll_cq failed",
+				  ch->p->name);
+			chan_teardown(ch, TD_RETRY, -EIO);
+			return;
+		}
+		for (int i = 0; i < n; i++)
+			chan_wc(ch, &wc[i]);
+		if (n < 16)
+			return;
+	}
+}
+
+/* The completion channel: get each event, ack it, re-arm, then drain (a
+ * completion after the re-arm makes a new event: none is lost). */
+static void on_cq_event(struct rx_watch *w, uint32_t revents, void *arg)
+{
+	struct tp_client *tc = arg;
+	struct tp_node *tn = tc->tn;
+	(void)w;
+	(void)revents;
+	for (;;) {
+		struct ibv_cq *cq;
+		void *ctx;
+		if (tn->api->get_cq_event(tc->cch, &cq, &ctx))
+			return;
+		STAT_ADD(tn, cq_events, 1);
+		tn->api->ack_cq_events(cq, 1);
+		struct rchan *ch = ctx;
+		if (ch->state != CH_READY || ch->cq != cq)
+			continue;
+		if (tn->api->req_notify_cq(cq, 0)) {
+			chan_teardown(ch, TD_RETRY, -EIO);
+			continue;
+		}
+		chan_drain(ch);
+	}
+}
+
+/* ------------------------------------------------------ rdma_cm (client) */
+
+static int chan_connect(struct rchan *ch)
+{
+	struct tp_client *tc = ch->tc;
+	struct tp_node *tn = tc->tn;
+	if (ch->id->verbs != tn->ctx) {
+		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "%s: reached through another "
+			  "RDMA device than this node's; not supported",
+			  ch->p->name);
+		return -ENODEV;
+	}
+	ch->cq = tn->api->create_cq(tn->ctx, (int)cfg_sq(tn) + 1, ch, tc->cch,
+				    0);
+	if (!ch->cq)
+		return neg_errno(-ENOMEM);
+	if (tn->api->req_notify_cq(ch->cq, 0))
+		return -EIO;
+	struct ibv_qp_init_attr qa;
+	memset(&qa, 0, sizeof(qa));
+	qa.send_cq = ch->cq;
+	qa.recv_cq = ch->cq;
+	qa.qp_type = IBV_QPT_RC;
+	qa.cap.max_send_wr = cfg_sq(tn);
+	qa.cap.max_recv_wr = 1;
+	qa.cap.max_send_sge = 2;
+	qa.cap.max_recv_sge = 1;
+	qa.sq_sig_all = 0;
+	if (tn->api->create_qp(ch->id, tn->pd, &qa))
+		return neg_errno(-ENOMEM);
+	hello_make(ch);
+	struct rdma_conn_param cp;
+	memset(&cp, 0, sizeof(cp));
+	cp.private_data = &ch->hi;
+	cp.private_data_len = sizeof(ch->hi);
+	cp.initiator_depth = (uint8_t)cfg_rd(tn);
+	cp.responder_resources = 0;
+	cp.retry_count = 7;
+	cp.rnr_retry_count = 7;
+	if (tn->api->connect(ch->id, &cp))
+		return neg_errno(-ECONNREFUSED);
+	return 0;
+}
+
+/* The node's answer: its proof over what we sent, when we have a secret. */
+static int welcome_check(struct rchan *ch, const struct rdma_cm_event *ev)
+{
+	struct tp_node *tn = ch->tc->tn;
+	if (!tn->secret)
+		return 0;
+	const struct welcome *w = ev->param.conn.private_data;
+	if (!w || ev->param.conn.private_data_len < sizeof(*w) ||
+	    w->magic != HELLO_MAGIC)
+		return -EACCES;
+	uint8_t want[PC_SHA256_BYTES];
+	proof_of(tn->secret, true, ch->hi.ts_ms, ch->hi.nonce, ch->p->name,
+		 want);
+	return pc_ct_equal(want, w->proof, sizeof(want)) ? 0 : -EACCES;
+}
+
+static int reject_reason(const struct rdma_cm_event *ev)
+{
+	const struct welcome *w = ev->param.conn.private_data;
+	if (w && ev->param.conn.private_data_len >= 8 &&
+	    w->magic == HELLO_MAGIC && w->err < 0)
+		return w->err;
+	return -ECONNREFUSED;
+}
+
+static void chan_cm_event(struct rchan *ch, const struct rdma_cm_event *ev)
+{
+	struct tp_node *tn = ch->tc->tn;
+	if (ch->state == CH_DEAD)
+		return;
+	int err = 0;
+	switch (ev->event) {
+	case RDMA_CM_EVENT_ADDR_RESOLVED:
+		ch->state = CH_ROUTE;
+		if (tn->api->resolve_route(ch->id, cfg_ctimeout(tn)))
+			err = neg_errno(-EHOSTUNREACH);
+		break;
+	case RDMA_CM_EVENT_ROUTE_RESOLVED:
+		ch->state = CH_CONN;
+		err = chan_connect(ch);
+		break;
+	case RDMA_CM_EVENT_ESTABLISHED:
+		err = welcome_check(ch, ev);
+		if (err) {
+			PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "%s: the node did not "
+				  "prove the cluster secret; closing",
+				  ch->p->name);
+			break;
+		}
+		rx_timer_stop(ch->tc->r, &ch->timer);
+		ch->state = CH_READY;
+		ch->p->up = true;
+		ch->p->last_err = 0;
+		chan_pump(ch);
+		return;
+	case RDMA_CM_EVENT_REJECTED:
+		err = reject_reason(ev);
+		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "%s: the node refused a "
+			  "channel: %s", ch->p->name, strerror(-err));
+		break;
+	case RDMA_CM_EVENT_ADDR_ERROR:
+	case RDMA_CM_EVENT_ROUTE_ERROR:
+	case RDMA_CM_EVENT_UNREACHABLE:
+	case RDMA_CM_EVENT_CONNECT_ERROR:
+		err = -EHOSTUNREACH;
+		break;
+	case RDMA_CM_EVENT_DISCONNECTED:
+	case RDMA_CM_EVENT_DEVICE_REMOVAL:
+		chan_teardown(ch, TD_RETRY, -ECONNRESET);
+		return;
+	default:
+		return;
+	}
+	if (err) {
+		STAT_ADD(tn, chans_failed, 1);
+		ch->p->last_err = err;
+		if (!ch->p->up || ch->p->nchans <= 1)
+			ch->p->up = false;
+		chan_teardown(ch, TD_CONNFAIL, err);
+	}
+}
+
+static void on_cm_event(struct rx_watch *w, uint32_t revents, void *arg)
+{
+	struct tp_client *tc = arg;
+	const struct rv_api *api = tc->tn->api;
+	(void)w;
+	(void)revents;
+	struct rdma_cm_event *ev;
+	while (api->get_cm_event(tc->ech, &ev) == 0) {
+		struct rchan *ch = ev->id ? ev->id->context : NULL;
+		if (ch)
+			chan_cm_event(ch, ev);
+		api->ack_cm_event(ev);
+	}
+}
+
+/* ------------------------------------------------------ rdma_cm (node) */
+
+static bool seen_before(struct tp_node *tn, const struct hello *h,
+			uint64_t now)
+{
+	for (unsigned i = 0; i < SEEN_MAX; i++)
+		if (tn->seen[i].ts == h->ts_ms &&
+		    !memcmp(tn->seen[i].nonce, h->nonce, NONCE_BYTES) &&
+		    now - tn->seen[i].ts < 4 * SKEW_MS)
+			return true;
+	tn->seen[tn->seen_next].ts = h->ts_ms;
+	memcpy(tn->seen[tn->seen_next].nonce, h->nonce, NONCE_BYTES);
+	tn->seen_next = (tn->seen_next + 1) % SEEN_MAX;
+	return false;
+}
+
+/* 0, or why the request is refused. */
+static int hello_check(struct tp_node *tn, const struct rdma_cm_event *ev)
+{
+	const struct hello *h = ev->param.conn.private_data;
+	if (!h || ev->param.conn.private_data_len < sizeof(*h) ||
+	    h->magic != HELLO_MAGIC)
+		return -EPROTO;
+	if (!tn->secret)
+		return 0;
+	if (!(h->flags & HELLO_AUTH))
+		return -EACCES;
+	uint64_t now = wall_ms();
+	uint64_t d = now > h->ts_ms ? now - h->ts_ms : h->ts_ms - now;
+	if (d > SKEW_MS)
+		return -EKEYEXPIRED;
+	uint8_t want[PC_SHA256_BYTES];
+	proof_of(tn->secret, false, h->ts_ms, h->nonce, tn->endpoint, want);
+	if (!pc_ct_equal(want, h->proof, PROOF_BYTES))
+		return -EACCES;
+	if (seen_before(tn, h, now))
+		return -EALREADY;
+	return 0;
+}
+
+static void sconn_drop(struct tp_node *tn, struct sconn *s)
+{
+	struct sconn **pp = &tn->sconns;
+	while (*pp && *pp != s)
+		pp = &(*pp)->next;
+	if (*pp)
+		*pp = s->next;
+	if (s->id->qp)
+		tn->api->destroy_qp(s->id);
+	tn->api->destroy_id(s->id);
+	free(s);
+}
+
+/* A connect request: accept it with a queue pair on our PD, or refuse. */
+static void node_request(struct tp_node *tn, struct rdma_cm_event *ev,
+			 struct rdma_cm_id **destroy)
+{
+	struct rdma_cm_id *id = ev->id;
+	struct welcome w = {.magic = HELLO_MAGIC};
+	int err = hello_check(tn, ev);
+	if (!err && id->verbs != tn->ctx)
+		err = -ENODEV;
+	struct sconn *s = NULL;
+	if (!err && !(s = calloc(1, sizeof(*s))))
+		err = -ENOMEM;
+	if (!err) {
+		struct ibv_qp_init_attr qa;
+		memset(&qa, 0, sizeof(qa));
+		qa.send_cq = tn->scq;
+		qa.recv_cq = tn->scq;
+		qa.qp_type = IBV_QPT_RC;
+		qa.cap.max_send_wr = 1;
+		qa.cap.max_recv_wr = 1;
+		qa.cap.max_send_sge = 1;
+		qa.cap.max_recv_sge = 1;
+		if (tn->api->create_qp(id, tn->pd, &qa))
+			err = neg_errno(-ENOMEM);
+	}
+	if (!err) {
+		const struct hello *h = ev->param.conn.private_data;
+		if (tn->secret)
+			proof_of(tn->secret, true, h->ts_ms, h->nonce,
+				 tn->endpoint, w.proof);
+		struct rdma_conn_param cp;
+		memset(&cp, 0, sizeof(cp));
+		cp.private_data = &w;
+		cp.private_data_len = sizeof(w);
+		cp.responder_resources = (uint8_t)cfg_rd(tn);
+		cp.initiator_depth = 0;
+		cp.rnr_retry_count = 7;
+		if (tn->api->accept(id, &cp)) {
+			err = neg_errno(-EIO);
+			tn->api->destroy_qp(id);
+		}
+	}
+	if (err) {
+		free(s);
+		STAT_ADD(tn, refused, 1);
+		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "refused a peer's channel: %s",
+			  strerror(-err));
+		w.err = err;
+		memset(w.proof, 0, sizeof(w.proof));
+		tn->api->reject(id, &w, (uint8_t)sizeof(w));
+		*destroy = id; /* after the event is acked */
+		return;
+	}
+	STAT_ADD(tn, accepted, 1);
+	s->id = id;
+	id->context = s;
+	s->next = tn->sconns;
+	tn->sconns = s;
+}
+
+static void on_node_cm(struct rx_watch *w, uint32_t revents, void *arg)
+{
+	struct tp_node *tn = arg;
+	(void)w;
+	(void)revents;
+	struct rdma_cm_event *ev;
+	while (tn->api->get_cm_event(tn->lch, &ev) == 0) {
+		struct rdma_cm_id *destroy = NULL;
+		struct sconn *drop = NULL;
+		if (ev->event == RDMA_CM_EVENT_CONNECT_REQUEST) {
+			node_request(tn, ev, &destroy);
+		} else if (ev->id && ev->id != tn->lid &&
+			   (ev->event == RDMA_CM_EVENT_DISCONNECTED ||
+			    ev->event == RDMA_CM_EVENT_DEVICE_REMOVAL)) {
+			drop = ev->id->context;
+		}
+		tn->api->ack_cm_event(ev);
+		if (destroy)
+			tn->api->destroy_id(destroy);
+		if (drop)
+			sconn_drop(tn, drop);
+	}
+}
+
+int tp_rdma_node_listen(struct tp_node *tn, struct rx_reactor *r,
+			const char *host, uint16_t port, const char *endpoint,
+			uint16_t *bound)
+{
+	const struct rv_api *api = tn->api;
+	char ep[200];
+	snprintf(ep, sizeof(ep), "%s:%u", host, port);
+	struct sockaddr_storage ss;
+	socklen_t sl;
+	int ret = pc_endpoint_parse(ep, &ss, &sl);
+	if (ret < 0)
+		return ret;
+	if (!(tn->lch = api->create_event_channel()))
+		return neg_errno(-ENODEV);
+	ret = set_nonblock(tn->lch->fd);
+	if (!ret && api->create_id(tn->lch, &tn->lid, tn, RDMA_PS_TCP))
+		ret = neg_errno(-ENOMEM);
+	if (!ret && api->bind_addr(tn->lid, (struct sockaddr *)&ss))
+		ret = neg_errno(-EADDRNOTAVAIL);
+	if (!ret && api->listen(tn->lid, 1024))
+		ret = neg_errno(-EIO);
+	if (!ret && !(tn->scq = api->create_cq(tn->ctx, 16, NULL, NULL, 0)))
+		ret = neg_errno(-ENOMEM);
+	if (!ret) {
+		tn->lr = r;
+		tn->lw = rx_watch_fd(r, tn->lch->fd, POLLIN, on_node_cm, tn,
+				     &ret);
+	}
+	if (ret < 0) {
+		tp_rdma_node_unlisten(tn);
+		return ret;
+	}
+	*bound = ntohs(api->get_src_port(tn->lid));
+	if (endpoint && *endpoint)
+		snprintf(tn->endpoint, sizeof(tn->endpoint), "%s", endpoint);
+	else
+		snprintf(tn->endpoint, sizeof(tn->endpoint), "%s:%u", host,
+			 *bound);
+	return 0;
+}
+
+void tp_rdma_node_unlisten(struct tp_node *tn)
+{
+	const struct rv_api *api = tn->api;
+	if (tn->lw) {
+		rx_watch_cancel(tn->lw);
+		tn->lw = NULL;
+	}
+	/* Ack whatever is queued, so that no id waits on an event. */
+	struct rdma_cm_event *ev;
+	while (tn->lch && api->get_cm_event(tn->lch, &ev) == 0) {
+		bool req = ev->event == RDMA_CM_EVENT_CONNECT_REQUEST;
+		struct rdma_cm_id *id = ev->id;
+		api->ack_cm_event(ev);
+		if (req)
+			api->destroy_id(id);
+	}
+	while (tn->sconns)
+		sconn_drop(tn, tn->sconns);
+	if (tn->lid) {
+		api->destroy_id(tn->lid);
+		tn->lid = NULL;
+	}
+	cq_destroy(tn, &tn->scq);
+	if (tn->lch) {
+		api->destroy_event_channel(tn->lch);
+		tn->lch = NULL;
+	}
+}
+
+/* --------------------------------------------------------------- node */
+
+int tp_rdma_node_new(const struct tp_rdma_cfg *cfg, struct tp_node **out)
+{
+	struct tp_node *tn = calloc(1, sizeof(*tn));
+	if (!tn)
+		return -ENOMEM;
+	tn->cfg = *cfg;
+	tn->api = cfg->api;
+	pthread_mutex_init(&tn->lock, NULL);
+	tn->device = strdup(cfg->device ? cfg->device : "");
+	tn->secret = cfg->secret && *cfg->secret ? strdup(cfg->secret) : NULL;
+	tn->cfg.device = tn->device;
+	tn->cfg.secret = tn->secret;
+	if (!tn->device || (cfg->secret && *cfg->secret && !tn->secret)) {
+		tp_rdma_node_free(tn);
+		return -ENOMEM;
+	}
+	char why[200];
+	if (!dev_open(&tn->cfg, &tn->ctx, why, sizeof(why))) {
+		PC_LOGE(LOG_MOD, "no usable RDMA device: %s", why);
+		tp_rdma_node_free(tn);
+		return -ENODEV;
+	}
+	if (!(tn->pd = tn->api->alloc_pd(tn->ctx))) {
+		int err = neg_errno(-ENOMEM);
+		tp_rdma_node_free(tn);
+		return err;
+	}
+	PC_LOGI(LOG_MOD, "RDMA device: %s (verbs: %s)", why, tn->api->name);
+	*out = tn;
+	return 0;
+}
+
+void tp_rdma_node_free(struct tp_node *tn)
+{
+	if (!tn)
+		return;
+	PC_ASSERT(tn->clients == 0);
+	tp_rdma_node_unlisten(tn);
+	for (unsigned i = 0; i < TP_REGIONS_MAX; i++)
+		if (tn->regs[i].used)
+			rdma_dereg(tn, tn->regs[i].mr->rkey);
+	for (unsigned i = 0; i < LOCAL_MAX; i++)
+		if (tn->locals[i].base)
+			tn->api->dereg_mr(tn->locals[i].mr);
+	if (tn->pd)
+		tn->api->dealloc_pd(tn->pd);
+	pthread_mutex_destroy(&tn->lock);
+	free(tn->device);
+	if (tn->secret) {
+		explicit_bzero(tn->secret, strlen(tn->secret));
+		free(tn->secret);
+	}
+	free(tn);
+}
+
+void tp_rdma_node_stats(const struct tp_node *tn, struct tp_rdma_stats *out)
+{
+	const uint64_t *src = (const uint64_t *)&tn->st;
+	uint64_t *dst = (uint64_t *)out;
+	for (size_t i = 0; i < sizeof(*out) / sizeof(uint64_t); i++)
+		dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+}
+
+/* ------------------------------------------------------------- client */
+
+struct tp_client *tp_rdma_client_new(struct tp_node *tn, struct rx_reactor *r,
+				     int *err)
+{
+	const struct rv_api *api = tn->api;
+	struct tp_client *tc = calloc(1, sizeof(*tc));
+	if (!tc) {
+		*err = -ENOMEM;
+		return NULL;
+	}
+	tc->tn = tn;
+	tc->r = r;
+	rx_timer_init(&tc->reaper, chan_reap, tc);
+	int ret = 0;
+	if (!(tc->cch = api->create_comp_channel(tn->ctx)))
+		ret = neg_errno(-ENOMEM);
+	if (!ret && !(tc->ech = api->create_event_channel()))
+		ret = neg_errno(-ENODEV);
+	if (!ret)
+		ret = set_nonblock(tc->cch->fd);
+	if (!ret)
+		ret = set_nonblock(tc->ech->fd);
+	if (!ret)
+		tc->cw = rx_watch_fd(r, tc->cch->fd, POLLIN, on_cq_event, tc,
+				     &ret);
+	if (!ret)
+		tc->ew = rx_watch_fd(r, tc->ech->fd, POLLIN, on_cm_event, tc,
+				     &ret);
+	tn->clients++;
+	if (ret < 0) {
+		tp_rdma_client_free(tc);
+		*err = ret;
+		return NULL;
+	}
+	return tc;
+}
+
+void tp_rdma_client_stop(struct tp_client *tc)
+{
+	tc->stopping = true;
+	for (struct tp_peer *p = tc->peers; p; p = p->next)
+		peer_fail(tc, p, -ESHUTDOWN);
+	/* Nothing needs the channels' events any more; the loop must not
+	 * wait for the watches. */
+	if (tc->cw)
+		rx_watch_cancel(tc->cw);
+	if (tc->ew)
+		rx_watch_cancel(tc->ew);
+	tc->cw = tc->ew = NULL;
+}
+
+void tp_rdma_client_free(struct tp_client *tc)
+{
+	const struct rv_api *api = tc->tn->api;
+	PC_ASSERT(tc->batches == NULL);
+	tc->stopping = true;
+	for (struct tp_peer *p = tc->peers; p; p = p->next)
+		peer_fail(tc, p, -ESHUTDOWN);
+	rx_timer_stop(tc->r, &tc->reaper);
+	if (tc->cw)
+		rx_watch_cancel(tc->cw);
+	if (tc->ew)
+		rx_watch_cancel(tc->ew);
+	/* Ack what is queued so that no id waits on an event. */
+	struct rdma_cm_event *ev;
+	while (tc->ech && api->get_cm_event(tc->ech, &ev) == 0)
+		api->ack_cm_event(ev);
+	struct ibv_cq *cq;
+	void *ctx;
+	while (tc->cch && api->get_cq_event(tc->cch, &cq, &ctx) == 0)
+		api->ack_cq_events(cq, 1);
+	chan_reap(tc->r, &tc->reaper);
+	while (tc->peers) {
+		struct tp_peer *p = tc->peers;
+		tc->peers = p->next;
+		free(p);
+	}
+	if (tc->ech)
+		api->destroy_event_channel(tc->ech);
+	if (tc->cch)
+		api->destroy_comp_channel(tc->cch);
+	tc->tn->clients--;
+	free(tc);
+}
+
+/* ------------------------------------------------------------- tp_ops */
+
+static int batch_start(struct tp_client *tc, bool write, void *opsv,
+		       unsigned n, unsigned timeout_ms, tp_done_fn rdone,
+		       tp_wdone_fn wdone, void *arg)
+{
+	if (n == 0)
+		return -EINVAL;
+	struct rbatch *b = calloc(1, sizeof(*b) + n * sizeof(b->ops[0]));
+	if (!b)
+		return -ENOMEM;
+	b->tc = tc;
+	tp_bcore_link(&b->c, &tc->batches, write, opsv, n, arg, batch_fire);
+	b->c.rdone = rdone;
+	b->c.wdone = wdone;
+	/* The timer first: an operation that ends at once re-arms it. */
+	rx_timer_start(tc->r, &b->c.timer, RX_MS(timeout_ms), 0);
+	for (unsigned i = 0; i < n; i++) {
+		struct tp_io io;
+		tp_bcore_io(&b->c, i, &io);
+		struct rop *o = &b->ops[i];
+		*o = (struct rop){.b = b, .write = write, .rkey = io.rkey,
+				  .addr = io.addr, .len = io.len,
+				  .hdr_len = io.hdr_len, .hdr = io.hdr,
+				  .buf = io.buf, .res = io.res};
+		int err = tp_io_check(io.len, io.hdr_len, io.hdr, io.buf);
+		if (!err && tc->stopping)
+			err = -ESHUTDOWN;
+		if (!err) {
+			o->p = io.ph ? io.ph : peer_get(tc, io.peer, io.node);
+			if (!o->p)
+				err = -ENOMEM;
+		}
+		if (!err)
+			o->lkey_hdr = lkey_of(b, o->hdr, o->hdr_len, &err);
+		if (!err)
+			o->lkey_buf = lkey_of(b, o->buf, o->len - o->hdr_len,
+					      &err);
+		if (err) {
+			o->p = NULL;
+			op_end(o, err);
+			continue;
+		}
+		o->p->inflight++;
+		op_place(tc, o, true);
+	}
+	return 0;
+}
+
+static int rdma_read_batch(struct tp_client *tc, struct tp_read *reads,
+			   unsigned n, unsigned timeout_ms, tp_done_fn done,
+			   void *arg)
+{
+	return batch_start(tc, false, reads, n, timeout_ms, done, NULL, arg);
+}
+
+static int rdma_write_batch(struct tp_client *tc, struct tp_write *writes,
+			    unsigned n, unsigned timeout_ms, tp_wdone_fn done,
+			    void *arg)
+{
+	return batch_start(tc, true, writes, n, timeout_ms, NULL, done, arg);
+}
+
+static int rdma_cancel(struct tp_client *tc, void *arg)
+{
+	int count = 0;
+	for (struct tp_bcore *bc = tc->batches; bc; bc = bc->next) {
+		if (bc->arg != arg || bc->cancelled || !bc->left)
+			continue;
+		bc->cancelled = true;
+		count++;
+		batch_abort((struct rbatch *)bc, -ECANCELED);
+	}
+	return count;
+}
+
+static int rdma_peer_open(struct tp_client *tc, const char *endpoint,
+			  const char *node, struct tp_peer **out)
+{
+	if (!*endpoint)
+		return -EINVAL;
+	struct tp_peer *p = peer_get(tc, endpoint, node);
+	if (!p)
+		return -ENOMEM;
+	if (p->sa_err)
+		return p->sa_err;
+	p->refs++;
+	*out = p;
+	return 0;
+}
+
+static int rdma_peer_health(struct tp_client *tc, struct tp_peer *p,
+			    struct tp_peer_info *out)
+{
+	(void)tc;
+	struct tp_peer_info i = {TP_PEER_IDLE, p->last_err, p->nchans,
+				 p->inflight, p->refs};
+	bool ready = false;
+	for (struct rchan *ch = p->chans; ch; ch = ch->next)
+		ready |= ch->state == CH_READY;
+	if (ready || p->up)
+		i.state = TP_PEER_UP;
+	else if (p->last_err)
+		i.state = TP_PEER_FAILED;
+	if (out)
+		*out = i;
+	return i.state;
+}
+
+static void rdma_peer_close(struct tp_client *tc, struct tp_peer *p, int err)
+{
+	PC_ASSERT(p->refs > 0);
+	p->refs--;
+	peer_fail(tc, p, err ? err : -EHOSTDOWN);
+}
+
+static void rdma_fail_node(struct tp_client *tc, const char *node, int err)
+{
+	for (struct tp_peer *p = tc->peers; p; p = p->next)
+		if (strcmp(p->node, node) == 0)
+			peer_fail(tc, p, err);
+}
+
+const struct tp_ops tp_rdma_ops = {
+	.name = "rdma",
+	.reg_region = rdma_reg,
+	.dereg_region = rdma_dereg,
+	.read_batch = rdma_read_batch,
+	.write_batch = rdma_write_batch,
+	.cancel = rdma_cancel,
+	.peer_open = rdma_peer_open,
+	.peer_health = rdma_peer_health,
+	.peer_close = rdma_peer_close,
+	.fail_node = rdma_fail_node,
+};

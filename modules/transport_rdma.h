@@ -1,0 +1,115 @@
+/*
+ * modules/transport_rdma.h — the RDMA transport: RC queue pairs set up with
+ * rdma_cm, one-sided READs and WRITEs, completions on the reactor.
+ *
+ * Owns: RDMA nodes (one device context, one protection domain, the memory
+ * regions peers may access, and the rdma_cm listener that accepts peers'
+ * queue pairs) and RDMA clients (one per reactor: its peers, their channels
+ * and the batches in flight). Every libibverbs / librdmacm call goes through
+ * the verbs table of cfg.api (modules/rdma_verbs.h): rv_real in the node,
+ * the simulation in tests.
+ *
+ * Channels: a peer has up to max_chans channels, each one RC QP with its
+ * own CQ, opened lazily (a new one while every open one has work and the
+ * cap allows), kept open for reuse. Operations are posted in chains with
+ * selective signaling (the last WR of a chain and every signal_every-th are
+ * signaled; the rest complete implicitly, in order); completions are
+ * matched by wr_id, a per-channel sequence. One completion channel per
+ * client, watched by the reactor (rx_watch_fd): get the event, ack it,
+ * re-arm, drain.
+ *
+ * Failures: a failed completion tears its channel down (the QP is
+ * destroyed at once, so nothing lands later); the operation that failed
+ * reports the mapped errno, those flushed behind it are posted again once
+ * on another channel. A timeout, a cancel, peer_close and fail_node also
+ * destroy the QPs that still hold their operations before done runs: a
+ * batch's done means no byte of it can still land.
+ *
+ * Authentication (cfg.secret set): a connect request carries a timestamp,
+ * a fresh nonce and HMAC-SHA256(secret, "peercache-rdma-v1 client" || ts ||
+ * nonce || the endpoint dialed); the node accepts it only within ±60 s of
+ * its clock, with a nonce it has not seen, for its own endpoint, and
+ * answers with its own proof over the same values, which the client checks
+ * before it posts anything. A peer without the secret never gets a queue
+ * pair on this node's protection domain. The secret never crosses the wire.
+ *
+ * Local memory: a READ lands (and a WRITE is sent from) registered memory.
+ * A buffer inside a region of this node (reg_region) or one given to
+ * tp_rdma_reg_local uses that region's MR; any other buffer is registered
+ * for its batch only and deregistered when the batch ends (counted in
+ * stats.lazy_mrs): correct for any memory, slow, so callers land pages in
+ * registered memory.
+ *
+ * Threading: a node's region table has its own lock (any thread); its
+ * listener runs on one reactor; a client is used on its reactor only.
+ */
+#ifndef PC_MODULES_TRANSPORT_RDMA_H
+#define PC_MODULES_TRANSPORT_RDMA_H
+
+#include <stdint.h>
+
+#include "modules/rdma_verbs.h"
+#include "modules/transport.h"
+
+struct tp_rdma_cfg {
+	const struct rv_api *api;
+	const char *device;          /* device_name; "" or NULL: first active */
+	unsigned ib_port;            /* 1..255 */
+	int gid_index;               /* -1: no GRH (checked to exist if >= 0) */
+	unsigned max_chans;          /* per peer; 0: 16 */
+	unsigned connect_timeout_ms; /* each rdma_cm step; 0: 2000 */
+	unsigned sq_depth;           /* WRs in flight per QP; 0: 128 */
+	unsigned signal_every;       /* 0: 16 */
+	unsigned rd_atomic;          /* READs in flight per QP; 0: 16 */
+	const char *secret;          /* cluster_secret, or NULL */
+};
+
+/* Counters (any thread may read; relaxed). */
+struct tp_rdma_stats {
+	uint64_t chans_opened, chans_failed, chans_torn_down;
+	uint64_t wrs_posted, wrs_signaled, cq_events, post_failures;
+	uint64_t reads, read_bytes, writes, write_bytes;
+	uint64_t wc_errors, retried, lazy_mrs, timeouts;
+	uint64_t accepted, refused;  /* connect requests (served side) */
+};
+
+extern const struct tp_ops tp_rdma_ops;
+
+/*
+ * Usable devices of api: how many have cfg->ib_port active (and, when
+ * device is set, only that one). why gets what was found, for the log.
+ */
+int tp_rdma_probe(const struct tp_rdma_cfg *cfg, char *why, size_t whylen);
+
+/* A node on the device cfg names: 0, -ENODEV (none usable, why in the
+ * log), -ENOMEM, or the verbs' errno. cfg's strings are copied. */
+int tp_rdma_node_new(const struct tp_rdma_cfg *cfg, struct tp_node **out);
+/*
+ * Accept peers' queue pairs at host:port (port 0: any) on reactor r, and
+ * answer to endpoint (the "host:port" peers dial, in the proofs; NULL:
+ * host:bound port). *bound gets the port. Once per node.
+ */
+int tp_rdma_node_listen(struct tp_node *tn, struct rx_reactor *r,
+			const char *host, uint16_t port, const char *endpoint,
+			uint16_t *bound);
+/* Close the listener and every accepted queue pair (on the listener's
+ * reactor, or after it stopped). */
+void tp_rdma_node_unlisten(struct tp_node *tn);
+/* After every client of the node was freed: deregisters what is left. */
+void tp_rdma_node_free(struct tp_node *tn);
+/* Let reads land in (and writes be sent from) [base, base+len) without a
+ * registration per batch: 0 or -errno. Until tp_rdma_unreg_local. */
+int tp_rdma_reg_local(struct tp_node *tn, void *base, size_t len);
+int tp_rdma_unreg_local(struct tp_node *tn, void *base);
+void tp_rdma_node_stats(const struct tp_node *tn, struct tp_rdma_stats *out);
+
+/* A client of node tn on reactor r (its thread); NULL and *err. */
+struct tp_client *tp_rdma_client_new(struct tp_node *tn, struct rx_reactor *r,
+				     int *err);
+/* The reactor stops: every operation ends with -ESHUTDOWN (from 0-delay
+ * timers) and every channel closes. */
+void tp_rdma_client_stop(struct tp_client *tc);
+/* After every batch finished (the reactor drained). */
+void tp_rdma_client_free(struct tp_client *tc);
+
+#endif /* PC_MODULES_TRANSPORT_RDMA_H */
