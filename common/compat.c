@@ -30,8 +30,6 @@
 
 static const char one_bind[] =
 	"one listen address for the rpc, data and meta ports";
-static const char no_rdma[] =
-	"the RDMA transport is not in this version (data moves over TCP)";
 
 /* name, ours, conv, check, min, max, choices, note */
 const struct pc_compat_alias pc_compat_aliases[] = {
@@ -43,7 +41,8 @@ const struct pc_compat_alias pc_compat_aliases[] = {
 	{"control_port", "rpc_port", PC_COMPAT_SAME, 0, 0, 0, NULL,
 	 "control-plane RPC port (0 = pick a free one)"},
 	{"rdma_port", "data_port", PC_COMPAT_SAME, 0, 0, 0, NULL,
-	 "data-plane listener (TCP here; 0 = pick a free one)"},
+	 "data-plane listener: TCP, and rdma_cm on the same port number when "
+	 "the node runs RDMA (0 = pick a free one)"},
 	{"control_bind_host", "bind", PC_COMPAT_SAME, 0, 0, 0, NULL,
 	 one_bind},
 	{"rdma_bind_host", "bind", PC_COMPAT_SAME, 0, 0, 0, NULL,
@@ -59,13 +58,11 @@ const struct pc_compat_alias pc_compat_aliases[] = {
 	{"write_policy", NULL, 0, PC_COMPAT_CHOICE, 0, 0, "local,storage,both",
 	 "hybrid mode is not in this version: pages are published in the "
 	 "writer's own node (the original's 'local')"},
-	{"device_name", NULL, 0, PC_COMPAT_ANY, 0, 0, NULL, no_rdma},
-	{"device_names", NULL, 0, PC_COMPAT_ANY, 0, 0, NULL, no_rdma},
-	{"ib_port", NULL, 0, PC_COMPAT_INT, 1, 255, NULL, no_rdma},
-	{"gid_index", NULL, 0, PC_COMPAT_INT, -1, 255, NULL, no_rdma},
+	{"device_names", NULL, 0, PC_COMPAT_ANY, 0, 0, NULL,
+	 "one RDMA rail per node in this version: name the device with "
+	 "device_name (several rails are not supported)"},
 	{"rdma_op_timeout_ms", NULL, 0, PC_COMPAT_INT, 0, INT32_MAX, NULL,
-	 "the RDMA transport is not in this version; a page call is bounded "
-	 "by request_deadline"},
+	 "a page call, RDMA or TCP, is bounded by request_deadline"},
 	{"directory_read_cache_ttl", NULL, 0, PC_COMPAT_SECONDS, 0, 0, NULL,
 	 "no directory read cache here: every read asks the directory, so a "
 	 "read never follows a stale location"},

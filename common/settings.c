@@ -103,7 +103,15 @@ static const struct pc_cfg_key keys[] = {
 	 "membership is the static `peers` (both at once are refused)"},
 	{"protocol", PC_CFG_ENUM, "auto", 0, 0, protocol_choices, OFF(protocol),
 	 0, "data transport: auto (RDMA if a device is up, else TCP), tcp, "
-	 "rdma"},
+	 "rdma (refused at start without a usable device)"},
+	{"device_name", PC_CFG_STRING, "", 0, 63, NULL, OFF(device_name), 0,
+	 "RDMA device (as ibv_devices names it); empty = the first one with "
+	 "ib_port active"},
+	{"ib_port", PC_CFG_INT, "1", 1, 255, NULL, OFF(ib_port), 0,
+	 "RDMA device port"},
+	{"gid_index", PC_CFG_INT, "-1", -1, 255, NULL, OFF(gid_index), 0,
+	 "RDMA GID index the device must have (rdma_cm picks the GID of the "
+	 "address it connects from); -1 = no check"},
 	{"vnodes", PC_CFG_INT, "160", 1, 4096, NULL, OFF(vnodes), 0,
 	 "virtual nodes per node on the consistent-hash ring"},
 	{"directory_replicas", PC_CFG_INT, "2", 1, 8, NULL,
@@ -662,11 +670,6 @@ int pc_settings_validate(struct pc_settings *s, char *err, size_t errlen)
 			 "supported in slotmap mode (its pages live only in the "
 			 "slot region, as in the original); set disk_enabled = "
 			 "false or mode = p2p");
-		return -EINVAL;
-	}
-	if (s->protocol == PC_PROTO_RDMA) {
-		snprintf(err, errlen, "protocol: 'rdma' is not supported yet by "
-			 "this version (allowed: auto, tcp)");
 		return -EINVAL;
 	}
 	if (*s->metrics_bind && !pc_host_is_loopback(s->metrics_bind) &&

@@ -50,6 +50,9 @@ struct pc_settings {
 	char *peers;
 	char *discovery_addr;
 	int protocol;             /* enum pc_protocol */
+	char *device_name;        /* RDMA device; "": the first usable */
+	int64_t ib_port;
+	int64_t gid_index;        /* -1: rdma_cm picks the GID */
 	/* placement */
 	int64_t vnodes;
 	int64_t directory_replicas;

@@ -15,7 +15,8 @@
  * rdma_cm_id, rdma_cm_event). Besides calling the table, the transport
  * reads only these fields of them: ibv_context.device (its name through
  * get_device_name), ibv_mr.lkey / .rkey, ibv_qp.qp_num, ibv_comp_channel.fd,
- * rdma_event_channel.fd, rdma_cm_id.verbs / .qp / .context,
+ * rdma_event_channel.fd, rdma_cm_id.verbs / .qp / .context /
+ * .route.addr.src_addr (the address a connect request came to),
  * rdma_cm_event.event / .id / .listen_id / .status /
  * .param.conn.private_data / .param.conn.private_data_len, and every field
  * of struct ibv_wc. An implementation must keep those true; it may leave the

@@ -63,9 +63,23 @@ static bool key_used(const struct tp_regs *t, uint32_t key)
 int tp_regs_add(struct tp_regs *t, const struct tp_region *region,
 		uint32_t *key)
 {
+	*key = 0;
+	return tp_regs_add_key(t, region, key);
+}
+
+int tp_region_check(const struct tp_region *region)
+{
 	if (!region->len || !region->pin || !region->unpin ||
 	    region->base + region->len < region->base ||
 	    (region->access & ~(unsigned)(TP_ACCESS_READ | TP_ACCESS_WRITE)))
+		return -EINVAL;
+	return 0;
+}
+
+int tp_regs_add_key(struct tp_regs *t, const struct tp_region *region,
+		    uint32_t *key)
+{
+	if (tp_region_check(region))
 		return -EINVAL;
 	struct tp_reg_entry *e = calloc(1, sizeof(*e));
 	if (!e)
@@ -75,6 +89,7 @@ int tp_regs_add(struct tp_regs *t, const struct tp_region *region,
 		e->r.access = TP_ACCESS_READ;
 	e->refs = 1;
 	e->t = t;
+	e->key = *key;
 	pthread_mutex_lock(&t->lock);
 	int slot = -1;
 	for (unsigned i = 0; i < TP_REGIONS_MAX && slot < 0; i++)
@@ -83,6 +98,8 @@ int tp_regs_add(struct tp_regs *t, const struct tp_region *region,
 	/* A random key: a peer cannot guess another region's, and a key
 	 * withdrawn is not handed out again soon (2^-32 a draw). */
 	int ret = slot < 0 ? -ENOSPC : 0;
+	if (!ret && e->key && key_used(t, e->key))
+		ret = -EEXIST; /* a key chosen by the caller */
 	while (!ret && (!e->key || key_used(t, e->key)))
 		if (pc_random_bytes(&e->key, sizeof(e->key)) < 0)
 			ret = -EIO;

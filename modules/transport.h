@@ -241,11 +241,17 @@ struct tp_hold {
 	struct tp_pin pin;
 };
 
+/* A region's fields make sense (length, hooks, access): 0 or -EINVAL. */
+int tp_region_check(const struct tp_region *region);
 void tp_regs_init(struct tp_regs *t);
 /* Deregisters what is left (released hooks run once nothing holds them). */
 void tp_regs_fini(struct tp_regs *t);
 int tp_regs_add(struct tp_regs *t, const struct tp_region *region,
 		uint32_t *key);
+/* The same under the key *key when it is not 0 (-EEXIST if taken): a
+ * region another transport registered first, under its key. */
+int tp_regs_add_key(struct tp_regs *t, const struct tp_region *region,
+		    uint32_t *key);
 int tp_regs_remove(struct tp_regs *t, uint32_t key);
 /*
  * Find and pin [addr, addr+len) of the region under key for access: 0 and
@@ -325,14 +331,18 @@ int tp_bcore_res(const struct tp_bcore *b, int err);
 
 /* ------------------------------------------------------------- selection */
 
+struct rv_api;
+struct tp_rdma_cfg;
+
 /*
- * protocol=auto|tcp|rdma: which transport this node runs (transport_select.c).
- * Probes RDMA devices for "auto" and says what it found; this build has no
- * RDMA data path, so it always answers "tcp" (protocol=rdma is refused by
- * the settings check). Main thread.
+ * protocol = auto | tcp | rdma (transport_select.c): PC_PROTO_TCP or
+ * PC_PROTO_RDMA (run RDMA with TCP beside it), or -ENODEV for "rdma"
+ * without a usable device of api. Logs what it found and chose (one line).
+ * Main thread.
  */
-const char *tp_select(const struct pc_settings *s);
-/* RDMA devices on this host (libibverbs via dlopen): how many, 0 without. */
-int tp_rdma_devices(void);
+int tp_select(const struct pc_settings *s, const struct rv_api *api);
+/* The RDMA transport's configuration from the node's settings. */
+void tp_rdma_cfg_of(const struct pc_settings *s, const struct rv_api *api,
+		    struct tp_rdma_cfg *cfg);
 
 #endif /* PC_MODULES_TRANSPORT_H */

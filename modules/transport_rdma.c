@@ -96,7 +96,6 @@ struct tp_node {
 	struct rx_watch *lw;
 	struct ibv_cq *scq;
 	struct sconn *sconns;
-	char endpoint[160];
 	struct {
 		uint64_t ts;
 		uint8_t nonce[NONCE_BYTES];
@@ -231,6 +230,27 @@ static uint64_t wall_ms(void)
 
 /* ---------------------------------------------------------- the proofs */
 
+/* "ip:port" of sa, numerically: what both sides put in the proofs for the
+ * address the client dialed (the node reads it off the request). */
+static void sa_text(const struct sockaddr *sa, char *out, size_t len)
+{
+	char ip[INET6_ADDRSTRLEN] = "?";
+	unsigned port = 0;
+	if (sa->sa_family == AF_INET) {
+		const struct sockaddr_in *in = (const void *)sa;
+		inet_ntop(AF_INET, &in->sin_addr, ip, sizeof(ip));
+		port = ntohs(in->sin_port);
+		snprintf(out, len, "%s:%u", ip, port);
+	} else if (sa->sa_family == AF_INET6) {
+		const struct sockaddr_in6 *in6 = (const void *)sa;
+		inet_ntop(AF_INET6, &in6->sin6_addr, ip, sizeof(ip));
+		port = ntohs(in6->sin6_port);
+		snprintf(out, len, "[%s]:%u", ip, port);
+	} else {
+		snprintf(out, len, "?");
+	}
+}
+
 static void proof_of(const char *secret, bool server, uint64_t ts,
 		     const uint8_t nonce[NONCE_BYTES], const char *endpoint,
 		     uint8_t out[PC_SHA256_BYTES])
@@ -291,8 +311,7 @@ static int dev_open(const struct tp_rdma_cfg *cfg, struct ibv_context **out,
 	struct ibv_context **list = cfg->api->get_devices(&n);
 	bool named = cfg->device && *cfg->device;
 	snprintf(why, whylen, "%s", n > 0 ? "no device matches"
-					  : "no RDMA device (rdma_cm sees "
-					    "none)");
+					  : "rdma_cm sees no device");
 	if (named && n > 0)
 		snprintf(why, whylen, "no RDMA device named %s", cfg->device);
 	int found = 0;
@@ -335,9 +354,7 @@ static int access_of(unsigned a)
 static int rdma_reg(struct tp_node *tn, const struct tp_region *region,
 		    uint32_t *key)
 {
-	if (!region->len || !region->pin || !region->unpin ||
-	    region->base + region->len < region->base ||
-	    (region->access & ~(unsigned)(TP_ACCESS_READ | TP_ACCESS_WRITE)))
+	if (tp_region_check(region))
 		return -EINVAL;
 	unsigned access = region->access ? region->access : TP_ACCESS_READ;
 	pthread_mutex_lock(&tn->lock);
@@ -731,8 +748,9 @@ static void hello_make(struct rchan *ch)
 	if (tn->secret) {
 		uint8_t full[PC_SHA256_BYTES];
 		h->flags = HELLO_AUTH;
-		proof_of(tn->secret, false, h->ts_ms, h->nonce, ch->p->name,
-			 full);
+		char at[80];
+		sa_text((const struct sockaddr *)&ch->p->sa, at, sizeof(at));
+		proof_of(tn->secret, false, h->ts_ms, h->nonce, at, full);
 		memcpy(h->proof, full, PROOF_BYTES);
 	}
 }
@@ -1106,8 +1124,9 @@ static int welcome_check(struct rchan *ch, const struct rdma_cm_event *ev)
 	    w->magic != HELLO_MAGIC)
 		return -EACCES;
 	uint8_t want[PC_SHA256_BYTES];
-	proof_of(tn->secret, true, ch->hi.ts_ms, ch->hi.nonce, ch->p->name,
-		 want);
+	char at[80];
+	sa_text((const struct sockaddr *)&ch->p->sa, at, sizeof(at));
+	proof_of(tn->secret, true, ch->hi.ts_ms, ch->hi.nonce, at, want);
 	return pc_ct_equal(want, w->proof, sizeof(want)) ? 0 : -EACCES;
 }
 
@@ -1152,8 +1171,11 @@ static void chan_cm_event(struct rchan *ch, const struct rdma_cm_event *ev)
 		return;
 	case RDMA_CM_EVENT_REJECTED:
 		err = reject_reason(ev);
-		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "%s: the node refused a "
-			  "channel: %s", ch->p->name, strerror(-err));
+		/* No answer of ours: nobody listens (IB CM reason 8,
+		 * invalid service id), or the node is not a PeerCache. */
+		PC_LOG_RL(PC_LOG_INFO, LOG_MOD, "%s: RDMA connect refused "
+			  "(%s, reject reason %d)", ch->p->name,
+			  strerror(-err), ev->status);
 		break;
 	case RDMA_CM_EVENT_ADDR_ERROR:
 	case RDMA_CM_EVENT_ROUTE_ERROR:
@@ -1224,7 +1246,9 @@ static int hello_check(struct tp_node *tn, const struct rdma_cm_event *ev)
 	if (d > SKEW_MS)
 		return -EKEYEXPIRED;
 	uint8_t want[PC_SHA256_BYTES];
-	proof_of(tn->secret, false, h->ts_ms, h->nonce, tn->endpoint, want);
+	char at[80];
+	sa_text(&ev->id->route.addr.src_addr, at, sizeof(at));
+	proof_of(tn->secret, false, h->ts_ms, h->nonce, at, want);
 	if (!pc_ct_equal(want, h->proof, PROOF_BYTES))
 		return -EACCES;
 	if (seen_before(tn, h, now))
@@ -1272,9 +1296,11 @@ static void node_request(struct tp_node *tn, struct rdma_cm_event *ev,
 	}
 	if (!err) {
 		const struct hello *h = ev->param.conn.private_data;
+		char at[80];
+		sa_text(&id->route.addr.src_addr, at, sizeof(at));
 		if (tn->secret)
-			proof_of(tn->secret, true, h->ts_ms, h->nonce,
-				 tn->endpoint, w.proof);
+			proof_of(tn->secret, true, h->ts_ms, h->nonce, at,
+				 w.proof);
 		struct rdma_conn_param cp;
 		memset(&cp, 0, sizeof(cp));
 		cp.private_data = &w;
@@ -1362,11 +1388,10 @@ int tp_rdma_node_listen(struct tp_node *tn, struct rx_reactor *r,
 		return ret;
 	}
 	*bound = ntohs(api->get_src_port(tn->lid));
-	if (endpoint && *endpoint)
-		snprintf(tn->endpoint, sizeof(tn->endpoint), "%s", endpoint);
-	else
-		snprintf(tn->endpoint, sizeof(tn->endpoint), "%s:%u", host,
-			 *bound);
+	PC_LOGI(LOG_MOD, "accepting RDMA peers at %s:%u%s%s%s", host, *bound,
+		endpoint && *endpoint ? " (advertised as " : "",
+		endpoint && *endpoint ? endpoint : "",
+		endpoint && *endpoint ? ")" : "");
 	return 0;
 }
 

@@ -27,8 +27,9 @@
  *
  * Authentication (cfg.secret set): a connect request carries a timestamp,
  * a fresh nonce and HMAC-SHA256(secret, "peercache-rdma-v1 client" || ts ||
- * nonce || the endpoint dialed); the node accepts it only within ±60 s of
- * its clock, with a nonce it has not seen, for its own endpoint, and
+ * nonce || the address dialed, "ip:port"); the node accepts it only within
+ * ±60 s of its clock, with a nonce it has not seen, for the address it was
+ * received on, and
  * answers with its own proof over the same values, which the client checks
  * before it posts anything. A peer without the secret never gets a queue
  * pair on this node's protection domain. The secret never crosses the wire.
@@ -85,9 +86,9 @@ int tp_rdma_probe(const struct tp_rdma_cfg *cfg, char *why, size_t whylen);
  * log), -ENOMEM, or the verbs' errno. cfg's strings are copied. */
 int tp_rdma_node_new(const struct tp_rdma_cfg *cfg, struct tp_node **out);
 /*
- * Accept peers' queue pairs at host:port (port 0: any) on reactor r, and
- * answer to endpoint (the "host:port" peers dial, in the proofs; NULL:
- * host:bound port). *bound gets the port. Once per node.
+ * Accept peers' queue pairs at host:port (port 0: any) on reactor r;
+ * endpoint (may be NULL) is how peers know it, for the log. *bound gets
+ * the port. Once per node.
  */
 int tp_rdma_node_listen(struct tp_node *tn, struct rx_reactor *r,
 			const char *host, uint16_t port, const char *endpoint,

@@ -1,45 +1,56 @@
 /*
  * modules/transport_select.c — which data transport a node runs
- * (protocol=auto|tcp|rdma).
+ * (protocol = auto | tcp | rdma).
  *
- * Owns: the RDMA device probe. Main thread, once at start. libibverbs is
- * opened with dlopen so that a node without it still starts; the probe only
- * counts devices. This version has no RDMA data path: "auto" reports what it
- * found and picks TCP, "rdma" is refused by the settings check (not
- * supported), "tcp" skips the probe.
+ * Owns: the decision, and the RDMA settings' translation into the RDMA
+ * transport's configuration. Main thread, once at start. "auto" runs RDMA
+ * (with TCP beside it for peers without RDMA) when a usable device exists
+ * and TCP otherwise, and says which in one log line; "rdma" without a
+ * usable device is a start-up error; "tcp" looks for no device.
  */
-#include <dlfcn.h>
+#include <errno.h>
 
 #include "common/log.h"
 #include "common/settings.h"
 #include "modules/transport.h"
+#include "modules/transport_rdma.h"
 
 #define LOG_MOD "transport"
 
-int tp_rdma_devices(void)
+void tp_rdma_cfg_of(const struct pc_settings *s, const struct rv_api *api,
+		    struct tp_rdma_cfg *cfg)
 {
-	void *h = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_LOCAL);
-	int n = 0;
-	if (!h)
-		return 0;
-	void **(*get)(int *) = (void **(*)(int *))dlsym(h,
-							 "ibv_get_device_list");
-	void (*put)(void **) = (void (*)(void **))dlsym(h,
-							"ibv_free_device_list");
-	void **list = get ? get(&n) : NULL;
-	if (list && put)
-		put(list);
-	dlclose(h);
-	return n;
+	*cfg = (struct tp_rdma_cfg){
+		.api = api,
+		.device = s->device_name,
+		.ib_port = (unsigned)s->ib_port,
+		.gid_index = (int)s->gid_index,
+		.max_chans = (unsigned)s->max_channels_per_peer,
+		.connect_timeout_ms = (unsigned)PC_MIN(s->rpc_timeout_ms, 5000),
+		.secret = *s->cluster_secret ? s->cluster_secret : NULL,
+	};
 }
 
-const char *tp_select(const struct pc_settings *s)
+int tp_select(const struct pc_settings *s, const struct rv_api *api)
 {
-	if (s->protocol == PC_PROTO_AUTO) {
-		int n = tp_rdma_devices();
-		PC_LOGI(LOG_MOD, "protocol=auto: %d RDMA device%s found; using "
-			"TCP (the RDMA data path is not in this version)", n,
-			n == 1 ? "" : "s");
+	if (s->protocol == PC_PROTO_TCP)
+		return PC_PROTO_TCP;
+	struct tp_rdma_cfg cfg;
+	tp_rdma_cfg_of(s, api, &cfg);
+	char why[200];
+	int n = tp_rdma_probe(&cfg, why, sizeof(why));
+	if (n > 0) {
+		PC_LOGI(LOG_MOD, "protocol=%s: %s; data moves over RDMA (TCP "
+			"for peers without it)",
+			s->protocol == PC_PROTO_AUTO ? "auto" : "rdma", why);
+		return PC_PROTO_RDMA;
 	}
-	return "tcp";
+	if (s->protocol == PC_PROTO_RDMA) {
+		PC_LOGE(LOG_MOD, "protocol=rdma: no usable RDMA device (%s); "
+			"set protocol = auto or tcp to run over TCP", why);
+		return -ENODEV;
+	}
+	PC_LOGI(LOG_MOD, "protocol=auto: no usable RDMA device (%s); data "
+		"moves over TCP", why);
+	return PC_PROTO_TCP;
 }

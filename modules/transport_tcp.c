@@ -40,6 +40,8 @@
 #include "common/auth.h"
 #include "modules/modules.h"
 #include "modules/transport.h"
+#include "modules/transport_mixed.h"
+#include "modules/transport_rdma.h"
 #include "modules/transport_tcp.h"
 #include "modules/transport_wire.h"
 #include "modules/spread.h"
@@ -72,6 +74,9 @@ static struct {
 	struct rx_budget budget;
 	met_id conns_open, conns_refused, conns_evicted, conns_timed_out;
 	met_id preauth_violations;
+	/* with an RDMA device: RDMA beside TCP (transport_mixed.h) */
+	struct tp_node *rdma, *mixed;
+	struct tp_client **tcpc, **rdmac; /* per reactor */
 } g;
 
 /* ------------------------------------------------------------------ regions */
@@ -713,6 +718,70 @@ static const struct tp_ops tcp_ops = {
 	.fail_node = tp_tcpc_fail_node,
 };
 
+/* The verbs behind protocol = auto | rdma: the real libraries, or what a
+ * test put there (tp_tcp_set_verbs). */
+static const struct rv_api *verbs = &rv_real;
+
+void tp_tcp_set_verbs(const struct rv_api *api)
+{
+	verbs = api ? api : &rv_real;
+}
+
+/* RDMA beside TCP: the RDMA node and the mixed layer published instead of
+ * plain TCP (the TCP server and clients run as without RDMA). */
+static int rdma_init(const struct pc_settings *s, unsigned threads)
+{
+	struct tp_rdma_cfg cfg;
+	tp_rdma_cfg_of(s, verbs, &cfg);
+	int ret = tp_rdma_node_new(&cfg, &g.rdma);
+	if (ret < 0)
+		return ret;
+	g.mixed = tp_mixed_node_new(&tp_rdma_ops, g.rdma, &g.node.regs);
+	g.tcpc = calloc(threads, sizeof(*g.tcpc));
+	g.rdmac = calloc(threads, sizeof(*g.rdmac));
+	if (!g.mixed || !g.tcpc || !g.rdmac)
+		return -ENOMEM;
+	g.svc.ops = &tp_mixed_ops;
+	g.svc.node = g.mixed;
+	return 0;
+}
+
+static void rdma_undo(void)
+{
+	tp_mixed_node_free(g.mixed);
+	tp_rdma_node_free(g.rdma);
+	free(g.tcpc);
+	free(g.rdmac);
+	g.mixed = g.rdma = NULL;
+	g.tcpc = g.rdmac = NULL;
+	g.svc.ops = &tcp_ops;
+	g.svc.node = &g.node;
+}
+
+/* This reactor's RDMA and mixed clients over its TCP client tc; reactor 0
+ * also accepts RDMA peers on the data port's number. */
+static int rdma_start(struct rx_reactor *r, unsigned id, struct tp_client *tc,
+		      const char *host, const char *advertised)
+{
+	int err = 0;
+	g.tcpc[id] = tc;
+	g.rdmac[id] = tp_rdma_client_new(g.rdma, r, &err);
+	if (!g.rdmac[id])
+		return err;
+	g.svc.clients[id] = tp_mixed_client_new(r, &tp_rdma_ops, g.rdmac[id],
+						&tcp_ops, tc);
+	if (!g.svc.clients[id])
+		return -ENOMEM;
+	if (id != 0)
+		return 0;
+	uint16_t bound;
+	err = tp_rdma_node_listen(g.rdma, r, host, g.port, advertised, &bound);
+	if (err < 0)
+		PC_LOGE(LOG_MOD, "RDMA listener on %s:%u: %s", host, g.port,
+			strerror(-err));
+	return err;
+}
+
 static int t_init(struct pc_ctx *ctx)
 {
 	const struct pc_settings *s = ctx->cfg;
@@ -730,14 +799,22 @@ static int t_init(struct pc_ctx *ctx)
 	g.svc.clients = calloc(ctx->threads, sizeof(*g.svc.clients));
 	if (!g.l || !g.svc.clients)
 		return -ENOMEM;
-	const char *want = tp_select(s);
-	if (strcmp(want, tcp_ops.name) != 0) {
-		PC_LOGE(LOG_MOD, "transport %s is not supported by this build",
-			want);
-		return -EOPNOTSUPP;
-	}
+	int proto = tp_select(s, verbs);
+	if (proto < 0)
+		return proto;
 	g.svc.ops = &tcp_ops;
 	g.svc.node = &g.node;
+	if (proto == PC_PROTO_RDMA) {
+		int ret = rdma_init(s, ctx->threads);
+		if (ret < 0 && s->protocol == PC_PROTO_RDMA)
+			return ret;
+		if (ret < 0) {
+			PC_LOGW(LOG_MOD, "protocol=auto: the RDMA device could "
+				"not be used (%s); data moves over TCP",
+				strerror(-ret));
+			rdma_undo();
+		}
+	}
 	int ret = svc_publish_transport(ctx, "transport", &g.svc);
 	if (ret < 0)
 		return ret;
@@ -789,12 +866,14 @@ static int t_start(struct rx_reactor *r, struct pc_ctx *ctx)
 				&err);
 	if (!g.l[id])
 		return err;
+	char addr[300];
 	if (id == 0) {
 		g.port = rx_listener_port(g.l[0]);
-		char addr[300];
 		snprintf(addr, sizeof(addr), "%s:%u", s->bind, g.port);
 		pc_ctx_publish(ctx, "data", addr);
 	}
+	if (g.rdma)
+		return rdma_start(r, id, tc, s->bind, id == 0 ? addr : NULL);
 	return 0;
 }
 
@@ -808,11 +887,23 @@ static void t_stop(struct rx_reactor *r, struct pc_ctx *ctx)
 		rx_listener_close(g.l[id]);
 		g.l[id] = NULL;
 	}
+	if (g.rdmac && g.rdmac[id])
+		tp_rdma_client_stop(g.rdmac[id]);
+	if (g.rdma && id == 0)
+		tp_rdma_node_unlisten(g.rdma);
 }
 
 static void t_exit(struct rx_reactor *r, struct pc_ctx *ctx)
 {
 	unsigned id = rx_reactor_id(r);
+	if (g.rdma && g.svc.clients && g.svc.clients[id]) {
+		tp_mixed_client_free(g.svc.clients[id]);
+		g.svc.clients[id] = g.tcpc[id];
+	}
+	if (g.rdmac && g.rdmac[id]) {
+		tp_rdma_client_free(g.rdmac[id]);
+		g.rdmac[id] = NULL;
+	}
 	if (g.svc.clients && g.svc.clients[id]) {
 		tp_tcpc_free(g.svc.clients[id]);
 		g.svc.clients[id] = NULL;
@@ -821,8 +912,11 @@ static void t_exit(struct rx_reactor *r, struct pc_ctx *ctx)
 
 static void t_fini(struct pc_ctx *ctx)
 {
-	if (g.svc.node == &g.node) {
+	if (g.svc.node && (g.svc.node == &g.node || g.svc.node == g.mixed)) {
 		svc_withdraw_transport(ctx);
+		/* RDMA's MRs go first; the TCP table then runs the regions'
+		 * released hooks. */
+		rdma_undo();
 		tp_regs_fini(&g.node.regs);
 		g.svc.node = NULL;
 		g.svc.ops = NULL;

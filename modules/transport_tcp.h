@@ -20,6 +20,11 @@ struct tp_tcpc_cfg {
 	met_id writes, write_bytes, write_errors, chans_open;
 };
 
+struct rv_api;
+/* Tests: the verbs the module uses for protocol = auto | rdma (NULL: the
+ * real libraries). Before the module's init. */
+void tp_tcp_set_verbs(const struct rv_api *api);
+
 /* Register the client counters in cfg (main thread, once). */
 void tp_tcpc_metrics(struct tp_tcpc_cfg *cfg);
 /* A client on reactor r (its thread); NULL when out of memory. */

@@ -126,7 +126,6 @@ static void expect_refused(char *key, char *val, const char *want)
 
 Test(settings, unsupported_choices_are_refused_loudly)
 {
-	expect_refused("--protocol", "rdma", "not supported yet");
 	expect_refused("--bind", "0.0.0.0", "needs cluster_secret");
 	expect_refused("--reactor-sq-entries", "1000", "not a power of two");
 	expect_refused("--reactor-buf-count", "100", "not a power of two");
