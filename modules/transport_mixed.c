@@ -293,7 +293,7 @@ static void sub_done(void *arg, void *ops, unsigned n)
 	uint64_t now = rx_now_ns(mc->r);
 	if (nagain && now < b->deadline_ns &&
 	    sub_fill(b, SUB_RETRY, again, nagain) == 0) {
-		mc->fallbacks += nagain;
+		__atomic_add_fetch(&mc->fallbacks, nagain, __ATOMIC_RELAXED);
 		unsigned left = (unsigned)((b->deadline_ns - now) / 1000000u);
 		sub_start(b, SUB_RETRY, PC_MAX(left, 1u));
 	} else if (again && !b->s[SUB_RETRY].idx) {
@@ -496,5 +496,5 @@ void tp_mixed_client_free(struct tp_client *mc)
 
 uint64_t tp_mixed_client_fallbacks(const struct tp_client *mc)
 {
-	return mc->fallbacks;
+	return __atomic_load_n(&mc->fallbacks, __ATOMIC_RELAXED);
 }

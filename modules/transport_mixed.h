@@ -39,7 +39,8 @@ struct tp_client *tp_mixed_client_new(struct rx_reactor *r,
 				      struct tp_client *tcp);
 /* After every batch finished. */
 void tp_mixed_client_free(struct tp_client *tc);
-/* Operations sent over TCP because their peer has no RDMA (counter). */
+/* Operations sent over TCP because their peer has no RDMA (counter; any
+ * thread may read it). */
 uint64_t tp_mixed_client_fallbacks(const struct tp_client *tc);
 
 #endif /* PC_MODULES_TRANSPORT_MIXED_H */

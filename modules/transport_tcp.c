@@ -29,6 +29,7 @@
  */
 #include <endian.h>
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,6 +78,7 @@ static struct {
 	/* with an RDMA device: RDMA beside TCP (transport_mixed.h) */
 	struct tp_node *rdma, *mixed;
 	struct tp_client **tcpc, **rdmac; /* per reactor */
+	unsigned threads;
 } g;
 
 /* ------------------------------------------------------------------ regions */
@@ -727,6 +729,59 @@ void tp_tcp_set_verbs(const struct rv_api *api)
 	verbs = api ? api : &rv_real;
 }
 
+/* The RDMA counters (struct tp_rdma_stats) as metrics, read when scraped. */
+#define RM(f, name, help) {offsetof(struct tp_rdma_stats, f), name, help}
+static const struct {
+	size_t off;
+	const char *name, *help;
+} rdma_metrics[] = {
+	RM(chans_opened, "peercache_rdma_channels_opened_total",
+	   "RDMA channels (RC queue pairs) opened to peers"),
+	RM(chans_failed, "peercache_rdma_channels_failed_total",
+	   "RDMA channels that did not connect (refused, no route, timeout)"),
+	RM(chans_torn_down, "peercache_rdma_channels_closed_total",
+	   "RDMA channels closed (errors, timeouts, cancels, peers gone)"),
+	RM(reads, "peercache_rdma_reads_total", "RDMA READs completed"),
+	RM(read_bytes, "peercache_rdma_read_bytes_total", "bytes read by RDMA"),
+	RM(writes, "peercache_rdma_writes_total", "RDMA WRITEs completed"),
+	RM(write_bytes, "peercache_rdma_write_bytes_total",
+	   "bytes written by RDMA"),
+	RM(wc_errors, "peercache_rdma_wc_errors_total",
+	   "RDMA completions with an error status"),
+	RM(retried, "peercache_rdma_retried_total",
+	   "RDMA operations posted again after their channel failed"),
+	RM(post_failures, "peercache_rdma_post_failures_total",
+	   "ibv_post_send calls that failed"),
+	RM(timeouts, "peercache_rdma_batch_timeouts_total",
+	   "RDMA batches that ran out of time"),
+	RM(lazy_mrs, "peercache_rdma_lazy_mrs_total",
+	   "memory registered for one batch (outside registered regions)"),
+	RM(accepted, "peercache_rdma_accepted_total",
+	   "peers' RDMA connect requests accepted"),
+	RM(refused, "peercache_rdma_refused_total",
+	   "peers' RDMA connect requests refused (secret, protocol)"),
+};
+
+static double rdma_metric(void *arg)
+{
+	struct tp_rdma_stats st;
+	if (!g.rdma)
+		return 0;
+	tp_rdma_node_stats(g.rdma, &st);
+	return (double)*(const uint64_t *)((const char *)&st +
+					   (size_t)(uintptr_t)arg);
+}
+
+static double rdma_fallbacks(void *arg)
+{
+	(void)arg;
+	uint64_t n = 0;
+	for (unsigned i = 0; g.rdma && g.svc.clients && i < g.threads; i++)
+		if (g.svc.clients[i] && g.rdmac[i])
+			n += tp_mixed_client_fallbacks(g.svc.clients[i]);
+	return (double)n;
+}
+
 /* RDMA beside TCP: the RDMA node and the mixed layer published instead of
  * plain TCP (the TCP server and clients run as without RDMA). */
 static int rdma_init(const struct pc_settings *s, unsigned threads)
@@ -743,6 +798,15 @@ static int rdma_init(const struct pc_settings *s, unsigned threads)
 		return -ENOMEM;
 	g.svc.ops = &tp_mixed_ops;
 	g.svc.node = g.mixed;
+	g.threads = threads;
+	for (size_t i = 0; i < sizeof(rdma_metrics) / sizeof(rdma_metrics[0]);
+	     i++)
+		met_register_counter_fn(rdma_metrics[i].name,
+					rdma_metrics[i].help, NULL, rdma_metric,
+					(void *)(uintptr_t)rdma_metrics[i].off);
+	met_register_counter_fn("peercache_rdma_tcp_fallbacks_total",
+				"operations sent over TCP because their peer "
+				"has no RDMA", NULL, rdma_fallbacks, NULL);
 	return 0;
 }
 
