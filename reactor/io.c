@@ -40,6 +40,8 @@ static int watch_arm(struct rx_watch *w)
 	return 0;
 }
 
+static void watch_retry(struct rx_reactor *r, struct rx_timer *t);
+
 struct rx_watch *rx_watch_fd(struct rx_reactor *r, int fd, uint32_t events,
 			     rx_watch_fn cb, void *arg, int *err)
 {
@@ -58,6 +60,7 @@ struct rx_watch *rx_watch_fd(struct rx_reactor *r, int fd, uint32_t events,
 	w->cb = cb;
 	w->arg = arg;
 	w->op = RX_NO_OP;
+	rx_timer_init(&w->retry, watch_retry, w);
 	*err = watch_arm(w);
 	if (*err) {
 		free(w);
@@ -69,13 +72,20 @@ struct rx_watch *rx_watch_fd(struct rx_reactor *r, int fd, uint32_t events,
 
 static void watch_free(struct rx_watch *w)
 {
+	if (rx_timer_armed(&w->retry))
+		rx_timer_stop(w->r, &w->retry);
 	RX_LIST_DEL(w->r->watches, w);
 	free(w);
 }
 
-/* Ask the kernel to end w's poll. A removal that meets the poll while it
- * fires finds nothing to remove (-EALREADY) and the poll stays armed: its
- * next completion still says "more", and watch_on_poll asks again. */
+/*
+ * Ask the kernel to end w's poll. A removal that meets the poll while it
+ * fires finds nothing to remove (-EALREADY) and the poll stays armed: if
+ * the wake-up finds events, its completion still says "more" and
+ * watch_on_poll asks again; if the fd was drained meanwhile, the poll
+ * re-arms without a completion, so a timer asks again until the poll's
+ * last completion frees the watch.
+ */
 static void watch_remove(struct rx_watch *w)
 {
 	struct io_uring_sqe *sqe = rx_sqe(w->r);
@@ -83,6 +93,16 @@ static void watch_remove(struct rx_watch *w)
 		io_uring_prep_poll_remove(sqe, rx_op_ud(w->r, w->op));
 		io_uring_sqe_set_data64(sqe, 0);
 	}
+	if (!rx_timer_armed(&w->retry))
+		rx_timer_start(w->r, &w->retry, RX_MS(5), 0);
+}
+
+static void watch_retry(struct rx_reactor *r, struct rx_timer *t)
+{
+	struct rx_watch *w = t->arg;
+	(void)r;
+	if (w->op != RX_NO_OP)
+		watch_remove(w);
 }
 
 static void watch_on_poll(struct rx_reactor *r, struct rx_op *op,

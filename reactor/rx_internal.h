@@ -172,6 +172,7 @@ struct rx_watch {
 	bool cancelled;
 	rx_watch_fn cb;
 	void *arg;
+	struct rx_timer retry;  /* cancelled: ask for the removal again */
 	struct rx_watch *prev, *next;
 };
 

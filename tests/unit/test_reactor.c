@@ -375,6 +375,38 @@ Test(reactor, watch_cancelled_while_its_fd_fires_ends, .timeout = 60)
 	}
 }
 
+/* The same, with the fd drained between its wake-up and the removal: the
+ * poll then re-arms without a completion, and only asking again ends it. */
+static void wr_tick_drained(struct rx_reactor *r, struct rx_timer *t)
+{
+	uint64_t one = 1, v;
+	(void)t;
+	write(wr.efd, &one, sizeof(one));
+	while (read(wr.efd, &v, sizeof(v)) == sizeof(v))
+		;
+	rx_watch_cancel(wr.w);
+	rx_reactor_stop(r);
+}
+
+Test(reactor, watch_cancelled_after_a_drained_wakeup_ends, .timeout = 60)
+{
+	for (wr.rounds = 0; wr.rounds < 50; wr.rounds++) {
+		struct rx_params p;
+		rx_params_default(&p);
+		p.shutdown_grace_ms = 100000; /* the test's timeout fires first */
+		struct rx_reactor *r = tu_reactor(&p);
+		wr.efd = eventfd(0, EFD_NONBLOCK);
+		int err;
+		wr.w = rx_watch_fd(r, wr.efd, POLLIN, wr_noop, NULL, &err);
+		cr_assert(wr.w);
+		rx_timer_init(&wr.t, wr_tick_drained, NULL);
+		rx_timer_start(r, &wr.t, RX_MS(1), 0);
+		tu_run(r, 50000);
+		close(wr.efd);
+		rx_reactor_destroy(r);
+	}
+}
+
 /* ---------------------------------------------------------------- file I/O */
 
 struct file_test {
