@@ -311,7 +311,7 @@ static int dev_open(const struct tp_rdma_cfg *cfg, struct ibv_context **out,
 	struct ibv_context **list = cfg->api->get_devices(&n);
 	bool named = cfg->device && *cfg->device;
 	snprintf(why, whylen, "%s", n > 0 ? "no device matches"
-					  : "rdma_cm sees no device");
+					  : "no RDMA device seen by rdma_cm");
 	if (named && n > 0)
 		snprintf(why, whylen, "no RDMA device named %s", cfg->device);
 	int found = 0;
@@ -396,10 +396,10 @@ static int rdma_dereg(struct tp_node *tn, uint32_t key)
 		pthread_mutex_unlock(&tn->lock);
 		return -ENOENT;
 	}
-	/* Once dereg_mr returns, no peer reaches the bytes; local
-	 * operations that named its lkey hold their own registration
-	 * (lkey_of registers per batch for memory outside the table at the
-	 * time they started). */
+	/* Once dereg_mr returns, no peer reaches the bytes. A local
+	 * operation still in flight that lands in the region (its lkey
+	 * taken from this MR) then fails with a local protection error
+	 * (-EINVAL): it never writes memory the region no longer owns. */
 	struct tp_region r = g->r;
 	int ret = tn->api->dereg_mr(g->mr);
 	if (ret)
@@ -515,7 +515,7 @@ static uint32_t lkey_of(struct rbatch *b, const void *p, size_t len, int *err)
 /* ----------------------------------------------------------- batches */
 
 /* How a closing channel's operations go on. */
-enum td { TD_FAIL, TD_RETRY, TD_CONNFAIL };
+enum td { TD_FAIL, TD_RETRY, TD_CONNFAIL, TD_ABORT };
 
 static void chan_teardown(struct rchan *ch, enum td mode, int err);
 static void op_place(struct tp_client *tc, struct rop *o, bool may_open);
@@ -573,7 +573,7 @@ static void batch_abort(struct rbatch *b, int err)
 		if (o->fin)
 			continue;
 		if (o->ch && o->posted)
-			chan_teardown(o->ch, TD_RETRY, -ECONNRESET);
+			chan_teardown(o->ch, TD_ABORT, -ECONNRESET);
 		else if (o->ch)
 			op_unqueue(o);
 	}
@@ -662,7 +662,9 @@ static void cq_destroy(struct tp_node *tn, struct ibv_cq **cq)
  * the posted ones once more and the queued ones again on the peer's other
  * channels (a new one if need be); TD_CONNFAIL (the channel never
  * connected) moves the queued ones to channels that are still open or
- * opening, and ends them with err when there are none. The id is
+ * opening, and ends them with err when there are none; TD_ABORT (another
+ * batch's timeout or cancel) moves every one on without using up its
+ * retry. The id is
  * destroyed later, outside any rdma_cm event handling.
  */
 static void chan_teardown(struct rchan *ch, enum td mode, int err)
@@ -703,11 +705,14 @@ static void chan_teardown(struct rchan *ch, enum td mode, int err)
 		o->posted = false;
 		if (o->fin)
 			continue;
-		bool again = mode == TD_RETRY && !o->retried &&
+		/* TD_ABORT: another batch's timeout or cancel closed the
+		 * channel; these were not at fault and keep their retry. */
+		bool again = (mode == TD_ABORT ||
+			      (mode == TD_RETRY && !o->retried)) &&
 			     !o->b->c.cancelled &&
 			     !o->b->c.timed_out && !tc->stopping;
 		if (again) {
-			o->retried = true;
+			o->retried |= mode == TD_RETRY;
 			STAT_ADD(tn, retried, 1);
 			op_place(tc, o, true);
 		} else {
@@ -725,11 +730,11 @@ static void chan_teardown(struct rchan *ch, enum td mode, int err)
 		/* Queued ones never ran: they move on, a few times at most
 		 * (a peer that accepts and drops every channel). */
 		bool again = !tc->stopping && o->moves < 3 &&
-			     (mode == TD_RETRY ||
+			     (mode == TD_RETRY || mode == TD_ABORT ||
 			      (mode == TD_CONNFAIL && p->chans));
 		if (again) {
 			o->moves++;
-			op_place(tc, o, mode == TD_RETRY);
+			op_place(tc, o, mode != TD_CONNFAIL);
 		} else {
 			op_end(o, err);
 		}

@@ -804,6 +804,105 @@ Test(transport_rdma, timed_out_batch_never_lands)
 	run(&o, s);
 }
 
+/* --------------------- other batches on a channel an abort closes */
+
+/* Batch A shares the one channel with short batches that time out, one
+ * after the other: each timeout closes the channel, A's posted reads go
+ * on (they were not at fault, so they keep their one retry), and land
+ * once the node answers again. */
+static struct tp_read by_rd[1];
+static bool by_a_done;
+
+static void by_adone(void *arg, struct tp_read *reads, unsigned n)
+{
+	(void)arg;
+	(void)reads;
+	(void)n;
+	by_a_done = true;
+}
+
+static void by_bdone(void *arg, struct tp_read *reads, unsigned n)
+{
+	struct rfx *f = arg;
+	(void)n;
+	cr_assert_eq(reads, by_rd);
+	cr_assert_eq(by_rd[0].res, -ETIMEDOUT, "%s",
+		     strerror(-by_rd[0].res));
+	/* It was posted (in flight) when it timed out: the case's point. */
+	rx_timer_stop(f->r, &f->poll);
+	cr_assert(all_posted(f), "B timed out before it was posted");
+	next(f);
+}
+
+static void by_b(struct rfx *f)
+{
+	cr_assert_not(by_a_done, "the bystander batch ended early");
+	memset(by_rd, 0, sizeof(by_rd));
+	snprintf(by_rd[0].peer, sizeof(by_rd[0].peer), "%s", f->ep);
+	by_rd[0].rkey = f->key;
+	by_rd[0].addr = (uintptr_t)f->mem;
+	by_rd[0].len = 512;
+	by_rd[0].dst = f->dst + (size_t)(OPS_MAX - 1) * SLOT;
+	f->st0 = cli_stats(f);
+	f->n = 1;
+	cr_assert_eq(tp_rdma_ops.read_batch(f->tc, by_rd, 1, 100, by_bdone,
+					    f), 0);
+}
+
+static void by_go(struct rfx *f)
+{
+	by_a_done = false;
+	cr_assert_eq(rsim_silence(f->ep, true), 0);
+	rd_many(f, 16, f->dst);
+	f->n = 16;
+	f->st0 = cli_stats(f);
+	cr_assert_eq(tp_rdma_ops.read_batch(f->tc, f->rd, 16, LIMIT_MS / 2,
+					    by_adone, f), 0);
+	wait_for(f, all_posted, "A's reads to be posted");
+}
+
+/* B's read waits behind A's on the channel: posted once it is back. */
+static void by_b_posted(struct rfx *f)
+{
+	by_b(f);
+	wait_for(f, all_posted, "B's read to be posted");
+}
+
+static void by_wait_b(struct rfx *f)
+{
+	(void)f; /* by_bdone moves on */
+}
+
+static bool by_a_ended(struct rfx *f)
+{
+	(void)f;
+	return by_a_done;
+}
+
+static void by_release(struct rfx *f)
+{
+	cr_assert_not(by_a_done, "the bystander batch ended early");
+	cr_assert_geq(cli_stats(f).chans_torn_down, 2);
+	cr_assert_eq(rsim_silence(f->ep, false), 0);
+	wait_for(f, by_a_ended, "the bystander batch");
+}
+
+static void by_check(struct rfx *f)
+{
+	for (unsigned i = 0; i < 16; i++)
+		rd_landed(f, i);
+	next(f);
+}
+
+Test(transport_rdma, other_batches_survive_aborts_of_their_channel)
+{
+	static const step_fn s[] = {by_go, by_b_posted, by_wait_b,
+				    by_b_posted, by_wait_b, by_release,
+				    by_check, NULL};
+	struct ropts o = {.max_chans = 1};
+	run(&o, s);
+}
+
 /* ----------------------------------------- per-batch registrations */
 
 #define LZ_N 16
