@@ -1,5 +1,9 @@
 /*
- * tests/fake/rdma_sim.c — the simulated RDMA fabric (rdma_sim.h).
+ * tests/fake/rdma_sim.c — the simulated RDMA fabric (rdma_sim.h): devices
+ * and contexts, PDs, MRs, CQs and completion channels, QPs and the worker
+ * that carries out their work requests, faults, stats, rsim_reset and the
+ * rv_api table. rdma_cm (event channels, ids, connections, cm events) is
+ * in rdma_sim_cm.c; what both share is in rdma_sim_int.h.
  *
  * Owns: every sim object, in lists under one global mutex (S.mu), and the
  * worker thread. Threading: the rv_api entries run on the callers' threads
@@ -13,12 +17,11 @@
  *
  * Invariants: a QP's completions are all made by the worker, in WR order
  * (disconnect, modify_qp and kills only mark the QP; the worker flushes).
- * An fd of a channel is readable iff its queue is non-empty (fd_level).
- * Keys (lkey/rkey) come from a bijection of a process-wide counter, so
- * they are never reused while the process lives, even across rsim_reset.
+ * An fd of a channel is readable iff its queue is non-empty
+ * (rsim_fd_level). Keys (lkey/rkey) come from a bijection of a
+ * process-wide counter, so they are never reused while the process lives,
+ * even across rsim_reset.
  */
-#include "tests/fake/rdma_sim.h"
-
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -31,210 +34,16 @@
 #include <time.h>
 #include <unistd.h>
 
-#define DEVS_MAX 8
-#define SGE_MAX 16
+#include "tests/fake/rdma_sim_int.h"
+
 #define WR_MAX 16384
 #define CQE_MAX 65536
 #define GIDS 16
-#define CONN_PDATA_MAX 56
-#define ACCEPT_PDATA_MAX 196
-#define REJECT_PDATA_MAX 148
-#define CM_DELAY_NS 20000ull
 #define DELAY_MAX_US_DEFAULT 50
 #define KILL_DELAY_NS (RSIM_KILL_DELAY_MS * 1000000ull)
-#define PORT_FIRST 20000
-#define PORT_LAST 60999
 #define COPY_CHUNK 4096u
 
-/* Unlink x from the singly linked list at head (by ->next). */
-#define UNLINK(head, x)                                                     \
-	do {                                                                \
-		__typeof__(x) *pp_ = &(head);                               \
-		while (*pp_ && *pp_ != (x))                                 \
-			pp_ = &(*pp_)->next;                                \
-		if (*pp_)                                                   \
-			*pp_ = (x)->next;                                   \
-	} while (0)
-
-struct skey { /* an IPv4 address, host order */
-	uint32_t ip;
-	uint16_t port;
-};
-
-struct sim_ctx;
-
-struct sim_dev {
-	struct ibv_device dev;   /* first: handed out */
-	struct sim_ctx *cm_ctx;  /* rdma_cm's own context of the device */
-	int port_state;
-	unsigned idx;
-};
-
-struct sim_ctx {
-	struct ibv_context ctx;  /* first */
-	struct sim_dev *dev;
-	bool cm;                 /* rdma_cm's (not closable) */
-	unsigned users;          /* PDs, CQs, comp channels on it */
-	struct sim_ctx *next;
-};
-
-struct sim_mr;
-
-struct sim_pd {
-	struct ibv_pd pd;        /* first */
-	struct sim_ctx *ctx;
-	unsigned users;          /* MRs and QPs */
-	struct sim_mr *mrs;
-	struct sim_pd *next;
-};
-
-struct sim_mr {
-	struct ibv_mr mr;        /* first */
-	int access;
-	struct sim_pd *pd;
-	struct sim_mr *next;
-};
-
-struct sim_cq;
-
-struct sim_cqev { /* one completion event queued on a channel */
-	struct sim_cq *cq;
-	struct sim_cqev *next;
-};
-
-struct sim_cch {
-	struct ibv_comp_channel ch; /* first */
-	struct sim_ctx *ctx;
-	struct sim_cqev *head, *tail;
-	bool fd_up;
-	unsigned cqs;
-	struct sim_cch *next;
-};
-
-struct sim_qp;
-
-struct sim_wce { /* a completion in a CQ */
-	struct ibv_wc wc;
-	struct sim_qp *qp;       /* NULL once the QP is destroyed */
-	uint64_t seq;            /* of its WR: frees send queue slots */
-};
-
-struct sim_cq {
-	struct ibv_cq cq;        /* first */
-	struct sim_ctx *ctx;
-	struct sim_cch *ch;
-	struct sim_wce *ring;
-	int cap, head, n;
-	bool armed;
-	uint64_t got, acked;     /* completion events */
-	unsigned qps;            /* QPs using it (as send or recv CQ) */
-	struct sim_cq *next;
-};
-
-struct sim_wr {
-	uint64_t wr_id;
-	enum ibv_wr_opcode op;
-	bool signaled;
-	int nsge;
-	struct ibv_sge sge[SGE_MAX];
-	uint64_t raddr;
-	uint32_t rkey;
-	uint64_t len;            /* sum of the sges */
-	uint64_t seq, due_ns;
-	enum ibv_wc_status override; /* not SUCCESS: complete with this */
-	struct sim_wr *next;
-};
-
-struct sim_id;
-
-struct sim_qp {
-	struct ibv_qp qp;        /* first */
-	struct sim_id *id;
-	struct sim_pd *pd;
-	struct sim_cq *scq, *rcq;
-	struct sim_qp *peer;     /* the connected QP; NULL once it is gone */
-	struct skey node;        /* the listener the connection went through */
-	bool linked;             /* was connected to a peer */
-	bool ready;              /* RTS */
-	bool error;
-	uint64_t posted, polled; /* WR seqs: slots used = posted - polled */
-	unsigned max_wr, max_sge;
-	struct sim_wr *head, *tail;
-	uint64_t last_due;
-	uint64_t gone_ns;        /* when peer went away */
-	uint64_t kill_due;       /* node killed: apply then; 0 none */
-	struct sim_qp *next;
-};
-
-enum id_state {
-	ID_IDLE, ID_BOUND, ID_LISTEN, ID_ADDR, ID_ROUTE, ID_CONNECTING,
-	ID_REQ, ID_CONNECTED, ID_DISC, ID_DONE,
-};
-
-struct sim_ech;
-
-struct sim_id {
-	struct rdma_cm_id id;    /* first */
-	struct sim_ech *ch;
-	enum id_state st;
-	struct skey src, dst;
-	bool bound;
-	bool dead;               /* a killed listener */
-	struct sim_id *peer;     /* the other end while connecting/connected */
-	struct sim_id *listener; /* for an id of a connect request */
-	struct sim_qp *qp;
-	unsigned unacked;
-	struct sim_id *next;
-};
-
-struct sim_ev {
-	struct rdma_cm_event ev; /* first: handed out */
-	uint8_t pdata[256];
-	struct sim_id *sid, *slisten;
-	uint64_t due;
-	struct sim_ev *next;
-};
-
-struct sim_ech {
-	struct rdma_event_channel ch; /* first */
-	struct sim_ev *head, *tail;
-	bool fd_up;
-	unsigned ids;
-	struct sim_ech *next;
-};
-
-struct sim_node { /* faults of one listener address */
-	struct skey key;
-	unsigned min_us, max_us;
-	bool silent, silent_cm;
-	unsigned fail_n;
-	enum ibv_wc_status fail_st;
-	struct sim_node *next;
-};
-
-static struct {
-	pthread_mutex_t mu;
-	pthread_cond_t wake;     /* the worker: work may be due */
-	pthread_cond_t idle;     /* !busy */
-	bool worker_on, stop, busy;
-	pthread_t worker;
-	struct sim_dev *devs[DEVS_MAX];
-	unsigned ndevs;
-	struct sim_ctx *ctxs;
-	struct sim_pd *pds;
-	struct sim_cch *cchs;
-	struct sim_cq *cqs;
-	struct sim_qp *qps;
-	struct sim_ech *echs;
-	struct sim_id *ids;
-	struct sim_node *nodes;
-	struct sim_ev *pend_head, *pend_tail, *gotten;
-	uint64_t pend_last_due;
-	uint64_t rng;
-	uint32_t qpn_next;
-	uint16_t port_next;
-	struct rsim_stats st;
-} S = {.mu = PTHREAD_MUTEX_INITIALIZER};
+struct rsim_state rsim_fabric = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static uint32_t key_ctr, key_seed;
@@ -255,18 +64,18 @@ static void sim_init(void)
 	S.port_next = PORT_FIRST;
 }
 
-static void lock(void)
+void rsim_lock(void)
 {
 	pthread_once(&once, sim_init);
 	pthread_mutex_lock(&S.mu);
 }
 
-static void unlock(void)
+void rsim_unlock(void)
 {
 	pthread_mutex_unlock(&S.mu);
 }
 
-static uint64_t now_ns(void)
+uint64_t rsim_now_ns(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -303,7 +112,7 @@ static uint32_t key_new(void)
 }
 
 /* The fd of a channel is readable iff want (an eventfd used as a level). */
-static void fd_level(int fd, bool *up, bool want)
+void rsim_fd_level(int fd, bool *up, bool want)
 {
 	uint64_t v = 1;
 	if (want && !*up) {
@@ -318,7 +127,7 @@ static void fd_level(int fd, bool *up, bool want)
 static void *worker_main(void *arg);
 
 /* Work may be due: make sure the worker runs and looks. */
-static void kick(void)
+void rsim_kick(void)
 {
 	if (!S.worker_on) {
 		S.stop = false;
@@ -337,33 +146,13 @@ static void wait_idle(void)
 		pthread_cond_wait(&S.idle, &S.mu);
 }
 
-static int fail(int e) /* -1 with errno, the libraries' way */
+int rsim_fail(int e) /* -1 with errno, the libraries' way */
 {
 	errno = e;
 	return -1;
 }
 
-/* ------------------------------------------------------------ addresses */
-
-static int key_of(const struct sockaddr *sa, struct skey *k)
-{
-	if (!sa || sa->sa_family != AF_INET)
-		return -EAFNOSUPPORT;
-	const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
-	k->ip = ntohl(in->sin_addr.s_addr);
-	k->port = ntohs(in->sin_port);
-	if (k->ip != INADDR_ANY && (k->ip >> 24) != 127)
-		return -EADDRNOTAVAIL;
-	return 0;
-}
-
-static void sin_of(const struct skey *k, struct sockaddr_in *in)
-{
-	memset(in, 0, sizeof(*in));
-	in->sin_family = AF_INET;
-	in->sin_addr.s_addr = htonl(k->ip);
-	in->sin_port = htons(k->port);
-}
+/* ------------------------------------------------ addresses and nodes */
 
 static int key_parse(const char *s, struct skey *k)
 {
@@ -390,42 +179,14 @@ static bool key_eq(const struct skey *a, const struct skey *b)
 }
 
 /* A bound id at k (either side may be the wildcard). */
-static bool key_overlaps(const struct skey *bound, const struct skey *k)
+bool rsim_key_overlaps(const struct skey *bound, const struct skey *k)
 {
 	return bound->port == k->port &&
 	       (bound->ip == k->ip || bound->ip == INADDR_ANY ||
 		k->ip == INADDR_ANY);
 }
 
-static bool port_taken(const struct skey *k)
-{
-	for (struct sim_id *i = S.ids; i; i = i->next)
-		if (i->bound && !i->dead && key_overlaps(&i->src, k))
-			return true;
-	return false;
-}
-
-static int port_pick(struct skey *k)
-{
-	for (unsigned n = 0; n <= PORT_LAST - PORT_FIRST; n++) {
-		k->port = S.port_next;
-		S.port_next = S.port_next >= PORT_LAST ? PORT_FIRST
-						       : S.port_next + 1;
-		if (!port_taken(k))
-			return 0;
-	}
-	return -EADDRINUSE;
-}
-
-static struct sim_id *listener_find(const struct skey *k)
-{
-	for (struct sim_id *i = S.ids; i; i = i->next)
-		if (i->st == ID_LISTEN && !i->dead && key_overlaps(&i->src, k))
-			return i;
-	return NULL;
-}
-
-static struct sim_node *node_find(const struct skey *k)
+struct sim_node *rsim_node_find(const struct skey *k)
 {
 	for (struct sim_node *n = S.nodes; n; n = n->next)
 		if (key_eq(&n->key, k))
@@ -435,7 +196,7 @@ static struct sim_node *node_find(const struct skey *k)
 
 static struct sim_node *node_get(const struct skey *k)
 {
-	struct sim_node *n = node_find(k);
+	struct sim_node *n = rsim_node_find(k);
 	if (n)
 		return n;
 	n = calloc(1, sizeof(*n));
@@ -448,7 +209,7 @@ static struct sim_node *node_get(const struct skey *k)
 	return n;
 }
 
-static struct sim_dev *dev_active(void)
+struct sim_dev *rsim_dev_active(void)
 {
 	for (unsigned i = 0; i < S.ndevs; i++)
 		if (S.devs[i]->port_state == IBV_PORT_ACTIVE)
@@ -461,14 +222,14 @@ static struct sim_dev *dev_active(void)
 /* rdma_get_devices: rdma_cm's own contexts, the ones its ids use. */
 static struct ibv_context **sim_get_devices(int *num)
 {
-	lock();
+	rsim_lock();
 	struct ibv_context **l = calloc(S.ndevs + 1, sizeof(*l));
 	if (l)
 		for (unsigned i = 0; i < S.ndevs; i++)
 			l[i] = &S.devs[i]->cm_ctx->ctx;
 	if (num)
 		*num = l ? (int)S.ndevs : 0;
-	unlock();
+	rsim_unlock();
 	if (!l)
 		errno = ENOMEM;
 	return l;
@@ -481,14 +242,14 @@ static void sim_free_devices(struct ibv_context **list)
 
 static struct ibv_device **sim_get_device_list(int *num)
 {
-	lock();
+	rsim_lock();
 	struct ibv_device **l = calloc(S.ndevs + 1, sizeof(*l));
 	if (l)
 		for (unsigned i = 0; i < S.ndevs; i++)
 			l[i] = &S.devs[i]->dev;
 	if (num)
 		*num = l ? (int)S.ndevs : 0;
-	unlock();
+	rsim_unlock();
 	if (!l)
 		errno = ENOMEM;
 	return l;
@@ -523,13 +284,13 @@ static struct sim_ctx *ctx_new(struct sim_dev *d, bool cm)
 static struct ibv_context *sim_open_device(struct ibv_device *dev)
 {
 	struct sim_ctx *c = NULL;
-	lock();
+	rsim_lock();
 	for (unsigned i = 0; i < S.ndevs; i++)
 		if (&S.devs[i]->dev == dev)
 			c = ctx_new(S.devs[i], false);
 	if (c)
 		S.st.contexts_open++;
-	unlock();
+	rsim_unlock();
 	if (!c)
 		errno = ENODEV;
 	return c ? &c->ctx : NULL;
@@ -538,15 +299,15 @@ static struct ibv_context *sim_open_device(struct ibv_device *dev)
 static int sim_close_device(struct ibv_context *ctx)
 {
 	struct sim_ctx *c = (struct sim_ctx *)ctx;
-	lock();
+	rsim_lock();
 	int e = c->cm ? EINVAL : c->users ? EBUSY : 0;
 	if (!e) {
 		UNLINK(S.ctxs, c);
 		S.st.contexts_open--;
 		free(c);
 	}
-	unlock();
-	return e ? fail(e) : 0;
+	rsim_unlock();
+	return e ? rsim_fail(e) : 0;
 }
 
 static int sim_query_port(struct ibv_context *ctx, uint8_t port,
@@ -558,9 +319,9 @@ static int sim_query_port(struct ibv_context *ctx, uint8_t port,
 		return EINVAL; /* ibv_query_port returns the errno value */
 	}
 	memset(attr, 0, sizeof(*attr));
-	lock();
+	rsim_lock();
 	attr->state = (enum ibv_port_state)c->dev->port_state;
-	unlock();
+	rsim_unlock();
 	attr->max_mtu = IBV_MTU_4096;
 	attr->active_mtu = IBV_MTU_4096;
 	attr->gid_tbl_len = GIDS;
@@ -577,7 +338,7 @@ static int sim_query_gid(struct ibv_context *ctx, uint8_t port, int index,
 {
 	struct sim_ctx *c = (struct sim_ctx *)ctx;
 	if (port != 1 || index < 0 || index >= GIDS)
-		return fail(EINVAL);
+		return rsim_fail(EINVAL);
 	memset(gid, 0, sizeof(*gid));
 	gid->raw[0] = 0xfe; /* link-local, unique per device and index */
 	gid->raw[1] = 0x80;
@@ -595,7 +356,7 @@ static struct ibv_pd *sim_alloc_pd(struct ibv_context *ctx)
 		errno = ENOMEM;
 		return NULL;
 	}
-	lock();
+	rsim_lock();
 	p->pd.context = ctx;
 	p->pd.handle = key_ctr;
 	p->ctx = (struct sim_ctx *)ctx;
@@ -603,14 +364,14 @@ static struct ibv_pd *sim_alloc_pd(struct ibv_context *ctx)
 	p->next = S.pds;
 	S.pds = p;
 	S.st.pds_live++;
-	unlock();
+	rsim_unlock();
 	return &p->pd;
 }
 
 static int sim_dealloc_pd(struct ibv_pd *pd)
 {
 	struct sim_pd *p = (struct sim_pd *)pd;
-	lock();
+	rsim_lock();
 	int e = p->users ? EBUSY : 0;
 	if (!e) {
 		p->ctx->users--;
@@ -618,8 +379,8 @@ static int sim_dealloc_pd(struct ibv_pd *pd)
 		S.st.pds_live--;
 		free(p);
 	}
-	unlock();
-	return e ? fail(e) : 0;
+	rsim_unlock();
+	return e ? rsim_fail(e) : 0;
 }
 
 static struct ibv_mr *sim_reg_mr(struct ibv_pd *pd, void *addr, size_t len,
@@ -638,7 +399,7 @@ static struct ibv_mr *sim_reg_mr(struct ibv_pd *pd, void *addr, size_t len,
 		errno = ENOMEM;
 		return NULL;
 	}
-	lock();
+	rsim_lock();
 	m->mr.context = pd->context;
 	m->mr.pd = pd;
 	m->mr.addr = addr;
@@ -652,19 +413,19 @@ static struct ibv_mr *sim_reg_mr(struct ibv_pd *pd, void *addr, size_t len,
 	p->mrs = m;
 	p->users++;
 	S.st.mrs_live++;
-	unlock();
+	rsim_unlock();
 	return &m->mr;
 }
 
 static int sim_dereg_mr(struct ibv_mr *mr)
 {
 	struct sim_mr *m = (struct sim_mr *)mr;
-	lock();
+	rsim_lock();
 	wait_idle(); /* a copy through it may be under way */
 	UNLINK(m->pd->mrs, m);
 	m->pd->users--;
 	S.st.mrs_live--;
-	unlock();
+	rsim_unlock();
 	free(m);
 	return 0;
 }
@@ -700,7 +461,7 @@ static struct ibv_comp_channel *sim_create_comp_channel(struct ibv_context *c)
 		errno = e;
 		return NULL;
 	}
-	lock();
+	rsim_lock();
 	ch->ch.context = c;
 	ch->ch.fd = fd;
 	ch->ctx = (struct sim_ctx *)c;
@@ -708,14 +469,14 @@ static struct ibv_comp_channel *sim_create_comp_channel(struct ibv_context *c)
 	ch->next = S.cchs;
 	S.cchs = ch;
 	S.st.comp_channels_live++;
-	unlock();
+	rsim_unlock();
 	return &ch->ch;
 }
 
 static int sim_destroy_comp_channel(struct ibv_comp_channel *chan)
 {
 	struct sim_cch *ch = (struct sim_cch *)chan;
-	lock();
+	rsim_lock();
 	int e = ch->cqs ? EBUSY : 0;
 	if (!e) {
 		ch->ctx->users--;
@@ -724,8 +485,8 @@ static int sim_destroy_comp_channel(struct ibv_comp_channel *chan)
 		close(ch->ch.fd);
 		free(ch);
 	}
-	unlock();
-	return e ? fail(e) : 0;
+	rsim_unlock();
+	return e ? rsim_fail(e) : 0;
 }
 
 static struct ibv_cq *sim_create_cq(struct ibv_context *ctx, int cqe,
@@ -745,7 +506,7 @@ static struct ibv_cq *sim_create_cq(struct ibv_context *ctx, int cqe,
 		errno = ENOMEM;
 		return NULL;
 	}
-	lock();
+	rsim_lock();
 	cq->cq.context = ctx;
 	cq->cq.channel = chan;
 	cq->cq.cq_context = cq_context;
@@ -760,7 +521,7 @@ static struct ibv_cq *sim_create_cq(struct ibv_context *ctx, int cqe,
 	cq->next = S.cqs;
 	S.cqs = cq;
 	S.st.cqs_live++;
-	unlock();
+	rsim_unlock();
 	return &cq->cq;
 }
 
@@ -779,13 +540,13 @@ static void cch_purge(struct sim_cch *ch, struct sim_cq *cq)
 			pp = &e->next;
 		}
 	}
-	fd_level(ch->ch.fd, &ch->fd_up, ch->head != NULL);
+	rsim_fd_level(ch->ch.fd, &ch->fd_up, ch->head != NULL);
 }
 
 static int sim_destroy_cq(struct ibv_cq *ibcq)
 {
 	struct sim_cq *cq = (struct sim_cq *)ibcq;
-	lock();
+	rsim_lock();
 	int e = cq->qps || cq->got != cq->acked ? EBUSY : 0;
 	if (!e) {
 		if (cq->ch) {
@@ -798,16 +559,16 @@ static int sim_destroy_cq(struct ibv_cq *ibcq)
 		free(cq->ring);
 		free(cq);
 	}
-	unlock();
-	return e ? fail(e) : 0;
+	rsim_unlock();
+	return e ? rsim_fail(e) : 0;
 }
 
 static int sim_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 {
 	(void)solicited_only; /* every completion here is "solicited" */
-	lock();
+	rsim_lock();
 	((struct sim_cq *)ibcq)->armed = true;
-	unlock();
+	rsim_unlock();
 	return 0;
 }
 
@@ -815,33 +576,33 @@ static int sim_get_cq_event(struct ibv_comp_channel *chan, struct ibv_cq **cq,
 			    void **cq_context)
 {
 	struct sim_cch *ch = (struct sim_cch *)chan;
-	lock();
+	rsim_lock();
 	struct sim_cqev *e = ch->head;
 	if (e) {
 		ch->head = e->next;
 		if (!ch->head)
 			ch->tail = NULL;
-		fd_level(ch->ch.fd, &ch->fd_up, ch->head != NULL);
+		rsim_fd_level(ch->ch.fd, &ch->fd_up, ch->head != NULL);
 		e->cq->got++;
 		*cq = &e->cq->cq;
 		*cq_context = e->cq->cq.cq_context;
 	}
-	unlock();
+	rsim_unlock();
 	free(e);
-	return e ? 0 : fail(EAGAIN);
+	return e ? 0 : rsim_fail(EAGAIN);
 }
 
 static void sim_ack_cq_events(struct ibv_cq *ibcq, unsigned int nevents)
 {
 	struct sim_cq *cq = (struct sim_cq *)ibcq;
-	lock();
+	rsim_lock();
 	if (cq->acked + nevents > cq->got)
 		fprintf(stderr, "rsim: ack_cq_events acks %u, only %llu unacked\n",
 			nevents, (unsigned long long)(cq->got - cq->acked));
 	cq->acked += nevents;
 	if (cq->acked > cq->got)
 		cq->acked = cq->got;
-	unlock();
+	rsim_unlock();
 }
 
 static int sim_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
@@ -850,7 +611,7 @@ static int sim_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 	if (n < 0)
 		return -EINVAL;
 	int i = 0;
-	lock();
+	rsim_lock();
 	for (; i < n && cq->n; i++) {
 		struct sim_wce *e = &cq->ring[cq->head];
 		wc[i] = e->wc;
@@ -859,12 +620,12 @@ static int sim_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 		cq->head = (cq->head + 1) % cq->cap;
 		cq->n--;
 	}
-	unlock();
+	rsim_unlock();
 	return i;
 }
 
 /* q is in the error state: its WRs flush (the worker makes them). */
-static void qp_err(struct sim_qp *q)
+void rsim_qp_err(struct sim_qp *q)
 {
 	q->error = true;
 	q->ready = false;
@@ -878,7 +639,7 @@ static void cq_add(struct sim_qp *q, const struct sim_wr *w,
 	struct sim_cq *cq = q->scq;
 	if (cq->n == cq->cap) {
 		S.st.cq_overflows++;
-		qp_err(q);
+		rsim_qp_err(q);
 		return;
 	}
 	struct sim_wce *e = &cq->ring[(cq->head + cq->n) % cq->cap];
@@ -905,112 +666,8 @@ static void cq_add(struct sim_qp *q, const struct sim_wr *w,
 		else
 			cq->ch->head = ev;
 		cq->ch->tail = ev;
-		fd_level(cq->ch->ch.fd, &cq->ch->fd_up, true);
+		rsim_fd_level(cq->ch->ch.fd, &cq->ch->fd_up, true);
 		S.st.cq_events++;
-	}
-}
-
-/* ---------------------------------------------------------- rdma_cm events */
-
-static void ech_push(struct sim_ech *ch, struct sim_ev *e)
-{
-	e->next = NULL;
-	if (ch->tail)
-		ch->tail->next = e;
-	else
-		ch->head = e;
-	ch->tail = e;
-	fd_level(ch->ch.fd, &ch->fd_up, true);
-}
-
-/* Queue an event for sid (on its channel), published by the worker. */
-static void ev_queue(struct sim_id *sid, enum rdma_cm_event_type type,
-		     int status, const void *pdata, unsigned len,
-		     struct sim_id *listen)
-{
-	struct sim_ev *e = calloc(1, sizeof(*e));
-	if (!e) {
-		fprintf(stderr, "rsim: out of memory: rdma_cm event %d lost\n",
-			(int)type);
-		return;
-	}
-	e->ev.id = &sid->id;
-	e->ev.listen_id = listen ? &listen->id : NULL;
-	e->ev.event = type;
-	e->ev.status = status;
-	if (len) {
-		memcpy(e->pdata, pdata, len);
-		e->ev.param.conn.private_data = e->pdata;
-		e->ev.param.conn.private_data_len = (uint8_t)len;
-	}
-	e->sid = sid;
-	e->slisten = listen;
-	uint64_t due = now_ns() + CM_DELAY_NS;
-	e->due = due > S.pend_last_due ? due : S.pend_last_due;
-	S.pend_last_due = e->due;
-	if (S.pend_tail)
-		S.pend_tail->next = e;
-	else
-		S.pend_head = e;
-	S.pend_tail = e;
-	kick();
-}
-
-/* Worker: the event is due; the client's QP is ready on ESTABLISHED. */
-static void ev_publish(struct sim_ev *e)
-{
-	struct sim_id *sid = e->sid;
-	if (e->ev.event == RDMA_CM_EVENT_ESTABLISHED && sid->qp &&
-	    sid->st == ID_CONNECTED && !sid->qp->error) {
-		sid->qp->ready = true;
-		sid->qp->qp.state = IBV_QPS_RTS;
-	}
-	ech_push(sid->ch, e);
-}
-
-static void id_free(struct sim_id *id);
-
-/* Drop the events of id that were not got yet: pending and on its
- * channel. A connect request to a listener being destroyed takes its
- * hidden new id with it, and its client is told nobody listens. */
-static void ev_purge(struct sim_id *id)
-{
-	struct sim_ev *drop = NULL;
-	struct sim_ev **lists[2] = {&S.pend_head, &id->ch->head};
-	for (int l = 0; l < 2; l++) {
-		struct sim_ev **pp = lists[l], *last = NULL;
-		while (*pp) {
-			struct sim_ev *e = *pp;
-			if (e->sid == id || e->slisten == id) {
-				*pp = e->next;
-				e->next = drop;
-				drop = e;
-			} else {
-				last = e;
-				pp = &e->next;
-			}
-		}
-		if (l == 0)
-			S.pend_tail = last;
-		else
-			id->ch->tail = last;
-	}
-	fd_level(id->ch->ch.fd, &id->ch->fd_up, id->ch->head != NULL);
-	while (drop) {
-		struct sim_ev *e = drop;
-		drop = e->next;
-		if (e->ev.event == RDMA_CM_EVENT_CONNECT_REQUEST &&
-		    e->slisten == id && e->sid != id) {
-			struct sim_id *c = e->sid->peer;
-			if (c && c->st == ID_CONNECTING) {
-				c->st = ID_DONE;
-				c->peer = NULL;
-				ev_queue(c, RDMA_CM_EVENT_REJECTED,
-					 RSIM_REJ_NO_LISTENER, NULL, 0, NULL);
-			}
-			id_free(e->sid);
-		}
-		free(e);
 	}
 }
 
@@ -1023,7 +680,7 @@ static void wr_finish(struct sim_qp *q, struct sim_wr *w,
 	if (st == IBV_WC_WR_FLUSH_ERR)
 		S.st.flushes++;
 	if (st != IBV_WC_SUCCESS)
-		qp_err(q);
+		rsim_qp_err(q);
 	if (st != IBV_WC_SUCCESS || w->signaled)
 		cq_add(q, w, st);
 	free(w);
@@ -1109,7 +766,7 @@ static bool qp_step(struct sim_qp *q, uint64_t now, uint64_t *next)
 		next_at(next, w->due_ns);
 		return false;
 	}
-	struct sim_node *n = node_find(&q->node);
+	struct sim_node *n = rsim_node_find(&q->node);
 	if (n && n->silent)
 		return false;
 	if (n && n->fail_n) {
@@ -1123,7 +780,7 @@ static bool qp_step(struct sim_qp *q, uint64_t now, uint64_t *next)
 		goto finish;
 	wr_pop(q);
 	S.busy = true;
-	unlock();
+	rsim_unlock();
 	wr_copy(w, remote);
 	pthread_mutex_lock(&S.mu);
 	S.busy = false;
@@ -1136,25 +793,15 @@ finish:
 	return true;
 }
 
-static void side_disconnect(struct sim_id *id)
-{
-	if (id->st != ID_CONNECTED)
-		return;
-	id->st = ID_DISC;
-	ev_queue(id, RDMA_CM_EVENT_DISCONNECTED, 0, NULL, 0, NULL);
-	if (id->qp)
-		qp_err(id->qp);
-}
-
 /* The node q is connected through died RSIM_KILL_DELAY_MS ago. */
 static void kill_apply(struct sim_qp *q)
 {
 	q->kill_due = 0;
 	if (q->head && !q->error)
 		q->head->override = IBV_WC_RETRY_EXC_ERR;
-	qp_err(q);
+	rsim_qp_err(q);
 	if (q->id)
-		side_disconnect(q->id);
+		rsim_side_disconnect(q->id);
 }
 
 static void *worker_main(void *arg)
@@ -1162,14 +809,14 @@ static void *worker_main(void *arg)
 	(void)arg;
 	pthread_mutex_lock(&S.mu);
 	while (!S.stop) {
-		uint64_t now = now_ns(), next = UINT64_MAX;
+		uint64_t now = rsim_now_ns(), next = UINT64_MAX;
 		bool did = false;
 		while (S.pend_head && S.pend_head->due <= now) {
 			struct sim_ev *e = S.pend_head;
 			S.pend_head = e->next;
 			if (!S.pend_head)
 				S.pend_tail = NULL;
-			ev_publish(e);
+			rsim_ev_publish(e);
 		}
 		if (S.pend_head)
 			next_at(&next, S.pend_head->due);
@@ -1203,13 +850,13 @@ static int sim_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr,
 {
 	struct sim_qp *q = (struct sim_qp *)ibqp;
 	int ret = 0;
-	lock();
+	rsim_lock();
 	if (!q->ready && !q->error) {
 		ret = EINVAL;
 		goto out;
 	}
-	uint64_t now = now_ns();
-	struct sim_node *n = node_find(&q->node);
+	uint64_t now = rsim_now_ns();
+	struct sim_node *n = rsim_node_find(&q->node);
 	unsigned lo = n ? n->min_us : 0;
 	unsigned hi = n ? n->max_us : DELAY_MAX_US_DEFAULT;
 	for (; wr; wr = wr->next) {
@@ -1249,11 +896,11 @@ static int sim_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr,
 		q->tail = w;
 		S.st.wrs_posted++;
 	}
-	kick();
+	rsim_kick();
 out:
 	if (ret)
 		*bad = wr;
-	unlock();
+	rsim_unlock();
 	return ret;
 }
 
@@ -1267,227 +914,11 @@ static int sim_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr,
 				"others)\n");
 		return EOPNOTSUPP;
 	}
-	lock();
-	qp_err(q);
-	kick();
-	unlock();
+	rsim_lock();
+	rsim_qp_err(q);
+	rsim_kick();
+	rsim_unlock();
 	return 0;
-}
-
-/* ------------------------------------------------------------------ rdma_cm */
-
-static struct rdma_event_channel *sim_create_event_channel(void)
-{
-	struct sim_ech *ch = calloc(1, sizeof(*ch));
-	int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (!ch || fd < 0) {
-		int e = fd < 0 ? errno : ENOMEM;
-		free(ch);
-		if (fd >= 0)
-			close(fd);
-		errno = e;
-		return NULL;
-	}
-	ch->ch.fd = fd;
-	lock();
-	ch->next = S.echs;
-	S.echs = ch;
-	S.st.event_channels_live++;
-	unlock();
-	return &ch->ch;
-}
-
-static void ech_free(struct sim_ech *ch)
-{
-	while (ch->head) {
-		struct sim_ev *e = ch->head;
-		ch->head = e->next;
-		free(e);
-	}
-	close(ch->ch.fd);
-	free(ch);
-}
-
-static void sim_destroy_event_channel(struct rdma_event_channel *chan)
-{
-	struct sim_ech *ch = (struct sim_ech *)chan;
-	lock();
-	if (ch->ids) {
-		fprintf(stderr, "rsim: destroy_event_channel with %u ids on it: "
-				"not destroyed\n", ch->ids);
-	} else {
-		UNLINK(S.echs, ch);
-		S.st.event_channels_live--;
-		ech_free(ch);
-	}
-	unlock();
-}
-
-static struct sim_id *id_new(struct sim_ech *ch, void *context,
-			     enum rdma_port_space ps)
-{
-	struct sim_id *id = calloc(1, sizeof(*id));
-	if (!id)
-		return NULL;
-	id->id.channel = &ch->ch;
-	id->id.context = context;
-	id->id.ps = ps;
-	id->id.qp_type = IBV_QPT_RC;
-	id->ch = ch;
-	ch->ids++;
-	id->next = S.ids;
-	S.ids = id;
-	S.st.ids_live++;
-	return id;
-}
-
-static void id_free(struct sim_id *id)
-{
-	for (struct sim_id *i = S.ids; i; i = i->next)
-		if (i->listener == id)
-			i->listener = NULL;
-	UNLINK(S.ids, id);
-	id->ch->ids--;
-	S.st.ids_live--;
-	free(id);
-}
-
-static int sim_create_id(struct rdma_event_channel *chan,
-			 struct rdma_cm_id **out, void *context,
-			 enum rdma_port_space ps)
-{
-	if (!chan || (ps != RDMA_PS_TCP && ps != RDMA_PS_IB))
-		return fail(EINVAL);
-	lock();
-	struct sim_id *id = id_new((struct sim_ech *)chan, context, ps);
-	unlock();
-	if (!id)
-		return fail(ENOMEM);
-	*out = &id->id;
-	return 0;
-}
-
-static int sim_destroy_id(struct rdma_cm_id *cmid)
-{
-	struct sim_id *id = (struct sim_id *)cmid;
-	lock();
-	int e = id->unacked || id->qp ? EBUSY : 0;
-	if (e) {
-		if (id->qp)
-			fprintf(stderr, "rsim: destroy_id with a QP: "
-					"destroy_qp first\n");
-		unlock();
-		return fail(e);
-	}
-	ev_purge(id);
-	struct sim_id *p = id->peer;
-	if (p) {
-		if (id->st == ID_CONNECTED)
-			side_disconnect(p);
-		if (id->st == ID_REQ && p->st == ID_CONNECTING) {
-			/* a request never answered: the kernel rejects it */
-			p->st = ID_DONE;
-			ev_queue(p, RDMA_CM_EVENT_REJECTED, RSIM_REJ_CONSUMER,
-				 NULL, 0, NULL);
-		}
-		p->peer = NULL;
-	}
-	id_free(id);
-	unlock();
-	return 0;
-}
-
-static int sim_bind_addr(struct rdma_cm_id *cmid, struct sockaddr *addr)
-{
-	struct sim_id *id = (struct sim_id *)cmid;
-	struct skey k;
-	int r = key_of(addr, &k);
-	if (r)
-		return fail(-r);
-	lock();
-	struct sim_dev *d = dev_active();
-	int e = id->st != ID_IDLE ? EINVAL : !d ? ENODEV : 0;
-	if (!e && k.port == 0)
-		e = -port_pick(&k);
-	else if (!e && port_taken(&k))
-		e = EADDRINUSE;
-	if (!e) {
-		id->src = k;
-		id->bound = true;
-		id->st = ID_BOUND;
-		id->id.verbs = &d->cm_ctx->ctx;
-		id->id.port_num = 1;
-		sin_of(&k, &id->id.route.addr.src_sin);
-	}
-	unlock();
-	return e ? fail(e) : 0;
-}
-
-static int sim_listen(struct rdma_cm_id *cmid, int backlog)
-{
-	struct sim_id *id = (struct sim_id *)cmid;
-	(void)backlog;
-	lock();
-	int e = id->st == ID_BOUND ? 0 : EINVAL;
-	if (!e)
-		id->st = ID_LISTEN;
-	unlock();
-	return e ? fail(e) : 0;
-}
-
-static int sim_resolve_addr(struct rdma_cm_id *cmid, struct sockaddr *src,
-			    struct sockaddr *dst, int timeout_ms)
-{
-	struct sim_id *id = (struct sim_id *)cmid;
-	struct skey k;
-	(void)timeout_ms;
-	if (!dst || dst->sa_family != AF_INET)
-		return fail(EAFNOSUPPORT);
-	if (src && ((struct sim_id *)cmid)->st == ID_IDLE &&
-	    sim_bind_addr(cmid, src) != 0)
-		return -1;
-	lock();
-	int e = id->st == ID_IDLE || id->st == ID_BOUND ? 0 : EINVAL;
-	if (!e && !id->bound) {
-		id->src.ip = INADDR_LOOPBACK;
-		e = -port_pick(&id->src);
-		if (!e) {
-			id->bound = true;
-			sin_of(&id->src, &id->id.route.addr.src_sin);
-		}
-	}
-	if (!e) {
-		struct sim_dev *d = dev_active();
-		int r = key_of(dst, &k);
-		if (!d || r) {
-			ev_queue(id, RDMA_CM_EVENT_ADDR_ERROR,
-				 !d ? -ENODEV : -EHOSTUNREACH, NULL, 0, NULL);
-		} else {
-			id->dst = k;
-			id->st = ID_ADDR;
-			id->id.verbs = &d->cm_ctx->ctx;
-			id->id.port_num = 1;
-			sin_of(&k, &id->id.route.addr.dst_sin);
-			ev_queue(id, RDMA_CM_EVENT_ADDR_RESOLVED, 0, NULL, 0,
-				 NULL);
-		}
-	}
-	unlock();
-	return e ? fail(e) : 0;
-}
-
-static int sim_resolve_route(struct rdma_cm_id *cmid, int timeout_ms)
-{
-	struct sim_id *id = (struct sim_id *)cmid;
-	(void)timeout_ms;
-	lock();
-	int e = id->st == ID_ADDR ? 0 : EINVAL;
-	if (!e) {
-		id->st = ID_ROUTE;
-		ev_queue(id, RDMA_CM_EVENT_ROUTE_RESOLVED, 0, NULL, 0, NULL);
-	}
-	unlock();
-	return e ? fail(e) : 0;
 }
 
 static int sim_create_qp(struct rdma_cm_id *cmid, struct ibv_pd *pd,
@@ -1497,15 +928,15 @@ static int sim_create_qp(struct rdma_cm_id *cmid, struct ibv_pd *pd,
 	if (!pd || !attr || !attr->send_cq || !attr->recv_cq ||
 	    attr->qp_type != IBV_QPT_RC || attr->cap.max_send_wr < 1 ||
 	    attr->cap.max_send_wr > WR_MAX || attr->cap.max_send_sge > SGE_MAX)
-		return fail(EINVAL);
+		return rsim_fail(EINVAL);
 	struct sim_qp *q = calloc(1, sizeof(*q));
 	if (!q)
-		return fail(ENOMEM);
-	lock();
+		return rsim_fail(ENOMEM);
+	rsim_lock();
 	if (!id->id.verbs || pd->context != id->id.verbs || id->qp) {
-		unlock();
+		rsim_unlock();
 		free(q);
-		return fail(EINVAL);
+		return rsim_fail(EINVAL);
 	}
 	do
 		q->qp.qp_num = S.qpn_next++ & 0xffffff;
@@ -1536,17 +967,17 @@ static int sim_create_qp(struct rdma_cm_id *cmid, struct ibv_pd *pd,
 	id->id.recv_cq = attr->recv_cq;
 	id->id.send_cq_channel = attr->send_cq->channel;
 	id->id.recv_cq_channel = attr->recv_cq->channel;
-	unlock();
+	rsim_unlock();
 	return 0;
 }
 
 static void sim_destroy_qp(struct rdma_cm_id *cmid)
 {
 	struct sim_id *id = (struct sim_id *)cmid;
-	lock();
+	rsim_lock();
 	struct sim_qp *q = id->qp;
 	if (!q) {
-		unlock();
+		rsim_unlock();
 		return;
 	}
 	wait_idle(); /* its copy, if one is under way, ends first */
@@ -1556,8 +987,8 @@ static void sim_destroy_qp(struct rdma_cm_id *cmid)
 	}
 	if (q->peer) {
 		q->peer->peer = NULL;
-		q->peer->gone_ns = now_ns();
-		kick();
+		q->peer->gone_ns = rsim_now_ns();
+		rsim_kick();
 	}
 	for (struct sim_qp *o = S.qps; o; o = o->next)
 		if (o->peer == q)
@@ -1577,186 +1008,8 @@ static void sim_destroy_qp(struct rdma_cm_id *cmid)
 	S.st.qps_live--;
 	id->qp = NULL;
 	id->id.qp = NULL;
-	unlock();
+	rsim_unlock();
 	free(q);
-}
-
-static int sim_connect(struct rdma_cm_id *cmid, struct rdma_conn_param *param)
-{
-	struct sim_id *id = (struct sim_id *)cmid;
-	unsigned len = param ? param->private_data_len : 0;
-	if (len > CONN_PDATA_MAX || (len && !param->private_data))
-		return fail(EINVAL);
-	lock();
-	if (id->st != ID_ROUTE || !id->qp) {
-		unlock();
-		return fail(EINVAL);
-	}
-	id->st = ID_CONNECTING;
-	struct sim_node *n = node_find(&id->dst);
-	struct sim_id *l = listener_find(&id->dst);
-	if (n && n->silent_cm) {
-		/* never answered: the caller's connect timeout must act */
-	} else if (!l) {
-		id->st = ID_DONE;
-		ev_queue(id, RDMA_CM_EVENT_REJECTED, RSIM_REJ_NO_LISTENER, NULL,
-			 0, NULL);
-	} else {
-		struct sim_id *s = id_new(l->ch, l->id.context, l->id.ps);
-		if (!s) {
-			id->st = ID_ROUTE;
-			unlock();
-			return fail(ENOMEM);
-		}
-		s->st = ID_REQ;
-		s->peer = id;
-		s->listener = l;
-		s->src = id->dst;
-		s->dst = id->src;
-		s->id.verbs = l->id.verbs;
-		s->id.port_num = 1;
-		sin_of(&s->src, &s->id.route.addr.src_sin);
-		sin_of(&s->dst, &s->id.route.addr.dst_sin);
-		id->peer = s;
-		ev_queue(s, RDMA_CM_EVENT_CONNECT_REQUEST, 0,
-			 len ? param->private_data : NULL, len, l);
-	}
-	unlock();
-	return 0;
-}
-
-static int sim_accept(struct rdma_cm_id *cmid, struct rdma_conn_param *param)
-{
-	struct sim_id *id = (struct sim_id *)cmid;
-	unsigned len = param ? param->private_data_len : 0;
-	if (len > ACCEPT_PDATA_MAX || (len && !param->private_data))
-		return fail(EINVAL);
-	lock();
-	if (id->st != ID_REQ || !id->qp) {
-		unlock();
-		return fail(EINVAL);
-	}
-	struct sim_id *c = id->peer;
-	if (!c || !c->qp || c->st != ID_CONNECTING) {
-		/* the connecting side went away meanwhile */
-		id->st = ID_DONE;
-		if (c)
-			c->peer = NULL;
-		id->peer = NULL;
-		ev_queue(id, RDMA_CM_EVENT_CONNECT_ERROR, -ECONNRESET, NULL, 0,
-			 NULL);
-		unlock();
-		return 0;
-	}
-	id->st = ID_CONNECTED;
-	c->st = ID_CONNECTED;
-	struct sim_qp *sq = id->qp, *cq = c->qp;
-	sq->peer = cq;
-	cq->peer = sq;
-	sq->node = c->dst;
-	cq->node = c->dst;
-	sq->linked = cq->linked = true;
-	sq->ready = !sq->error;
-	if (sq->ready)
-		sq->qp.state = IBV_QPS_RTS;
-	ev_queue(c, RDMA_CM_EVENT_ESTABLISHED, 0,
-		 len ? param->private_data : NULL, len, NULL);
-	ev_queue(id, RDMA_CM_EVENT_ESTABLISHED, 0, NULL, 0, NULL);
-	unlock();
-	return 0;
-}
-
-static int sim_reject(struct rdma_cm_id *cmid, const void *private_data,
-		      uint8_t private_data_len)
-{
-	struct sim_id *id = (struct sim_id *)cmid;
-	if (private_data_len > REJECT_PDATA_MAX ||
-	    (private_data_len && !private_data))
-		return fail(EINVAL);
-	lock();
-	if (id->st != ID_REQ) {
-		unlock();
-		return fail(EINVAL);
-	}
-	struct sim_id *c = id->peer;
-	if (c && c->st == ID_CONNECTING) {
-		c->st = ID_DONE;
-		c->peer = NULL;
-		ev_queue(c, RDMA_CM_EVENT_REJECTED, RSIM_REJ_CONSUMER,
-			 private_data, private_data_len, NULL);
-	}
-	id->st = ID_DONE;
-	id->peer = NULL;
-	unlock();
-	return 0;
-}
-
-static int sim_disconnect(struct rdma_cm_id *cmid)
-{
-	struct sim_id *id = (struct sim_id *)cmid;
-	lock();
-	int e = 0;
-	if (id->st == ID_CONNECTED) {
-		side_disconnect(id);
-		if (id->peer)
-			side_disconnect(id->peer);
-		kick();
-	} else if (id->st != ID_DISC) {
-		e = EINVAL;
-	}
-	unlock();
-	return e ? fail(e) : 0;
-}
-
-static int sim_get_cm_event(struct rdma_event_channel *chan,
-			    struct rdma_cm_event **event)
-{
-	struct sim_ech *ch = (struct sim_ech *)chan;
-	lock();
-	struct sim_ev *e = ch->head;
-	if (e) {
-		ch->head = e->next;
-		if (!ch->head)
-			ch->tail = NULL;
-		fd_level(ch->ch.fd, &ch->fd_up, ch->head != NULL);
-		e->next = S.gotten;
-		S.gotten = e;
-		e->sid->unacked++;
-		if (e->slisten)
-			e->slisten->unacked++;
-		*event = &e->ev;
-	}
-	unlock();
-	return e ? 0 : fail(EAGAIN);
-}
-
-static int sim_ack_cm_event(struct rdma_cm_event *event)
-{
-	struct sim_ev *e = (struct sim_ev *)event, **pp;
-	lock();
-	for (pp = &S.gotten; *pp && *pp != e; pp = &(*pp)->next)
-		;
-	if (!*pp) {
-		unlock();
-		fprintf(stderr, "rsim: ack_cm_event of an event not got\n");
-		return fail(EINVAL);
-	}
-	*pp = e->next;
-	e->sid->unacked--;
-	if (e->slisten)
-		e->slisten->unacked--;
-	unlock();
-	free(e);
-	return 0;
-}
-
-static uint16_t sim_get_src_port(struct rdma_cm_id *cmid)
-{
-	struct sim_id *id = (struct sim_id *)cmid;
-	lock();
-	uint16_t p = id->bound ? id->src.port : 0;
-	unlock();
-	return htons(p); /* as rdma_get_src_port: network order */
 }
 
 static const struct rv_api sim_api = {
@@ -1784,23 +1037,23 @@ static const struct rv_api sim_api = {
 	.poll_cq = sim_poll_cq,
 	.post_send = sim_post_send,
 	.modify_qp = sim_modify_qp,
-	.create_event_channel = sim_create_event_channel,
-	.destroy_event_channel = sim_destroy_event_channel,
-	.create_id = sim_create_id,
-	.destroy_id = sim_destroy_id,
-	.bind_addr = sim_bind_addr,
-	.listen = sim_listen,
-	.resolve_addr = sim_resolve_addr,
-	.resolve_route = sim_resolve_route,
+	.create_event_channel = rsim_cm_create_event_channel,
+	.destroy_event_channel = rsim_cm_destroy_event_channel,
+	.create_id = rsim_cm_create_id,
+	.destroy_id = rsim_cm_destroy_id,
+	.bind_addr = rsim_cm_bind_addr,
+	.listen = rsim_cm_listen,
+	.resolve_addr = rsim_cm_resolve_addr,
+	.resolve_route = rsim_cm_resolve_route,
 	.create_qp = sim_create_qp,
 	.destroy_qp = sim_destroy_qp,
-	.connect = sim_connect,
-	.accept = sim_accept,
-	.reject = sim_reject,
-	.disconnect = sim_disconnect,
-	.get_cm_event = sim_get_cm_event,
-	.ack_cm_event = sim_ack_cm_event,
-	.get_src_port = sim_get_src_port,
+	.connect = rsim_cm_connect,
+	.accept = rsim_cm_accept,
+	.reject = rsim_cm_reject,
+	.disconnect = rsim_cm_disconnect,
+	.get_cm_event = rsim_cm_get_cm_event,
+	.ack_cm_event = rsim_cm_ack_cm_event,
+	.get_src_port = rsim_cm_get_src_port,
 };
 
 const struct rv_api *rsim_api(void)
@@ -1812,11 +1065,11 @@ const struct rv_api *rsim_api(void)
 
 int rsim_reset(void)
 {
-	lock();
+	rsim_lock();
 	if (S.worker_on) {
 		S.stop = true;
 		pthread_cond_signal(&S.wake);
-		unlock();
+		rsim_unlock();
 		pthread_join(S.worker, NULL);
 		pthread_mutex_lock(&S.mu);
 		S.worker_on = false;
@@ -1845,7 +1098,7 @@ int rsim_reset(void)
 	while (S.echs) {
 		struct sim_ech *ch = S.echs;
 		S.echs = ch->next;
-		ech_free(ch);
+		rsim_ech_free(ch);
 	}
 	while (S.cqs) {
 		struct sim_cq *cq = S.cqs;
@@ -1885,7 +1138,7 @@ int rsim_reset(void)
 	}
 	S.pend_last_due = 0;
 	memset(&S.st, 0, sizeof(S.st));
-	unlock();
+	rsim_unlock();
 	return 0;
 }
 
@@ -1894,7 +1147,7 @@ int rsim_add_device(const char *name, int port_state)
 	if (!name || !*name || strlen(name) >= IBV_SYSFS_NAME_MAX ||
 	    (port_state != IBV_PORT_ACTIVE && port_state != IBV_PORT_DOWN))
 		return -EINVAL;
-	lock();
+	rsim_lock();
 	int ret = S.ndevs == DEVS_MAX ? -ENOSPC : 0;
 	for (unsigned i = 0; !ret && i < S.ndevs; i++)
 		if (strcmp(S.devs[i]->dev.name, name) == 0)
@@ -1918,7 +1171,7 @@ int rsim_add_device(const char *name, int port_state)
 		ret = -ENOMEM;
 	if (!ret)
 		S.devs[S.ndevs++] = d;
-	unlock();
+	rsim_unlock();
 	return ret;
 }
 
@@ -1929,13 +1182,13 @@ static int with_node(const char *addr, void (*fn)(struct sim_node *, void *),
 	struct skey k;
 	if (key_parse(addr, &k))
 		return -EINVAL;
-	lock();
+	rsim_lock();
 	struct sim_node *n = node_get(&k);
 	if (n) {
 		fn(n, arg);
-		kick();
+		rsim_kick();
 	}
-	unlock();
+	rsim_unlock();
 	return n ? 0 : -ENOMEM;
 }
 
@@ -1999,11 +1252,11 @@ int rsim_fail_next(const char *addr, unsigned n, enum ibv_wc_status status)
 static void kill_node(struct sim_node *n, void *arg)
 {
 	(void)arg;
-	uint64_t due = now_ns() + KILL_DELAY_NS;
+	uint64_t due = rsim_now_ns() + KILL_DELAY_NS;
 	n->silent = false; /* the black hole ends: held WRs retry out */
 	for (struct sim_id *i = S.ids; i; i = i->next)
 		if (i->st == ID_LISTEN && !i->dead &&
-		    key_overlaps(&i->src, &n->key))
+		    rsim_key_overlaps(&i->src, &n->key))
 			i->dead = true;
 	for (struct sim_qp *q = S.qps; q; q = q->next)
 		if (q->linked && !q->kill_due && key_eq(&q->node, &n->key))
@@ -2017,11 +1270,12 @@ int rsim_kill(const char *addr)
 
 void rsim_stats(struct rsim_stats *out)
 {
-	lock();
+	rsim_lock();
 	*out = S.st;
 	for (struct sim_ev *e = S.gotten; e; e = e->next)
 		out->events_unacked++;
 	for (struct sim_cq *cq = S.cqs; cq; cq = cq->next)
 		out->cq_events_unacked += cq->got - cq->acked;
-	unlock();
+	rsim_unlock();
 }
+
