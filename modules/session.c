@@ -27,7 +27,11 @@
  *    mapping replaces the shared one at the same address, so a remote page
  *    still on its way lands in node memory, never in memory the client may
  *    have reused, and the node never touches an unmapped address. The
- *    detached mapping goes when the last move on it ends;
+ *    detached mapping goes when the last move on it ends. A transport that
+ *    needs registered memory (RDMA: tp_ops.reg_local, taken on the offload
+ *    thread when the region is mapped) loses the region first, so its
+ *    reads still on their way fail instead of landing in the client's
+ *    pages through the registration;
  *  - publish copies (set) and local copies (get) run inside one kv call, so
  *    a pool reservation or pin never outlives it (modules/kv.c);
  *  - a move is cut into steps (move_step) of at most session_slice_bytes of
@@ -56,6 +60,7 @@
 #include "modules/kv.h"
 #include "modules/modules.h"
 #include "modules/session_req.h"
+#include "modules/transport.h"
 #include "reactor/stall.h"
 #include "rpc/rpc.h"
 
@@ -68,6 +73,7 @@ struct region {
 	bool mapping;       /* session.register's mmap is under way */
 	bool live;          /* registered; false once unregistered */
 	bool detached;      /* client pages swapped for node memory */
+	bool local;         /* registered with the transport (reg_local) */
 	unsigned refs;      /* moves using it */
 	uint8_t *base;
 	uint64_t size;
@@ -85,6 +91,7 @@ struct session {
 static struct {
 	struct pc_ctx *ctx;
 	const struct kv_api *kv;      /* services: looked up in init */
+	const struct svc_transport *tp; /* reg_local for client regions */
 	met_id regions, region_bytes, refused, moves, detached;
 	uint64_t slice_bytes; /* session_slice_bytes */
 } g;
@@ -124,9 +131,27 @@ static void unmap_off(struct rx_reactor *r, void *base, uint64_t size)
 	munmap(base, size);
 }
 
+/* The transport no longer lands reads in the region (those in flight
+ * fail): before its pages are swapped or unmapped. */
+static void local_drop(void *base)
+{
+	int ret = g.tp->ops->unreg_local(g.tp->node, base);
+	if (ret < 0)
+		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "unregistering a region from "
+			  "the transport: %s", strerror(-ret));
+}
+
+static void region_unlocal(struct region *rg)
+{
+	if (rg->local)
+		local_drop(rg->base);
+	rg->local = false;
+}
+
 static void region_unmap(struct rx_reactor *r, struct region *rg)
 {
 	PC_DASSERT(rg->refs == 0 && !rg->live && rg->base);
+	region_unlocal(rg);
 	unmap_off(r, rg->base, rg->size);
 	met_gauge_add(g.regions, -1);
 	met_gauge_add(g.region_bytes, -(int64_t)rg->size);
@@ -147,6 +172,9 @@ static void region_detach(struct session *s, struct region *rg)
 	/* A page copy under way from or into the region stops here, before
 	 * it could read the node's memory as the client's page. */
 	copier_cancel_range(s->r, rg->base, rg->size);
+	/* And a transport read under way fails rather than land in the
+	 * client's pages through its registration. */
+	region_unlocal(rg);
 	void *p = mmap(rg->base, rg->size, PROT_READ | PROT_WRITE,
 		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE,
 		       -1, 0);
@@ -273,6 +301,7 @@ struct map_job {
 	bool sealed;
 	void *base;
 	int err;
+	bool local;  /* reg_local took it */
 };
 
 static void map_work(struct rx_offload *o)
@@ -282,6 +311,11 @@ static void map_work(struct rx_offload *o)
 			mj->fd, 0);
 	mj->err = mj->base == MAP_FAILED ? -errno : 0;
 	close(mj->fd); /* the mapping keeps the memory */
+	/* Reads land here without a registration per batch (RDMA); slow,
+	 * hence here. Without room, reads register per batch instead. */
+	if (!mj->err && g.tp && g.tp->ops->reg_local)
+		mj->local = g.tp->ops->reg_local(g.tp->node, mj->base,
+						 mj->size) == 0;
 }
 
 static void register_refused(struct rpc_call *call, const char *why)
@@ -304,11 +338,14 @@ static void map_done(struct rx_reactor *r, struct rx_offload *o)
 		register_refused(call, why);
 	} else if (mj->s->gone) {
 		/* the client left meanwhile: its reply is dropped */
+		if (mj->local)
+			local_drop(mj->base);
 		unmap_off(r, mj->base, mj->size);
 		rpc_reply_error(call, RPC_E_BAD_PARAMS, "the client left");
 	} else {
 		*slot = (struct region){.id = slot->id, .live = true,
-					.base = mj->base, .size = mj->size};
+					.local = mj->local, .base = mj->base,
+					.size = mj->size};
 		met_gauge_add(g.regions, 1);
 		met_gauge_add(g.region_bytes, (int64_t)mj->size);
 		PC_LOGD(LOG_MOD, "%s: region %u of %llu bytes mapped%s",
@@ -660,6 +697,7 @@ static int s_init(struct pc_ctx *ctx)
 	copier_set_slice(ctx->cfg->copy_slice_bytes);
 	if (!(g.kv = svc_need_kv(ctx, "session")))
 		return -ENOENT;
+	g.tp = svc_find_transport(ctx);
 	g.regions = met_register(MET_GAUGE, "peercache_session_regions",
 				 "client memory regions mapped", NULL);
 	g.region_bytes = met_register(MET_GAUGE,

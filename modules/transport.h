@@ -36,6 +36,7 @@
 
 #include <pthread.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "reactor/reactor.h"
@@ -215,6 +216,17 @@ struct tp_ops {
 	 * naming the peer open new channels.
 	 */
 	void (*peer_close)(struct tp_client *tc, struct tp_peer *p, int err);
+	/*
+	 * Optional (NULL where reads need no registered memory, as TCP):
+	 * let reads land in [base, base+len) of this process (and writes be
+	 * sent from it) without a registration per batch, until
+	 * unreg_local(base). Slow (the pages are pinned): call it off the
+	 * reactor. A read still in flight into the range when unreg_local
+	 * runs fails (-EINVAL) and lands nothing. 0 or -errno (-ENOSPC:
+	 * no room; the range is then registered per batch).
+	 */
+	int (*reg_local)(struct tp_node *tn, void *base, size_t len);
+	int (*unreg_local)(struct tp_node *tn, void *base);
 	/*
 	 * Node (a ring id, as in tp_read.node) departed or does not answer:
 	 * every operation still waiting for it on this client fails with err,

@@ -113,6 +113,18 @@ static int mixed_dereg(struct tp_node *tn, uint32_t key)
 	return ret < 0 ? ret : t;
 }
 
+static int mixed_reg_local(struct tp_node *tn, void *base, size_t len)
+{
+	return tn->rops->reg_local ? tn->rops->reg_local(tn->rdma, base, len)
+				   : 0;
+}
+
+static int mixed_unreg_local(struct tp_node *tn, void *base)
+{
+	return tn->rops->unreg_local ? tn->rops->unreg_local(tn->rdma, base)
+				     : 0;
+}
+
 /* ------------------------------------------------------------ peers */
 
 static bool tcp_only(struct tp_client *mc, const char *name)
@@ -453,6 +465,8 @@ const struct tp_ops tp_mixed_ops = {
 	.name = "rdma+tcp",
 	.reg_region = mixed_reg,
 	.dereg_region = mixed_dereg,
+	.reg_local = mixed_reg_local,
+	.unreg_local = mixed_unreg_local,
 	.read_batch = mixed_read_batch,
 	.write_batch = mixed_write_batch,
 	.cancel = mixed_cancel,

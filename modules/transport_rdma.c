@@ -42,7 +42,7 @@
 #define PROOF_BYTES 24
 #define SKEW_MS 60000
 #define SEEN_MAX 1024
-#define LOCAL_MAX 16
+#define LOCAL_MAX 256 /* local registrations (client regions) */
 #define STAT_ADD(tn, f, n) __atomic_add_fetch(&(tn)->st.f, (n), __ATOMIC_RELAXED)
 
 /* Connect request private data (56 bytes: the most an RC REQ carries). */
@@ -1707,6 +1707,8 @@ const struct tp_ops tp_rdma_ops = {
 	.name = "rdma",
 	.reg_region = rdma_reg,
 	.dereg_region = rdma_dereg,
+	.reg_local = tp_rdma_reg_local,
+	.unreg_local = tp_rdma_unreg_local,
 	.read_batch = rdma_read_batch,
 	.write_batch = rdma_write_batch,
 	.cancel = rdma_cancel,

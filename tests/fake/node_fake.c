@@ -95,6 +95,11 @@ static void fm_fini(struct pc_ctx *ctx)
 	h.svc.clients = NULL;
 }
 
+struct tp_node *nf_node(void)
+{
+	return h.svc.node;
+}
+
 const struct pc_module nf_mod_transport = {
 	.name = "transport",
 	.init = fm_init,

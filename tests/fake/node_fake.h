@@ -66,6 +66,9 @@ void nf_on_group(struct rx_group *grp,
 
 /* The fake client of reactor 0 (its faults; reactor 0's thread only). */
 struct tp_client *nf_client(void);
+/* The fake transport's node of this node (its regions, its local
+ * registrations: tp_fake_node_locals). */
+struct tp_node *nf_node(void);
 /* Its faults from now on (from the test's thread). */
 void nf_set_faults(const struct tp_fake_opts *fo);
 /* Its operations in flight (tp_fake_client_inflight), from any thread. */

@@ -31,9 +31,13 @@
 
 /* ------------------------------------------------------------------ nodes */
 
+#define FAKE_LOCALS_MAX 64
+
 struct tp_node {
 	char endpoint[160];
 	struct tp_regs regs;
+	void *locals[FAKE_LOCALS_MAX]; /* reg_local ranges (under the lock) */
+	size_t local_len[FAKE_LOCALS_MAX];
 	bool killed;             /* under the list lock */
 	bool silent;             /* under the list lock */
 	struct tp_node *next;
@@ -134,6 +138,62 @@ static int fake_reg(struct tp_node *tn, const struct tp_region *region,
 static int fake_dereg(struct tp_node *tn, uint32_t key)
 {
 	return tp_regs_remove(&tn->regs, key);
+}
+
+/* Local registrations are only recorded: the fake needs none, tests look
+ * at them (tp_fake_node_local). */
+static int fake_reg_local(struct tp_node *tn, void *base, size_t len)
+{
+	int ret = -ENOSPC;
+	pthread_mutex_lock(&nodes_lock);
+	for (unsigned i = 0; i < FAKE_LOCALS_MAX; i++)
+		if (tn->locals[i] == base) {
+			ret = -EEXIST;
+			break;
+		}
+	for (unsigned i = 0; i < FAKE_LOCALS_MAX && ret == -ENOSPC; i++)
+		if (!tn->locals[i]) {
+			tn->locals[i] = base;
+			tn->local_len[i] = len;
+			ret = 0;
+		}
+	pthread_mutex_unlock(&nodes_lock);
+	return ret;
+}
+
+static int fake_unreg_local(struct tp_node *tn, void *base)
+{
+	int ret = -ENOENT;
+	pthread_mutex_lock(&nodes_lock);
+	for (unsigned i = 0; i < FAKE_LOCALS_MAX; i++)
+		if (tn->locals[i] == base) {
+			tn->locals[i] = NULL;
+			tn->local_len[i] = 0;
+			ret = 0;
+		}
+	pthread_mutex_unlock(&nodes_lock);
+	return ret;
+}
+
+size_t tp_fake_node_local(struct tp_node *tn, const void *base)
+{
+	size_t len = 0;
+	pthread_mutex_lock(&nodes_lock);
+	for (unsigned i = 0; i < FAKE_LOCALS_MAX; i++)
+		if (tn->locals[i] == base)
+			len = tn->local_len[i];
+	pthread_mutex_unlock(&nodes_lock);
+	return len;
+}
+
+unsigned tp_fake_node_locals(struct tp_node *tn)
+{
+	unsigned n = 0;
+	pthread_mutex_lock(&nodes_lock);
+	for (unsigned i = 0; i < FAKE_LOCALS_MAX; i++)
+		n += tn->locals[i] != NULL;
+	pthread_mutex_unlock(&nodes_lock);
+	return n;
 }
 
 /* ---------------------------------------------------------------- clients */
@@ -498,6 +558,8 @@ const struct tp_ops tp_fake_ops = {
 	.name = "fake",
 	.reg_region = fake_reg,
 	.dereg_region = fake_dereg,
+	.reg_local = fake_reg_local,
+	.unreg_local = fake_unreg_local,
 	.read_batch = fake_read_batch,
 	.write_batch = fake_write_batch,
 	.cancel = fake_cancel,

@@ -19,6 +19,7 @@
 #define PC_TESTS_FAKE_TRANSPORT_FAKE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "modules/transport.h"
@@ -46,6 +47,11 @@ void tp_fake_node_silence(struct tp_node *tn);
 void tp_fake_node_kill(struct tp_node *tn);
 /* Kill, unlist and free (its regions are deregistered). */
 void tp_fake_node_free(struct tp_node *tn);
+
+/* The length registered with reg_local at base (0: none), and how many
+ * ranges are registered (the fake only records them). Any thread. */
+size_t tp_fake_node_local(struct tp_node *tn, const void *base);
+unsigned tp_fake_node_locals(struct tp_node *tn);
 
 /* A client on reactor r (its thread). */
 struct tp_client *tp_fake_client_new(struct rx_reactor *r,

@@ -304,6 +304,11 @@ Test(transport_mixed, writes_land_over_rdma)
 	cr_assert_eq(rsim_add_device("sim0", IBV_PORT_ACTIVE), 0);
 	cr_assert_eq(module_init("rdma"), 0);
 	start();
+	/* Local registrations reach the RDMA half. */
+	const struct tp_ops *o = m.st->ops;
+	cr_assert_eq(o->reg_local(m.st->node, m.dst, 4096), 0);
+	cr_assert_eq(o->unreg_local(m.st->node, m.dst), 0);
+	cr_assert_eq(o->unreg_local(m.st->node, m.dst), -ENOENT);
 	struct rx_timer t;
 	rx_timer_init(&t, w_go, NULL);
 	rx_timer_start(m.r, &t, 0, 0);

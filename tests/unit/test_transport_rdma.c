@@ -804,6 +804,59 @@ Test(transport_rdma, timed_out_batch_never_lands)
 	run(&o, s);
 }
 
+/* ------------------ a local registration withdrawn under the reads */
+
+/* The session module withdraws a client's region (unreg_local) before it
+ * swaps the pages out: reads still on their way into it fail and land
+ * nothing. */
+static void ul_done(void *arg, struct tp_read *reads, unsigned n)
+{
+	struct rfx *f = arg;
+	(void)reads;
+	f->done_calls++;
+	for (unsigned i = 0; i < n; i++)
+		cr_assert_lt(f->rd[i].res, 0, "read %u landed after its "
+			     "memory was withdrawn", i);
+	poison(f);
+	next_after(f, 300);
+}
+
+static void ul_go(struct rfx *f)
+{
+	cr_assert_eq(tp_rdma_ops.reg_local(f->cli, f->dst,
+					   (size_t)OPS_MAX * SLOT), 0);
+	cr_assert_eq(rsim_set_delay(f->ep, 150000, 200000), 0);
+	rd_many(f, 8, f->dst);
+	f->n = 8;
+	f->st0 = cli_stats(f);
+	f->sim0 = sim_stats();
+	cr_assert_eq(tp_rdma_ops.read_batch(f->tc, f->rd, 8, LIMIT_MS / 2,
+					    ul_done, f), 0);
+	wait_for(f, all_posted, "the reads to be posted");
+}
+
+static void ul_withdraw(struct rfx *f)
+{
+	cr_assert_eq(tp_rdma_ops.unreg_local(f->cli, f->dst), 0);
+	cr_assert_eq(tp_rdma_ops.unreg_local(f->cli, f->dst), -ENOENT);
+	/* no batch registration was made: the reads used the local one */
+	cr_assert_eq(cli_stats(f).lazy_mrs, f->st0.lazy_mrs);
+}
+
+static void ul_check(struct rfx *f)
+{
+	cr_assert_eq(f->done_calls, 1);
+	untouched(f);
+	next(f);
+}
+
+Test(transport_rdma, reads_into_withdrawn_local_memory_fail)
+{
+	static const step_fn s[] = {ul_go, ul_withdraw, ul_check, NULL};
+	struct ropts o = {.max_chans = 1};
+	run(&o, s);
+}
+
 /* --------------------- other batches on a channel an abort closes */
 
 /* Batch A shares the one channel with short batches that time out, one
