@@ -179,20 +179,32 @@ static void *op_at(const struct mbatch *b, void *ops, unsigned i)
 	return (char *)ops + (size_t)i * op_size(b);
 }
 
-/* The peer name, handle and result of an operation, read or write. */
-static const char *op_peer(const struct mbatch *b, void *op,
-			   struct tp_peer ***ph, int **res)
+/* The handle and result slots of an operation, read or write. */
+static void op_peer(const struct mbatch *b, void *op, struct tp_peer ***ph,
+		    int **res)
 {
 	if (b->c.write) {
 		struct tp_write *w = op;
 		*ph = &w->ph;
 		*res = &w->res;
-		return w->ph ? w->ph->name : w->peer;
+	} else {
+		struct tp_read *rd = op;
+		*ph = &rd->ph;
+		*res = &rd->res;
 	}
-	struct tp_read *rd = op;
-	*ph = &rd->ph;
-	*res = &rd->res;
-	return rd->ph ? rd->ph->name : rd->peer;
+}
+
+/* The peer's endpoint of one of the caller's operations (its handle, if
+ * any, is one of ours). */
+static const char *op_name(const struct mbatch *b, void *op)
+{
+	struct tp_peer **ph;
+	int *res;
+	op_peer(b, op, &ph, &res);
+	if (*ph)
+		return (*ph)->name;
+	return b->c.write ? ((struct tp_write *)op)->peer
+			  : ((struct tp_read *)op)->peer;
 }
 
 static void mb_end(struct rx_reactor *r, struct rx_timer *t)
@@ -283,7 +295,8 @@ static void sub_done(void *arg, void *ops, unsigned n)
 		void *dst = op_at(b, b->c.ops, s->idx[i]);
 		struct tp_peer **sph, **dph;
 		int *sres, *dres;
-		const char *name = op_peer(b, dst, &dph, &dres);
+		const char *name = op_name(b, dst);
+		op_peer(b, dst, &dph, &dres);
 		op_peer(b, src, &sph, &sres);
 		*dres = *sres;
 		if (!b->c.write) {
@@ -337,7 +350,8 @@ static int batch_start(struct tp_client *mc, bool write, void *opsv,
 	for (unsigned i = 0; i < n; i++) {
 		struct tp_peer **ph;
 		int *res;
-		const char *name = op_peer(b, op_at(b, opsv, i), &ph, &res);
+		const char *name = op_name(b, op_at(b, opsv, i));
+		op_peer(b, op_at(b, opsv, i), &ph, &res);
 		*res = 0;
 		if (tcp_only(mc, name))
 			ti[nt++] = i;

@@ -9,7 +9,10 @@
  * "tcp" (the real module on 127.0.0.1, a client reading from its own data
  * port), "tcp_auth" (the same with a cluster secret), "rdma" and
  * "rdma_auth" (the RDMA transport on the verbs simulation,
- * tests/fake/rdma_sim.h), "rdma_hw" (on a real device when
+ * tests/fake/rdma_sim.h), "mixed" and "mixed_auth" (the transport module
+ * as a node with an RDMA device runs it: RDMA on the simulation beside TCP;
+ * the black hole has no RDMA listener and is reached over TCP), "rdma_hw"
+ * (on a real device when
  * PEERCACHE_RDMA_TEST_ADDR names its address; skipped with the reason
  * otherwise). A "black hole" peer
  * accepts and never answers: for TCP a listening socket that never accepts
@@ -34,6 +37,7 @@
 #include "modules/transport_wire.h"
 #include "testutil.h"
 #include "modules/transport_rdma.h"
+#include "modules/transport_tcp.h"
 #include "tests/fake/rdma_sim.h"
 #include "tests/fake/transport_fake.h"
 
@@ -47,6 +51,7 @@ typedef void (*step_fn)(struct tfx *f);
 struct tkind {
 	const char *name;
 	const char *secret;
+	bool mixed; /* the module with RDMA (simulated) beside TCP */
 	void (*setup)(struct tfx *f, unsigned max_chans);
 	void (*teardown)(struct tfx *f);
 	void (*kill_hole)(struct tfx *f);
@@ -173,13 +178,22 @@ static void tcp_setup(struct tfx *f, unsigned max_chans)
 	char chans[16], err[256];
 	snprintf(chans, sizeof(chans), "%u", max_chans);
 	char *argv[] = {"test", "--bind", "127.0.0.1", "--data-port", "0",
-			"--max-channels-per-peer", chans, "--protocol", "tcp",
+			"--max-channels-per-peer", chans, "--protocol",
+			f->k->mixed ? "rdma" : "tcp",
 			"--cluster-secret", (char *)f->k->secret, NULL};
 	int argc = f->k->secret ? 11 : 9;
 	char *envp[] = {NULL};
 	cr_assert_eq(pc_settings_load(&f->s, argc, argv, envp, err,
 				      sizeof(err)), 0, "%s", err);
 	cr_assert_eq(pc_ctx_init(&f->ctx, &f->s, 1, NULL, 0), 0);
+	if (f->k->mixed) {
+		/* RDMA on the simulation beside TCP (transport_mixed.h): its
+		 * listener takes the data port's number; the black hole has
+		 * no RDMA listener, so it is reached over TCP. */
+		rsim_reset();
+		cr_assert_eq(rsim_add_device("sim0", IBV_PORT_ACTIVE), 0);
+		tp_tcp_set_verbs(rsim_api());
+	}
 	int ret = pc_mod_transport.init(&f->ctx);
 	cr_assert_eq(ret, 0, "transport init: %s", strerror(-ret));
 	ret = pc_mod_transport.start(f->r, &f->ctx);
@@ -211,6 +225,14 @@ static void tcp_teardown(struct tfx *f)
 {
 	pc_mod_transport.exit(f->r, &f->ctx);
 	pc_mod_transport.fini(&f->ctx);
+	if (f->k->mixed) {
+		tp_tcp_set_verbs(NULL);
+		struct rsim_stats st;
+		rsim_stats(&st);
+		cr_assert_eq(st.qps_live + st.ids_live + st.mrs_live +
+				     st.cqs_live, 0, "the fabric is not empty");
+		rsim_reset();
+	}
 	pc_ctx_fini(&f->ctx);
 	pc_settings_free(&f->s);
 	if (f->hole_fd >= 0)
@@ -312,20 +334,25 @@ static void rdma_hw_kill_hole(struct tfx *f)
 	(void)f;
 }
 
-static const struct tkind K_FAKE = {"fake", NULL, fake_setup, fake_teardown,
-				    fake_kill_hole};
-static const struct tkind K_TCP = {"tcp", NULL, tcp_setup, tcp_teardown,
-				   tcp_kill_hole};
-static const struct tkind K_TCP_AUTH = {"tcp_auth", "conformance-secret",
-					tcp_setup, tcp_teardown,
-					tcp_kill_hole};
-static const struct tkind K_RDMA = {"rdma", NULL, rdma_setup, rdma_teardown,
-				    rdma_kill_hole};
-static const struct tkind K_RDMA_AUTH = {"rdma_auth", "conformance-secret",
-					 rdma_setup, rdma_teardown,
-					 rdma_kill_hole};
-static const struct tkind K_RDMA_HW = {"rdma_hw", NULL, rdma_hw_setup,
-				       rdma_teardown, rdma_hw_kill_hole};
+static void rdma_hw_teardown(struct tfx *f)
+{
+	rdma_teardown(f);
+}
+
+#define KIND(n, sec, mix, pre)                                                 \
+	{.name = n, .secret = sec, .mixed = mix, .setup = pre##_setup,         \
+	 .teardown = pre##_teardown, .kill_hole = pre##_kill_hole}
+static const struct tkind K_FAKE = KIND("fake", NULL, false, fake);
+static const struct tkind K_TCP = KIND("tcp", NULL, false, tcp);
+static const struct tkind K_TCP_AUTH =
+	KIND("tcp_auth", "conformance-secret", false, tcp);
+static const struct tkind K_MIXED = KIND("mixed", NULL, true, tcp);
+static const struct tkind K_MIXED_AUTH =
+	KIND("mixed_auth", "conformance-secret", true, tcp);
+static const struct tkind K_RDMA = KIND("rdma", NULL, false, rdma);
+static const struct tkind K_RDMA_AUTH =
+	KIND("rdma_auth", "conformance-secret", false, rdma);
+static const struct tkind K_RDMA_HW = KIND("rdma_hw", NULL, false, rdma_hw);
 
 /* ------------------------------------------------------------ scenario */
 
@@ -533,7 +560,7 @@ static void bounds_check2(struct tfx *f)
 {
 	/* One-sided hardware cannot tell a region without the access from a
 	 * wrong key: both are a remote access error (transport.h). */
-	if (!strncmp(f->k->name, "rdma", 4))
+	if (!strncmp(f->k->name, "rdma", 4) || f->k->mixed)
 		cr_assert_eq(f->wr[0].res, -EFAULT, "%s",
 			     strerror(-f->wr[0].res));
 	else
@@ -867,7 +894,8 @@ static void sel_go(struct tfx *f)
 static void sel_check(struct tfx *f)
 {
 	struct tp_read *rd = f->rd;
-	if (!strcmp(f->k->name, "fake") || !strncmp(f->k->name, "rdma", 4)) {
+	if (!strcmp(f->k->name, "fake") || !strncmp(f->k->name, "rdma", 4) ||
+	    f->k->mixed) {
 		/* One-sided: the hook is never asked, every read (even
 		 * those the hook would fail) brings the whole range. */
 		cr_assert_eq(sel_calls, 0);
@@ -1239,6 +1267,8 @@ static void rdma_hw_run(unsigned chans, const step_fn *steps, bool hole)
 	Test(transport_tcp_auth, name) { run(&K_TCP_AUTH, chans, steps); }    \
 	Test(transport_rdma, name) { run(&K_RDMA, chans, steps); }            \
 	Test(transport_rdma_auth, name) { run(&K_RDMA_AUTH, chans, steps); }  \
+	Test(transport_mixed, name) { run(&K_MIXED, chans, steps); }          \
+	Test(transport_mixed_auth, name) { run(&K_MIXED_AUTH, chans, steps); }\
 	Test(transport_rdma_hw, name) { rdma_hw_run(chans, steps, hole); }
 #define CASE(name, steps, chans) CASE_(name, steps, chans, false)
 #define CASE_HOLE(name, steps, chans) CASE_(name, steps, chans, true)
