@@ -1279,3 +1279,39 @@ void rsim_stats(struct rsim_stats *out)
 	rsim_unlock();
 }
 
+uint64_t rsim_leftovers(char *what, size_t len)
+{
+	struct rsim_stats st;
+	rsim_stats(&st);
+	const struct {
+		const char *name;
+		uint64_t n;
+	} k[] = {
+		{"QPs", st.qps_live},
+		{"ids", st.ids_live},
+		{"MRs", st.mrs_live},
+		{"CQs", st.cqs_live},
+		{"PDs", st.pds_live},
+		{"completion channels", st.comp_channels_live},
+		{"event channels", st.event_channels_live},
+		{"opened contexts", st.contexts_open},
+		{"rdma_cm events unacked", st.events_unacked},
+		{"CQ events unacked", st.cq_events_unacked},
+	};
+	uint64_t total = 0;
+	size_t at = 0;
+	if (len)
+		what[0] = '\0';
+	for (size_t i = 0; i < sizeof(k) / sizeof(k[0]); i++) {
+		if (!k[i].n)
+			continue;
+		total += k[i].n;
+		if (at < len)
+			at += (size_t)snprintf(what + at, len - at, "%s%llu %s",
+					       at ? ", " : "",
+					       (unsigned long long)k[i].n,
+					       k[i].name);
+	}
+	return total;
+}
+

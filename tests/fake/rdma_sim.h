@@ -66,6 +66,7 @@
 #define PC_TESTS_FAKE_RDMA_SIM_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "modules/rdma_verbs.h"
@@ -121,5 +122,9 @@ int rsim_fail_next(const char *addr, unsigned n, enum ibv_wc_status status);
 int rsim_silence_cm(const char *addr, bool on);
 
 void rsim_stats(struct rsim_stats *out);
+/* What the fabric still holds (live objects of every kind, events got and
+ * not acked): the count, and in what a list like "2 QPs, 1 ids". 0 when a
+ * user freed everything it made. */
+uint64_t rsim_leftovers(char *what, size_t len);
 
 #endif /* PC_TESTS_FAKE_RDMA_SIM_H */

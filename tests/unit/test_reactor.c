@@ -353,7 +353,10 @@ static void wr_tick(struct rx_reactor *r, struct rx_timer *t)
 	rx_reactor_stop(r);
 }
 
-Test(reactor, watch_cancelled_while_its_fd_fires_ends, .timeout = 60)
+/* 50 rounds of: a watch on an eventfd (readable first when ready_first),
+ * then tick 1 ms later; the loop must stop long before its grace. */
+static void wr_rounds(bool ready_first,
+		      void (*tick)(struct rx_reactor *r, struct rx_timer *t))
 {
 	for (wr.rounds = 0; wr.rounds < 50; wr.rounds++) {
 		struct rx_params p;
@@ -362,17 +365,23 @@ Test(reactor, watch_cancelled_while_its_fd_fires_ends, .timeout = 60)
 		struct rx_reactor *r = tu_reactor(&p);
 		wr.efd = eventfd(0, EFD_NONBLOCK);
 		int err;
-		/* Level: the fd stays readable, every wake-up fires it. */
 		wr.w = rx_watch_fd(r, wr.efd, POLLIN, wr_noop, NULL, &err);
 		cr_assert(wr.w);
 		uint64_t one = 1;
-		write(wr.efd, &one, sizeof(one));
-		rx_timer_init(&wr.t, wr_tick, NULL);
+		if (ready_first)
+			write(wr.efd, &one, sizeof(one));
+		rx_timer_init(&wr.t, tick, NULL);
 		rx_timer_start(r, &wr.t, RX_MS(1), 0);
 		tu_run(r, 50000);
 		close(wr.efd);
 		rx_reactor_destroy(r);
 	}
+}
+
+Test(reactor, watch_cancelled_while_its_fd_fires_ends, .timeout = 60)
+{
+	/* Level: the fd stays readable, every wake-up fires it. */
+	wr_rounds(true, wr_tick);
 }
 
 /* The same, with the fd drained between its wake-up and the removal: the
@@ -390,21 +399,7 @@ static void wr_tick_drained(struct rx_reactor *r, struct rx_timer *t)
 
 Test(reactor, watch_cancelled_after_a_drained_wakeup_ends, .timeout = 60)
 {
-	for (wr.rounds = 0; wr.rounds < 50; wr.rounds++) {
-		struct rx_params p;
-		rx_params_default(&p);
-		p.shutdown_grace_ms = 100000; /* the test's timeout fires first */
-		struct rx_reactor *r = tu_reactor(&p);
-		wr.efd = eventfd(0, EFD_NONBLOCK);
-		int err;
-		wr.w = rx_watch_fd(r, wr.efd, POLLIN, wr_noop, NULL, &err);
-		cr_assert(wr.w);
-		rx_timer_init(&wr.t, wr_tick_drained, NULL);
-		rx_timer_start(r, &wr.t, RX_MS(1), 0);
-		tu_run(r, 50000);
-		close(wr.efd);
-		rx_reactor_destroy(r);
-	}
+	wr_rounds(false, wr_tick_drained);
 }
 
 /* ---------------------------------------------------------------- file I/O */
