@@ -103,7 +103,8 @@ static const struct pc_cfg_key keys[] = {
 	 "membership is the static `peers` (both at once are refused)"},
 	{"protocol", PC_CFG_ENUM, "auto", 0, 0, protocol_choices, OFF(protocol),
 	 0, "data transport: auto (RDMA if a device is up, else TCP), tcp, "
-	 "rdma (refused at start without a usable device)"},
+	 "rdma (refused at start without a usable device); RDMA needs "
+	 "cluster_secret"},
 	{"device_name", PC_CFG_STRING, "", 0, 63, NULL, OFF(device_name), 0,
 	 "RDMA device (as ibv_devices names it); empty = the first one with "
 	 "ib_port active"},

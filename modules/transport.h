@@ -348,8 +348,9 @@ struct tp_rdma_cfg;
 
 /*
  * protocol = auto | tcp | rdma (transport_select.c): PC_PROTO_TCP or
- * PC_PROTO_RDMA (run RDMA with TCP beside it), or -ENODEV for "rdma"
- * without a usable device of api. Logs what it found and chose (one line).
+ * PC_PROTO_RDMA (run RDMA with TCP beside it: a usable device of api and
+ * a cluster_secret), or for "rdma" -ENODEV (no usable device) or -EACCES
+ * (no secret). Logs what it found and chose (one line).
  * Main thread.
  */
 int tp_select(const struct pc_settings *s, const struct rv_api *api);

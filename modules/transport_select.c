@@ -5,8 +5,9 @@
  * Owns: the decision, and the RDMA settings' translation into the RDMA
  * transport's configuration. Main thread, once at start. "auto" runs RDMA
  * (with TCP beside it for peers without RDMA) when a usable device exists
- * and TCP otherwise, and says which in one log line; "rdma" without a
- * usable device is a start-up error; "tcp" looks for no device.
+ * and a cluster_secret is set, and TCP otherwise, and says which in one
+ * log line; "rdma" without a usable device or without a secret is a
+ * start-up error; "tcp" looks for no device.
  */
 #include <errno.h>
 
@@ -39,6 +40,22 @@ int tp_select(const struct pc_settings *s, const struct rv_api *api)
 	tp_rdma_cfg_of(s, api, &cfg);
 	char why[200];
 	int n = tp_rdma_probe(&cfg, why, sizeof(why));
+	if (n > 0 && !cfg.secret) {
+		/* Without a secret only this user may reach the node (the TCP
+		 * ports check the peer's credentials); rdma_cm tells nothing
+		 * of who connects, so RDMA needs the secret's proof. */
+		if (s->protocol == PC_PROTO_RDMA) {
+			PC_LOGE(LOG_MOD, "protocol=rdma: %s, but RDMA needs a "
+				"cluster_secret (rdma_cm cannot tell who "
+				"connects); set one, or protocol = auto or tcp",
+				why);
+			return -EACCES;
+		}
+		PC_LOGI(LOG_MOD, "protocol=auto: %s, but RDMA needs a "
+			"cluster_secret (rdma_cm cannot tell who connects); "
+			"data moves over TCP", why);
+		return PC_PROTO_TCP;
+	}
 	if (n > 0) {
 		PC_LOGI(LOG_MOD, "protocol=%s: %s; data moves over RDMA (TCP "
 			"for peers without it)",

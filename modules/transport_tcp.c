@@ -840,6 +840,15 @@ static int rdma_start(struct rx_reactor *r, unsigned id, struct tp_client *tc,
 		return 0;
 	uint16_t bound;
 	err = tp_rdma_node_listen(g.rdma, r, host, g.port, advertised, &bound);
+	if (err < 0 && g.ctx->cfg->protocol == PC_PROTO_AUTO) {
+		/* e.g. bind is not an address of the RDMA device: this node
+		 * still reads over RDMA; peers read it over TCP (they fall
+		 * back when their RDMA connect finds no listener). */
+		PC_LOGW(LOG_MOD, "protocol=auto: no RDMA listener on %s:%u "
+			"(%s); peers read this node over TCP", host, g.port,
+			strerror(-err));
+		return 0;
+	}
 	if (err < 0)
 		PC_LOGE(LOG_MOD, "RDMA listener on %s:%u: %s", host, g.port,
 			strerror(-err));

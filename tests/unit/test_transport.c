@@ -9,8 +9,8 @@
  * "tcp" (the real module on 127.0.0.1, a client reading from its own data
  * port), "tcp_auth" (the same with a cluster secret), "rdma" and
  * "rdma_auth" (the RDMA transport on the verbs simulation,
- * tests/fake/rdma_sim.h), "mixed" and "mixed_auth" (the transport module
- * as a node with an RDMA device runs it: RDMA on the simulation beside TCP;
+ * tests/fake/rdma_sim.h), "mixed" (the transport module as a node with an
+ * RDMA device and a secret runs it: RDMA on the simulation beside TCP;
  * the black hole has no RDMA listener and is reached over TCP), "rdma_hw"
  * (on a real device when
  * PEERCACHE_RDMA_TEST_ADDR names its address; skipped with the reason
@@ -336,9 +336,9 @@ static const struct tkind K_FAKE = KIND("fake", NULL, false, fake);
 static const struct tkind K_TCP = KIND("tcp", NULL, false, tcp);
 static const struct tkind K_TCP_AUTH =
 	KIND("tcp_auth", "conformance-secret", false, tcp);
-static const struct tkind K_MIXED = KIND("mixed", NULL, true, tcp);
-static const struct tkind K_MIXED_AUTH =
-	KIND("mixed_auth", "conformance-secret", true, tcp);
+/* RDMA runs only with a secret (transport_select.c), so "mixed" has one. */
+static const struct tkind K_MIXED =
+	KIND("mixed", "conformance-secret", true, tcp);
 static const struct tkind K_RDMA = KIND("rdma", NULL, false, rdma);
 static const struct tkind K_RDMA_AUTH =
 	KIND("rdma_auth", "conformance-secret", false, rdma);
@@ -1258,7 +1258,6 @@ static void rdma_hw_run(unsigned chans, const step_fn *steps, bool hole)
 	Test(transport_rdma, name) { run(&K_RDMA, chans, steps); }            \
 	Test(transport_rdma_auth, name) { run(&K_RDMA_AUTH, chans, steps); }  \
 	Test(transport_mixed, name) { run(&K_MIXED, chans, steps); }          \
-	Test(transport_mixed_auth, name) { run(&K_MIXED_AUTH, chans, steps); }\
 	Test(transport_rdma_hw, name) { rdma_hw_run(chans, steps, hole); }
 #define CASE(name, steps, chans) CASE_(name, steps, chans, false)
 #define CASE_HOLE(name, steps, chans) CASE_(name, steps, chans, true)

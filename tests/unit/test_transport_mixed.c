@@ -1,6 +1,7 @@
 /*
  * tests/unit/test_transport_mixed.c — the transport module's choice of
- * transport (protocol = auto | tcp | rdma) and RDMA with TCP beside it
+ * transport (protocol = auto | tcp | rdma; RDMA needs a device and a
+ * cluster secret) and RDMA with TCP beside it
  * (modules/transport_mixed.h), on the verbs simulation.
  *
  * Owns: its fixtures. The module runs on one test reactor with the
@@ -73,17 +74,24 @@ static void on_stop(struct rx_reactor *r, void *arg)
 
 /* Load settings with protocol proto and run the module's init: its
  * result. */
-static int module_init(const char *proto)
+static int module_init_as(const char *proto, bool secret)
 {
 	char err[256];
 	char *argv[] = {"test", "--bind", "127.0.0.1", "--data-port", "0",
-			"--protocol", (char *)proto, NULL};
+			"--protocol", (char *)proto, "--cluster-secret",
+			"mixed-secret", NULL};
 	char *envp[] = {NULL};
-	cr_assert_eq(pc_settings_load(&m.s, 7, argv, envp, err, sizeof(err)),
-		     0, "%s", err);
+	cr_assert_eq(pc_settings_load(&m.s, secret ? 9 : 7, argv, envp, err,
+				      sizeof(err)), 0, "%s", err);
 	cr_assert_eq(pc_ctx_init(&m.ctx, &m.s, 1, NULL, 0), 0);
 	tp_tcp_set_verbs(rsim_api());
 	return pc_mod_transport.init(&m.ctx);
+}
+
+/* RDMA runs only with a cluster secret: the tests give one. */
+static int module_init(const char *proto)
+{
+	return module_init_as(proto, true);
 }
 
 static void module_fini(void)
@@ -202,6 +210,18 @@ Test(transport_mixed, protocol_tcp_ignores_a_device)
 	cr_assert_eq(rsim_add_device("sim0", IBV_PORT_ACTIVE), 0);
 	cr_assert_eq(module_init("tcp"), 0);
 	cr_assert_str_eq(svc_find_transport(&m.ctx)->ops->name, "tcp");
+	module_fini();
+	rsim_reset();
+}
+
+Test(transport_mixed, without_a_secret_auto_runs_tcp_and_rdma_refuses)
+{
+	rsim_reset();
+	cr_assert_eq(rsim_add_device("sim0", IBV_PORT_ACTIVE), 0);
+	cr_assert_eq(module_init_as("auto", false), 0);
+	cr_assert_str_eq(svc_find_transport(&m.ctx)->ops->name, "tcp");
+	module_fini();
+	cr_assert_eq(module_init_as("rdma", false), -EACCES);
 	module_fini();
 	rsim_reset();
 }
