@@ -96,6 +96,7 @@ struct tp_node {
 	struct rx_watch *lw;
 	struct ibv_cq *scq;
 	struct sconn *sconns;
+	unsigned nsconns;      /* accepted and not yet dropped */
 	struct {
 		uint64_t ts;
 		uint8_t nonce[NONCE_BYTES];
@@ -1268,6 +1269,7 @@ static void sconn_drop(struct tp_node *tn, struct sconn *s)
 		pp = &(*pp)->next;
 	if (*pp)
 		*pp = s->next;
+	tn->nsconns--;
 	if (s->id->qp)
 		tn->api->destroy_qp(s->id);
 	tn->api->destroy_id(s->id);
@@ -1283,6 +1285,11 @@ static void node_request(struct tp_node *tn, struct rdma_cm_event *ev,
 	int err = hello_check(tn, ev);
 	if (!err && id->verbs != tn->ctx)
 		err = -ENODEV;
+	/* A cap like the data port's on connections: a peer (holding the
+	 * secret) cannot exhaust the device's queue pairs. */
+	unsigned cap = tn->cfg.max_accepted ? tn->cfg.max_accepted : 8192;
+	if (!err && tn->nsconns >= cap)
+		err = -EMFILE;
 	struct sconn *s = NULL;
 	if (!err && !(s = calloc(1, sizeof(*s))))
 		err = -ENOMEM;
@@ -1330,6 +1337,7 @@ static void node_request(struct tp_node *tn, struct rdma_cm_event *ev,
 		return;
 	}
 	STAT_ADD(tn, accepted, 1);
+	tn->nsconns++;
 	s->id = id;
 	id->context = s;
 	s->next = tn->sconns;

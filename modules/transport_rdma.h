@@ -62,6 +62,7 @@ struct tp_rdma_cfg {
 	unsigned sq_depth;           /* WRs in flight per QP; 0: 128 */
 	unsigned signal_every;       /* 0: 16 */
 	unsigned rd_atomic;          /* READs in flight per QP; 0: 16 */
+	unsigned max_accepted;       /* peers' QPs held at once; 0: 8192 */
 	const char *secret;          /* cluster_secret, or NULL */
 };
 

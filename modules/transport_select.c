@@ -28,6 +28,7 @@ void tp_rdma_cfg_of(const struct pc_settings *s, const struct rv_api *api,
 		.gid_index = (int)s->gid_index,
 		.max_chans = (unsigned)s->max_channels_per_peer,
 		.connect_timeout_ms = (unsigned)PC_MIN(s->rpc_timeout_ms, 5000),
+		.max_accepted = (unsigned)s->data_max_connections,
 		.secret = *s->cluster_secret ? s->cluster_secret : NULL,
 	};
 }

@@ -48,6 +48,7 @@ struct ropts {
 	const char *srv_secret;
 	const char *cli_secret;
 	bool separate; /* the client on a node of its own (cli_secret) */
+	unsigned max_accepted; /* the serving node's cap on peers' QPs */
 };
 
 struct rfx;
@@ -214,6 +215,7 @@ static void setup(struct rfx *f)
 	p.shutdown_grace_ms = 500;
 	f->r = tu_reactor(&p);
 	struct tp_rdma_cfg cfg = cfg_of(&f->o, f->o.srv_secret);
+	cfg.max_accepted = f->o.max_accepted;
 	int ret = tp_rdma_node_new(&cfg, &f->srv);
 	cr_assert_eq(ret, 0, "node: %s", strerror(-ret));
 	uint16_t port;
@@ -457,6 +459,34 @@ static void bp_check(struct rfx *f)
 	cr_assert_eq(s.post_failures, 0, "posted beyond the send queue");
 	cr_assert_eq(s.lazy_mrs, 64);
 	next(f);
+}
+
+/* The serving node holds at most max_accepted peers' QPs: the client's
+ * channels beyond it are refused, and their reads go on the others. */
+static void cap_go(struct rfx *f)
+{
+	rd_many(f, 64, f->dst);
+	go(f, 64, 10000);
+}
+
+static void cap_check(struct rfx *f)
+{
+	for (unsigned i = 0; i < 64; i++)
+		rd_landed(f, i);
+	struct tp_rdma_stats c = cli_stats(f), sv = srv_stats(f);
+	cr_assert_eq(sv.accepted, 2, "%llu accepted",
+		     (unsigned long long)sv.accepted);
+	cr_assert_geq(sv.refused, 1);
+	cr_assert_eq(c.chans_failed, sv.refused);
+	next(f);
+}
+
+Test(transport_rdma, accepted_queue_pairs_are_capped)
+{
+	static const step_fn s[] = {cap_go, cap_check, NULL};
+	struct ropts o = {.max_chans = 4, .srv_secret = "s", .cli_secret = "s",
+			  .separate = true, .max_accepted = 2};
+	run(&o, s);
 }
 
 Test(transport_rdma, send_queue_backpressure)
