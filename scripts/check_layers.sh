@@ -92,6 +92,7 @@ prefixes_of() { # object path (relative to the build dir) -> allowed prefixes
 	bench/*/p2p_setup.c.o) echo "setup_" ;;
 	bench/*/p2p_targets.c.o) echo "target_" ;;
 	bench/*/p2p_sink.c.o) echo "sink_" ;;
+	bench/tool/*/report.c.o | bench/tool/*/json.c.o | bench/tool/*/compare.c.o) echo "pcb_" ;;
 	# an LD_PRELOAD allocation counter: interposing is its job
 	bench/*/alloc_count.c.o) echo "malloc calloc realloc free aligned_alloc memalign posix_memalign" ;;
 	bench/*) echo "main" ;;
