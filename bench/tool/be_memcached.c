@@ -8,8 +8,9 @@
  *           is a miss (slot untouched)
  *   set:    n pipelined `set k 0 0 <bytes>` (values sent from c->buf), then
  *           n replies; STORED counts. SERVER_ERROR (an item over memcached's
- *           limit, -I, 1 MiB by default; out of memory) is a miss, not a
- *           failed call: its text is kept in c->err for the log
+ *           limit, -I, 1 MiB by default with the item's header and key
+ *           included: a page of exactly 1 MiB does not fit; out of memory)
+ *           is a miss, not a failed call: its text is kept in c->err
  *   exists: n pipelined meta gets `mg k` without flags (memcached 1.6: HD
  *           for a hit, EN for a miss); the leading run of hits counts
  * Keys memcached's text protocol cannot carry (over 250 bytes, spaces,
@@ -247,10 +248,11 @@ static int pipeline(struct pcb_conn *base, char *const *keys,
 				       : bad_reply(c, cmd, line, len);
 		if (!noted) /* the first refusal, for the log */
 			pcb_net_note(c, "%s of key %zu refused: %s (pages of %"
-				     PRIu64 " bytes; memcached's item limit "
-				     "is 1 MiB unless started with -I)", cmd,
-				     i, pcb_net_show(line, len, text,
-						     sizeof(text)),
+				     PRIu64 " bytes; a memcached item, its "
+				     "header and key included, is at most 1 "
+				     "MiB unless started with -I)", cmd, i,
+				     pcb_net_show(line, len, text,
+						  sizeof(text)),
 				     c->proc->page_bytes);
 		noted = true;
 	}
