@@ -93,6 +93,9 @@ prefixes_of() { # object path (relative to the build dir) -> allowed prefixes
 	bench/*/p2p_targets.c.o) echo "target_" ;;
 	bench/*/p2p_sink.c.o) echo "sink_" ;;
 	bench/tool/*/report.c.o | bench/tool/*/json.c.o | bench/tool/*/compare.c.o) echo "pcb_" ;;
+	bench/tool/*/net.c.o) echo "pcb_net_" ;;
+	bench/tool/*/be_redis.c.o) echo "pcb_be_redis" ;;
+	bench/tool/*/be_memcached.c.o) echo "pcb_be_memcached" ;;
 	# an LD_PRELOAD allocation counter: interposing is its job
 	bench/*/alloc_count.c.o) echo "malloc calloc realloc free aligned_alloc memalign posix_memalign" ;;
 	bench/*) echo "main" ;;
