@@ -1112,25 +1112,6 @@ static int usage_error(const char *what, const char *arg)
 	return CLI_USAGE;
 }
 
-/* "--name VALUE" or "--name=VALUE" at argv[*i]; NULL if not this option. */
-static const char *opt_value(int argc, char **argv, int *i, const char *name,
-			     bool *missing)
-{
-	size_t n = strlen(name);
-	const char *a = argv[*i];
-	if (strncmp(a, name, n) != 0)
-		return NULL;
-	if (a[n] == '=')
-		return a + n + 1;
-	if (a[n] != '\0')
-		return NULL;
-	if (*i + 1 >= argc) {
-		*missing = true;
-		return NULL;
-	}
-	return argv[++*i];
-}
-
 /* Global options into c; returns the index of COMMAND, or -exit status. */
 static int parse_options(struct cli *c, int argc, char **argv)
 {
@@ -1155,20 +1136,20 @@ static int parse_options(struct cli *c, int argc, char **argv)
 			       PEERCACHE_GIT_REV);
 			return -CLI_OK;
 		}
-		if ((v = opt_value(argc, argv, &i, "--node", &missing))) {
+		if ((v = pc_opt_value(argc, argv, &i, "--node", &missing))) {
 			node = v;
-		} else if ((v = opt_value(argc, argv, &i, "--secret-file",
+		} else if ((v = pc_opt_value(argc, argv, &i, "--secret-file",
 					  &missing))) {
 			secret_file = v;
 			secret = NULL;
-		} else if ((v = opt_value(argc, argv, &i, "--secret",
+		} else if ((v = pc_opt_value(argc, argv, &i, "--secret",
 					  &missing))) {
 			secret = v;
 			secret_file = NULL;
 			cli_err("warning: --secret on the command line is "
 				"visible to every local user; use "
 				"--secret-file or $PEERCACHE_SECRET_FILE");
-		} else if ((v = opt_value(argc, argv, &i, "--timeout",
+		} else if ((v = pc_opt_value(argc, argv, &i, "--timeout",
 					  &missing))) {
 			if (pc_parse_duration_ms(v, &ms) < 0 || ms == 0 ||
 			    ms > CLI_TIMEOUT_MS_MAX)

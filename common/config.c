@@ -999,3 +999,21 @@ void pc_cfg_dump(const struct pc_cfg_table *t, const void *settings, FILE *out)
 		fputc('\n', out);
 	}
 }
+
+const char *pc_opt_value(int argc, char **argv, int *i, const char *name,
+			 bool *missing)
+{
+	size_t n = strlen(name);
+	const char *a = argv[*i];
+	if (strncmp(a, name, n) != 0)
+		return NULL;
+	if (a[n] == '=')
+		return a + n + 1;
+	if (a[n] != '\0')
+		return NULL;
+	if (*i + 1 >= argc) {
+		*missing = true;
+		return NULL;
+	}
+	return argv[++*i];
+}

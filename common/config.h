@@ -134,6 +134,12 @@ int pc_parse_int(const char *s, int64_t *out);
 int pc_parse_size(const char *s, uint64_t *out);
 int pc_parse_duration_ms(const char *s, uint64_t *out);
 
+/* Command lines: "--name VALUE" or "--name=VALUE" at argv[*i] (advancing *i
+ * past a separate VALUE); NULL if argv[*i] is not this option, or when the
+ * value is absent (*missing is then set). */
+const char *pc_opt_value(int argc, char **argv, int *i, const char *name,
+			 bool *missing);
+
 /* Format bytes with the largest exact binary unit ("4gb", "1536kb", "100"). */
 void pc_format_size(uint64_t bytes, char *buf, size_t len);
 
