@@ -96,6 +96,7 @@ prefixes_of() { # object path (relative to the build dir) -> allowed prefixes
 	bench/tool/*/net.c.o) echo "pcb_net_" ;;
 	bench/tool/*/be_redis.c.o) echo "pcb_be_redis" ;;
 	bench/tool/*/be_memcached.c.o) echo "pcb_be_memcached" ;;
+	bench/tool/*) echo "pcb_ main" ;;
 	# an LD_PRELOAD allocation counter: interposing is its job
 	bench/*/alloc_count.c.o) echo "malloc calloc realloc free aligned_alloc memalign posix_memalign" ;;
 	bench/*) echo "main" ;;

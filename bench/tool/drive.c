@@ -285,11 +285,8 @@ static int drive_args(struct drive *d, int argc, char **argv)
 		} else if ((v = OPT("--secret-file"))) {
 			secret_file = v;
 		} else if ((v = OPT("--prefix"))) {
-			if (!*v || strlen(v) > 128) {
-				fprintf(stderr, "peercache-bench: --prefix "
-					"takes 1 to 128 bytes\n");
+			if (pcb_parse_prefix(v))
 				return 2;
-			}
 			d->prefix = v;
 		} else if ((v = OPT("--op"))) {
 			unsigned k;

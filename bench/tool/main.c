@@ -54,6 +54,19 @@ int pcb_parse_ms(const char *opt, const char *v, uint64_t *out)
 	return 0;
 }
 
+int pcb_parse_prefix(const char *v)
+{
+	size_t n = strlen(v);
+	bool ok = n >= 1 && n <= 128;
+	for (size_t i = 0; i < n && ok; i++)
+		ok = (unsigned char)v[i] > ' ' && v[i] != 0x7f;
+	if (!ok)
+		fprintf(stderr, "peercache-bench: --prefix takes 1 to 128 "
+			"bytes without spaces or control characters (keys "
+			"must suit memcached too): %s\n", v);
+	return ok ? 0 : -1;
+}
+
 int pcb_read_secret(const char *path, char *buf, size_t len)
 {
 	char why[512];

@@ -932,7 +932,8 @@ int pcb_report_html(const struct pcb_report *r, FILE *out)
 	html_chart(out, r, series, nseries, order, "chart-p99",
 		   "p99 per batch (\xc2\xb5s)", row_p99);
 	fprintf(out, "<h2>Rows</h2>\n<p>%s; the peak row of each series "
-		     "(most pages/s) is in bold.</p>\n<table class=\"rows\">\n<tr>",
+		     "(most pages/s) is in bold.</p>\n<div style=\"overflow-x:auto\">"
+		     "<table class=\"rows\">\n<tr>",
 		columns_note);
 	for (size_t c = 0; c < NCOLS; c++)
 		fprintf(out, "<th%s>%s</th>",
@@ -948,7 +949,7 @@ int pcb_report_html(const struct pcb_report *r, FILE *out)
 		}
 		fputs("</tr>\n", out);
 	}
-	fputs("</table>\n</body></html>\n", out);
+	fputs("</table></div>\n</body></html>\n", out);
 	free(series);
 	free(order);
 	return finish(out);

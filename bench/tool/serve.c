@@ -104,11 +104,8 @@ static int serve_args(struct serve *s, int argc, char **argv)
 		} else if ((v = OPT("--node"))) {
 			s->socket = v;
 		} else if ((v = OPT("--prefix"))) {
-			if (!*v || strlen(v) > 128) {
-				fprintf(stderr, "peercache-bench: --prefix "
-					"takes 1 to 128 bytes\n");
+			if (pcb_parse_prefix(v))
 				return 2;
-			}
 			s->prefix = v;
 		} else if ((v = OPT("--pages"))) {
 			if (pcb_parse_u64("--pages", v, 1, 1ull << 32, &s->pages))

@@ -54,6 +54,8 @@ void pcb_shape_help(FILE *out);
 int pcb_parse_u64(const char *opt, const char *v, uint64_t min, uint64_t max,
 		  uint64_t *out);
 int pcb_parse_ms(const char *opt, const char *v, uint64_t *out);
+/* A key prefix: 1 to 128 bytes, no whitespace or control bytes. */
+int pcb_parse_prefix(const char *v);
 /* Read a secret file (rpc over TCP); -1 with a message. */
 int pcb_read_secret(const char *path, char *buf, size_t len);
 

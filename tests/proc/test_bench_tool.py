@@ -211,12 +211,14 @@ def test_redis_and_memcached_baselines_in_one_report(cluster, serves, tmp_path):
     a, b = cluster(2, "--pool-size", "64mb")
     serves(a.endpoint("socket"), "--page-bytes", "32k", "--pages", "48")
     rp, mp = free_ports(2)
-    procs = [start_server([redis, "--port", str(rp), "--bind", "127.0.0.1", "--save", "",
-                           "--appendonly", "no"], rp, tmp_path, "redis"),
-             start_server([memcached, "-l", "127.0.0.1", "-p", str(mp), "-U", "0",
-                           "-m", "64", "-I", "2m"] + (["-u", "nobody"] if os.geteuid() == 0 else []),
-                          mp, tmp_path, "memcached")]
+    procs = []
     try:
+        procs.append(start_server([redis, "--port", str(rp), "--bind", "127.0.0.1",
+                                   "--save", "", "--appendonly", "no"], rp, tmp_path, "redis"))
+        procs.append(start_server([memcached, "-l", "127.0.0.1", "-p", str(mp), "-U", "0",
+                                   "-m", "64", "-I", "2m"]
+                                  + (["-u", "nobody"] if os.geteuid() == 0 else []),
+                                  mp, tmp_path, "memcached"))
         prefix = str(tmp_path / "vs")
         r = bench("drive", "--node", b.endpoint("socket"), "--op", "get",
                   "--concurrencies", "1,2", "--vs", "redis=127.0.0.1:%d" % rp,
@@ -227,6 +229,16 @@ def test_redis_and_memcached_baselines_in_one_report(cluster, serves, tmp_path):
             check_rows(rep, target, "get", [1, 2])
         html = open(prefix + ".html").read()
         assert html.count('class="pt"') == 2 * 6
+        # The same mix of get, exists and set on all three.
+        r = bench("drive", "--node", b.endpoint("socket"), "--op", "mixed", "--mix", "4:3:3",
+                  "--concurrencies", "2", "--vs", "redis=127.0.0.1:%d" % rp,
+                  "--vs", "memcached=127.0.0.1:%d" % mp, "--report", prefix + "-mixed", *SHORT)
+        assert r.returncode == 0, r.stderr
+        rows = load(prefix + "-mixed")["rows"]
+        assert [x["target"] for x in rows] == ["peercache", "redis", "memcached"], rows
+        for x in rows:
+            assert x["op"] == "mixed" and x["wrong"] == 0 and x["errors"] == 0, x
+            assert x["hit_rate"] > 0.9 and x["bytes"] > 0, x
     finally:
         for p in procs:
             p.kill()
