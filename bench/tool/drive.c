@@ -75,6 +75,8 @@ struct drive {
 	unsigned page_tokens;
 	struct pcb_node_info ni;
 	char mode[32];
+	int node_argc;       /* after "--": a node of our own */
+	char **node_argv;
 };
 
 /* What a process measured at one level (in the shared mapping). */
@@ -122,14 +124,16 @@ struct worker {
 static void drive_usage(FILE *out)
 {
 	fputs(
-"usage: peercache-bench drive [OPTIONS]\n"
+"usage: peercache-bench drive [OPTIONS] [-- PEERCACHED-ARGS]\n"
 "\n"
 "Drive get, exists, set or a mix against the node on this host (the paths\n"
 "SGLang uses: its session API with shared memory; or kv.* RPC straight to a\n"
 "node with --via rpc), at each concurrency of a sweep, and report hit rate,\n"
 "pages/s, tokens/s, GB/s and latency per batch and per page (p50, p95, p99,\n"
 "p99.9, max). get and exists read the working set `serve` published\n"
-"(PREFIX/manifest); set writes fresh keys under PREFIX/s/.\n"
+"(PREFIX/manifest); set writes fresh keys under PREFIX/s/. Arguments after\n"
+"'--' start a peercached of drive's own for the run (it joins the cluster\n"
+"they name; its socket is used; stopped at the end).\n"
 "\n"
 "Options:\n"
 "  --node ADDR             session: the node's Unix socket [$PEERCACHE_SOCKET,\n"
@@ -264,6 +268,11 @@ static int drive_args(struct drive *d, int argc, char **argv)
 			d->shape_given = true;
 			continue;
 		}
+		if (!strcmp(a, "--")) {
+			d->node_argc = argc - i - 1;
+			d->node_argv = argv + i + 1;
+			break;
+		}
 		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
 			drive_usage(stdout);
 			return -1;
@@ -361,6 +370,11 @@ static int drive_args(struct drive *d, int argc, char **argv)
 					: "unknown option", a);
 			return 2;
 		}
+	}
+	if (d->node_argc && d->rpc) {
+		fprintf(stderr, "peercache-bench: a node of drive's own ('--') "
+			"is driven through its socket, not --via rpc\n");
+		return 2;
 	}
 	if (!d->node || !*d->node)
 		d->node = d->rpc ? "127.0.0.1:31999" : PCB_DEFAULT_SOCKET;
@@ -950,6 +964,8 @@ static void settings(const struct drive *d, struct pcb_report *r)
 			       "%s", d->vs[i].addr);
 }
 
+static int drive_run(struct drive *dp, int argc, char **argv);
+
 int pcb_drive_main(int argc, char **argv)
 {
 	struct drive d = {0};
@@ -957,6 +973,21 @@ int pcb_drive_main(int argc, char **argv)
 	if (rc)
 		return rc < 0 ? 0 : rc;
 	pcb_catch_signals();
+	struct pcb_spawned node = {.pid = -1};
+	if (d.node_argc) {
+		if (pcb_node_spawn(d.node_argc, d.node_argv, 60000, &node))
+			return 1;
+		d.node = node.socket;
+	}
+	rc = drive_run(&d, argc, argv);
+	pcb_node_reap(&node);
+	return rc;
+}
+
+static int drive_run(struct drive *dp, int argc, char **argv)
+{
+	struct drive d = *dp;
+	int rc;
 	struct target node = {.be = d.rpc ? &pcb_be_rpc : &pcb_be_session};
 	snprintf(node.addr, sizeof(node.addr), "%s", d.node);
 	snprintf(d.mode, sizeof(d.mode), "-");

@@ -41,19 +41,24 @@ struct serve {
 	uint8_t *buf;
 	struct rpc_sync *rs;
 	char node[128], mode[32];
+	int node_argc;       /* after "--": a node of our own */
+	char **node_argv;
 };
 
 static void serve_usage(FILE *out)
 {
 	fputs(
-"usage: peercache-bench serve [OPTIONS]\n"
+"usage: peercache-bench serve [OPTIONS] [-- PEERCACHED-ARGS]\n"
 "\n"
 "Publish a working set of pages through the node on this host (its Unix\n"
 "socket and shared memory: SGLang's path), write the manifest that drivers\n"
 "read (PREFIX/manifest), wait for --drivers drivers, then keep the set\n"
 "published until Ctrl-C or SIGTERM, setting it again whenever the cluster's\n"
 "membership changes. The node joins its cluster by its own configuration\n"
-"(static peers or discovery); start it first.\n"
+"(static peers or discovery); start it first, or give its arguments after\n"
+"'--': serve then starts that peercached itself (e.g. -- --peers A,B,SELF\n"
+"--rpc-port N, or -- --discovery-addr HEAD), uses its socket, and stops it\n"
+"on exit.\n"
 "\n"
 "Options:\n"
 "  --node PATH             the node's Unix socket [$PEERCACHE_SOCKET, else\n"
@@ -96,6 +101,11 @@ static int serve_args(struct serve *s, int argc, char **argv)
 			return 2;
 		if (r > 0)
 			continue;
+		if (!strcmp(a, "--")) {
+			s->node_argc = argc - i - 1;
+			s->node_argv = argv + i + 1;
+			break;
+		}
 		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
 			serve_usage(stdout);
 			return -1;
@@ -257,6 +267,8 @@ static int delete_all(struct serve *s)
 	return 0;
 }
 
+static int serve_run(struct serve *sp);
+
 int pcb_serve_main(int argc, char **argv)
 {
 	struct serve s = {0};
@@ -264,6 +276,21 @@ int pcb_serve_main(int argc, char **argv)
 	if (rc)
 		return rc < 0 ? 0 : rc;
 	pcb_catch_signals();
+	struct pcb_spawned node = {.pid = -1};
+	if (s.node_argc) {
+		if (pcb_node_spawn(s.node_argc, s.node_argv, 60000, &node))
+			return 1;
+		s.socket = node.socket;
+	}
+	rc = serve_run(&s);
+	pcb_node_reap(&node);
+	return rc;
+}
+
+static int serve_run(struct serve *sp)
+{
+	struct serve s = *sp;
+	int rc;
 	struct pcache_opts po = {.socket_path = s.socket,
 				 .timeout_ms = (unsigned)s.timeout_ms};
 	int ret = pcache_open(&po, &s.pc);

@@ -8,6 +8,7 @@
 #define PC_BENCH_TOOL_TOOL_H
 
 #include <signal.h>
+#include <sys/types.h>
 
 #include "pcb.h"
 
@@ -68,6 +69,21 @@ struct pcb_node_info {
 int pcb_node_info(const char *addr, bool rpc, const char *secret,
 		  unsigned timeout_ms, struct pcb_node_info *out, char *err,
 		  size_t errlen);
+
+/* A node the tool started (`-- ARGS`): node_spawn.c. */
+struct pcb_spawned {
+	pid_t pid;
+	char dir[64];     /* private directory: log, socket */
+	char log[96];
+	char socket[108]; /* its Unix socket (from ARGS' --socket, or dir's) */
+};
+/* Start peercached with argv and wait until it answers on its socket
+ * (timeout_ms); 0, or -1 with the reason and its log's end printed. */
+int pcb_node_spawn(int argc, char **argv, unsigned timeout_ms,
+		   struct pcb_spawned *sp);
+/* Stop it (SIGTERM, then SIGKILL after 15 s) and remove its directory when
+ * it stopped cleanly. Safe when none was started. */
+void pcb_node_reap(struct pcb_spawned *sp);
 
 extern volatile sig_atomic_t pcb_stop;
 void pcb_catch_signals(void);

@@ -355,3 +355,43 @@ def test_html_report_renders_with_data_points(cluster, serves, tmp_path):
     # Three points of radius >= 4 in each of two charts, plus the legend
     # swatch and the line: well over 100 pixels of the series colour.
     assert hits > 100, (fill, hits)
+
+
+def test_serve_and_drive_start_their_own_nodes(cluster, node_factory, serves, tmp_path):
+    """serve -- ARGS starts a peercached that joins the cluster ARGS name;
+    drive -- ARGS the same; both stop their node when they end."""
+    ports = free_ports(4)
+    ids = ["127.0.0.1:%d" % p for p in ports]
+    peers = ",".join(ids)
+    a = node_factory("--rpc-port", str(ports[0]), "--peers", peers, "--pool-size", "64mb")
+    b = node_factory("--rpc-port", str(ports[1]), "--peers", peers, "--pool-size", "64mb")
+    own = ["--rpc-port", str(ports[2]), "--peers", peers, "--data-port", "0",
+           "--meta-port", "0", "--metrics-port", "0", "--threads", "2",
+           "--pool-size", "64mb", "--pool-prefault", "false"]
+    s = serves("unused", "--page-bytes", "16k", "--pages", "48", "--", *own)
+    for n in (a, b):
+        n.wait_for("ready")
+    pid = int(re.search(r"started \S+ \(pid (\d+)", s.text()).group(1))
+    r = bench("drive", "--node", b.endpoint("socket"), "--concurrencies", "1",
+              "--no-files", *SHORT)
+    assert r.returncode == 0 and "100.0% hits" in r.stderr, r.stderr
+    own4 = list(own)
+    own4[1] = str(ports[3])
+    r = bench("drive", "--concurrencies", "1", "--no-files", *SHORT, "--", *own4)
+    assert r.returncode == 0 and "100.0% hits" in r.stderr, r.stderr
+    assert "node stopped" in r.stderr and "not cleanly" not in r.stderr, r.stderr
+    assert s.stop() == 0
+    assert "node stopped" in s.text() and "not cleanly" not in s.text(), s.text()
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def test_drive_a_slotmap_cluster(cluster, serves, tmp_path):
+    a, b, c = cluster(3, "--mode", "slotmap", "--pool-size", "64mb")
+    serves(a.endpoint("socket"), "--page-bytes", "16k", "--pages", "48")
+    prefix = str(tmp_path / "slotmap")
+    r = bench("drive", "--node", c.endpoint("socket"), "--mode", "slotmap", "--op", "get",
+              "--concurrencies", "1,2", "--verify", "full", "--report", prefix, *SHORT)
+    assert r.returncode == 0, r.stderr
+    rows = check_rows(load(prefix), "peercache", "get", [1, 2])
+    assert all(x["mode"] == "slotmap" for x in rows)
