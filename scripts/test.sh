@@ -6,7 +6,7 @@
 #
 # Then a fuzz smoke: the libFuzzer targets (clang, build-fuzz/) run for
 # PEERCACHE_FUZZ_SECONDS each (default 60) from the corpora in the repo
-# (fuzz_rpc, fuzz_http, fuzz_session).
+# (fuzz_rpc, fuzz_http, fuzz_data, fuzz_session, fuzz_pcb_json).
 #
 # Options (environment): PEERCACHE_TEST_ONLY=normal|asan|fuzz runs one part;
 # CTEST_ARGS adds ctest arguments (e.g. "-R echo").
@@ -28,7 +28,7 @@ for t in "${trees[@]}"; do
       status=1; summary+=("fuzz: build failed"); continue
     fi
     secs=${PEERCACHE_FUZZ_SECONDS:-60}
-    for target in rpc http data session; do
+    for target in rpc http data session pcb_json; do
       work=$dir/fuzz-work-$target; rm -rf "$work"; mkdir -p "$work"
       seeds=("$root/tests/fuzz/corpus/$target")
       [ "$target" = rpc ] && seeds+=("$root/tests/corpus/rpc-malformed")
