@@ -300,15 +300,16 @@ free_port() {
 
 redis_pong() { [[ $(redis-cli -h "$HOST" -p "$1" ping 2>/dev/null) == PONG ]]; }
 
-# Starts a private redis-server on a free loopback port, no persistence, and
-# waits until it answers PING: sets REDIS_PID and REDIS_PORT, or stops here.
+# redis_start [ARG...]: starts a private redis-server on a free loopback
+# port, no persistence, with ARG... (e.g. --maxmemory), and waits until it
+# answers PING: sets REDIS_PID and REDIS_PORT, or stops here.
 redis_start() {
 	local attempt port
 	REDIS_PORT=
 	for attempt in 1 2 3; do
 		port=$(free_port)
 		"${SERVER_CPU[@]}" redis-server --save "" --appendonly no --bind "$HOST" \
-			--port "$port" --daemonize no >"$WORK/redis.log" 2>&1 &
+			--port "$port" --daemonize no "$@" >"$WORK/redis.log" 2>&1 &
 		REDIS_PID=$!
 		if poll_until "$REDIS_PID" 50 redis_pong "$port"; then
 			REDIS_PORT=$port
