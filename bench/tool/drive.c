@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -60,6 +61,7 @@ struct drive {
 	unsigned conc[CONC_MAX], nconc;
 	uint64_t duration_ms, warmup_ms, timeout_ms;
 	unsigned processes, driver_id;
+	uint64_t nonce; /* of this run, in the keys it sets */
 	enum verify verify;
 	struct target vs[PCB_VS_MAX];
 	unsigned nvs;
@@ -79,12 +81,30 @@ struct drive {
 	char **node_argv;
 };
 
-/* What a process measured at one level (in the shared mapping). */
-struct proc_res {
+/* What was measured of one op (a mixed run keeps the three apart: their
+ * latencies and what a "hit" is differ). */
+struct figs {
 	uint64_t calls, pages, hits, errors, wrong, bytes;
 	struct lg_hist batch, page;
-	int done;       /* 1: the figures above are complete */
-	char err[256];  /* why it failed */
+};
+
+static void figs_add(struct figs *dst, const struct figs *src)
+{
+	dst->calls += src->calls;
+	dst->pages += src->pages;
+	dst->hits += src->hits;
+	dst->errors += src->errors;
+	dst->wrong += src->wrong;
+	dst->bytes += src->bytes;
+	lg_hist_merge(&dst->batch, &src->batch);
+	lg_hist_merge(&dst->page, &src->page);
+}
+
+/* What a process measured at one level (in the shared mapping). */
+struct proc_res {
+	struct figs f[3]; /* by enum op (get, exists, set) */
+	int done;         /* 1: the figures above are complete */
+	char err[256];    /* why it failed */
 };
 
 struct live {
@@ -113,9 +133,9 @@ struct worker {
 	char **keys;
 	size_t *keylens;
 	uint64_t *index;
-	uint64_t calls, pages, hits, errors, wrong, bytes, logged;
+	struct figs f[3]; /* by enum op */
+	uint64_t logged, wrong_noted;
 	uint64_t rng, set_ctr;
-	struct lg_hist batch, page;
 	char err[256];
 };
 
@@ -243,7 +263,6 @@ static int parse_mix(struct drive *d, const char *v)
 static int drive_args(struct drive *d, int argc, char **argv)
 {
 	pcb_shape_default(&d->shape);
-	d->node = getenv("PEERCACHE_SOCKET");
 	const char *secret_file = getenv("PEERCACHE_SECRET_FILE");
 	d->prefix = "pcb";
 	d->op = OP_GET;
@@ -376,6 +395,8 @@ static int drive_args(struct drive *d, int argc, char **argv)
 			"is driven through its socket, not --via rpc\n");
 		return 2;
 	}
+	if ((!d->node || !*d->node) && !d->rpc)
+		d->node = getenv("PEERCACHE_SOCKET");
 	if (!d->node || !*d->node)
 		d->node = d->rpc ? "127.0.0.1:31999" : PCB_DEFAULT_SOCKET;
 	if (d->only_vs && !d->nvs) {
@@ -446,6 +467,18 @@ static bool reopen(struct worker *w, char *err, size_t errlen)
 	return true;
 }
 
+/* Before a get into a slot: clear what the check reads (the header and the
+ * last 64 bytes; for a full check also a word in every 4 KiB), so that a
+ * page fetched into the slot it was in before cannot pass on stale bytes. */
+static void clear_slot(uint8_t *p, uint64_t len, bool full)
+{
+	memset(p, 0, len < 32 ? len : 32);
+	memset(p + (len > 64 ? len - 64 : 0), 0, len > 64 ? 64 : len);
+	if (full)
+		for (uint64_t off = 4096; off + 8 <= len; off += 4096)
+			memset(p + off, 0, 8);
+}
+
 /* One call of op, its figures into the worker; the call's return. */
 static int one_call(struct worker *w, enum op op, bool record)
 {
@@ -454,13 +487,14 @@ static int one_call(struct worker *w, enum op op, bool record)
 	uint64_t pb = w->t->page_bytes;
 	size_t n = d->batch, hits = 0;
 	if (op == OP_SET) {
-		/* Fresh keys: a set of a held key would not copy again. */
+		/* Fresh keys (a set of a held key would not copy again):
+		 * the run's nonce, the process and worker, a counter. */
 		for (size_t j = 0; j < n; j++)
 			w->keylens[j] = (size_t)snprintf(
 				w->keys[j], PCB_KEY_MAX,
-				"%s/s/%u/%d/%u/%" PRIu64, d->prefix,
-				d->driver_id, (int)getpid(), w->idx,
-				w->set_ctr++);
+				"%s/s/%u/%" PRIx64 "/%d/%u/%" PRIu64,
+				d->prefix, d->driver_id, d->nonce,
+				(int)getpid(), w->idx, w->set_ctr++);
 	} else {
 		uint64_t first = rnd(&w->rng) % d->m.pages;
 		for (size_t j = 0; j < n; j++) {
@@ -471,8 +505,8 @@ static int one_call(struct worker *w, enum op op, bool record)
 		}
 		if (op == OP_GET && d->verify != VERIFY_OFF)
 			for (size_t j = 0; j < n; j++)
-				memset(w->c->buf + j * pb, 0,
-				       pb < 32 ? pb : 32);
+				clear_slot(w->c->buf + j * pb, pb,
+					   d->verify == VERIFY_FULL);
 	}
 	uint64_t t0 = pc_now_ns();
 	int ret = op == OP_GET ? be->get(w->c, w->keys, w->keylens, n, &hits)
@@ -482,11 +516,12 @@ static int one_call(struct worker *w, enum op op, bool record)
 					      &hits);
 	uint64_t lat = pc_now_ns() - t0;
 	struct live *lv = &w->sh->live[w->gidx];
+	struct figs *f = &w->f[op];
 	if (ret < 0) {
 		if (record) {
-			w->errors++;
-			w->calls++;
-			w->pages += n;
+			f->errors++;
+			f->calls++;
+			f->pages += n;
 		}
 		atomic_fetch_add_explicit(&lv->errors, 1,
 					  memory_order_relaxed);
@@ -501,7 +536,7 @@ static int one_call(struct worker *w, enum op op, bool record)
 					       w->index[j], d->m.seed,
 					       d->verify == VERIFY_FULL);
 		wrong = hits > good ? hits - good : 0;
-		if (wrong && w->wrong < 3)
+		if (wrong && w->wrong_noted++ < 3)
 			fprintf(stderr, "drive: %s: %" PRIu64 " of %zu pages "
 				"landed with bytes that are not theirs\n",
 				be->target, wrong, hits);
@@ -510,14 +545,14 @@ static int one_call(struct worker *w, enum op op, bool record)
 	atomic_fetch_add_explicit(&lv->hits, hits, memory_order_relaxed);
 	if (!record)
 		return 0;
-	w->calls++;
-	w->pages += n;
-	w->hits += hits;
-	w->wrong += wrong;
+	f->calls++;
+	f->pages += n;
+	f->hits += hits;
+	f->wrong += wrong;
 	if (op != OP_EXISTS)
-		w->bytes += hits * pb;
-	lg_hist_record(&w->batch, lat);
-	lg_hist_record(&w->page, lat / n);
+		f->bytes += hits * pb;
+	lg_hist_record(&f->batch, lat);
+	lg_hist_record(&f->page, lat / n);
 	return 0;
 }
 
@@ -531,9 +566,13 @@ static void *worker_main(void *arg)
 		return NULL;
 	}
 	atomic_fetch_add(&sh->ready, 1);
-	uint64_t go;
-	while (!(go = atomic_load(&sh->go_ns)))
+	uint64_t go, give_up = pc_now_ns() + w->d->timeout_ms * 1000000ull +
+			       60000000000ull;
+	while (!(go = atomic_load(&sh->go_ns))) {
+		if (pc_now_ns() > give_up) /* the parent never said go */
+			return NULL;
 		usleep(500);
+	}
 	uint64_t start = go + w->d->warmup_ms * 1000000ull;
 	uint64_t end = start + w->d->duration_ms * 1000000ull;
 	while (!atomic_load_explicit(&sh->stop, memory_order_relaxed)) {
@@ -610,14 +649,8 @@ static int child_main(const struct drive *d, const struct target *tg,
 				snprintf(res->err, sizeof(res->err), "%s",
 					 w->err);
 		}
-		res->calls += w->calls;
-		res->pages += w->pages;
-		res->hits += w->hits;
-		res->errors += w->errors;
-		res->wrong += w->wrong;
-		res->bytes += w->bytes;
-		lg_hist_merge(&res->batch, &w->batch);
-		lg_hist_merge(&res->page, &w->page);
+		for (int o = 0; o < 3; o++)
+			figs_add(&res->f[o], &w->f[o]);
 		if (w->c)
 			w->c->be->conn_close(w->c);
 	}
@@ -667,10 +700,51 @@ static void progress(const struct drive *d, const struct target *tg,
 	*last_ns = now;
 }
 
-/* Run one level; fills row. 0, or 1 with a message printed. */
+/* The row of one op at one level. A mixed run's rows are "mixed/get",
+ * "mixed/exists" and "mixed/set": what a hit is, and the latencies, differ
+ * between them. */
+static void fill_row(const struct drive *d, const struct target *tg,
+		     const struct pcb_target *t, unsigned conc,
+		     unsigned procs, enum op op, const struct figs *f,
+		     struct pcb_row *row)
+{
+	*row = (struct pcb_row){0};
+	snprintf(row->target, sizeof(row->target), "%s", tg->be->target);
+	snprintf(row->via, sizeof(row->via), "%s", tg->be->via);
+	if (d->op == OP_MIXED)
+		snprintf(row->op, sizeof(row->op), "mixed/%s", op_names[op]);
+	else
+		snprintf(row->op, sizeof(row->op), "%s", op_names[op]);
+	snprintf(row->mode, sizeof(row->mode), "%.11s",
+		 tg->be == &pcb_be_session || tg->be == &pcb_be_rpc
+			 ? d->mode : "-");
+	row->processes = procs;
+	row->threads = (conc + procs - 1) / procs;
+	row->concurrency = conc;
+	row->batch = d->batch;
+	row->page_bytes = t->page_bytes;
+	row->page_tokens = d->page_tokens;
+	row->seconds = (double)d->duration_ms / 1e3;
+	row->calls = f->calls;
+	row->pages = f->pages;
+	row->hits = f->hits;
+	row->errors = f->errors;
+	row->wrong = f->wrong;
+	row->bytes = f->bytes;
+	row->hit_rate = f->pages ? (double)f->hits / (double)f->pages : 0;
+	row->pages_s = (double)f->hits / row->seconds;
+	/* exists moves no page: it checks keys */
+	row->tokens_s = op == OP_EXISTS ? 0 : row->pages_s * row->page_tokens;
+	row->gbps = (double)f->bytes / row->seconds / 1e9;
+	lat_of(&f->batch, &row->batch_lat);
+	lat_of(&f->page, &row->page_lat);
+}
+
+/* Run one level; fills rows[0..*nrows) (one, three for a mixed run). 0, or
+ * 1 with a message printed (the rows are then not a measurement). */
 static int run_level(const struct drive *d, const struct target *tg,
 		     const struct pcb_target *t, unsigned level,
-		     struct pcb_row *row)
+		     struct pcb_row *rows, unsigned *nrows)
 {
 	unsigned conc = d->conc[level];
 	unsigned procs = d->processes < conc ? d->processes : conc;
@@ -683,6 +757,7 @@ static int run_level(const struct drive *d, const struct target *tg,
 	}
 	pid_t pids[PROCS_MAX];
 	unsigned nforked = 0, gbase = 0;
+	pid_t parent = getpid();
 	fflush(stdout);
 	fflush(stderr);
 	for (unsigned p = 0; p < procs; p++) {
@@ -690,6 +765,10 @@ static int run_level(const struct drive *d, const struct target *tg,
 		pid_t pid = fork();
 		if (pid == 0) {
 			signal(SIGINT, SIG_IGN); /* the parent stops us */
+			/* and if it dies, so do we */
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			if (getppid() != parent)
+				_exit(1);
 			_exit(child_main(d, tg, t, sh, p, n, gbase));
 		}
 		if (pid < 0) {
@@ -743,7 +822,8 @@ static int run_level(const struct drive *d, const struct target *tg,
 	if (tty)
 		fputs("\r\033[K", stderr);
 	int rc = 0;
-	struct proc_res sum = {0};
+	struct figs sum[3];
+	memset(sum, 0, sizeof(sum));
 	for (unsigned p = 0; p < procs; p++) {
 		struct proc_res *r = &sh->res[p];
 		if (p >= nforked || !r->done) {
@@ -754,50 +834,25 @@ static int run_level(const struct drive *d, const struct target *tg,
 			rc = 1;
 			continue;
 		}
-		sum.calls += r->calls;
-		sum.pages += r->pages;
-		sum.hits += r->hits;
-		sum.errors += r->errors;
-		sum.wrong += r->wrong;
-		sum.bytes += r->bytes;
-		lg_hist_merge(&sum.batch, &r->batch);
-		lg_hist_merge(&sum.page, &r->page);
+		for (int o = 0; o < 3; o++)
+			figs_add(&sum[o], &r->f[o]);
 	}
+	munmap(sh, sizeof(*sh));
 	if (pcb_stop)
 		rc = 1;
-	*row = (struct pcb_row){0};
-	snprintf(row->target, sizeof(row->target), "%s", tg->be->target);
-	snprintf(row->via, sizeof(row->via), "%s", tg->be->via);
-	snprintf(row->op, sizeof(row->op), "%s", op_names[d->op]);
-	snprintf(row->mode, sizeof(row->mode), "%.11s",
-		 tg->be == &pcb_be_session || tg->be == &pcb_be_rpc
-			 ? d->mode : "-");
-	row->processes = procs;
-	row->threads = (conc + procs - 1) / procs;
-	row->concurrency = conc;
-	row->batch = d->batch;
-	row->page_bytes = t->page_bytes;
-	row->page_tokens = d->page_tokens;
-	row->seconds = (double)d->duration_ms / 1e3;
-	row->calls = sum.calls;
-	row->pages = sum.pages;
-	row->hits = sum.hits;
-	row->errors = sum.errors;
-	row->wrong = sum.wrong;
-	row->bytes = sum.bytes;
-	row->hit_rate = sum.pages ? (double)sum.hits / (double)sum.pages : 0;
-	row->pages_s = (double)sum.hits / row->seconds;
-	row->tokens_s = row->pages_s * row->page_tokens;
-	row->gbps = (double)sum.bytes / row->seconds / 1e9;
-	lat_of(&sum.batch, &row->batch_lat);
-	lat_of(&sum.page, &row->page_lat);
-	munmap(sh, sizeof(*sh));
-	fprintf(stderr, "drive: %s/%s %s c=%u: %.1f%% hits, %.0f pages/s, "
-		"%.3f GB/s, batch p50 %.0f us p99 %.0f us, %" PRIu64
-		" errors, %" PRIu64 " wrong\n", row->target, row->via,
-		row->op, conc, row->hit_rate * 100, row->pages_s, row->gbps,
-		row->batch_lat.p50_us, row->batch_lat.p99_us, row->errors,
-		row->wrong);
+	*nrows = 0;
+	for (int o = 0; o < 3; o++) {
+		if (d->op == OP_MIXED ? !sum[o].calls : (int)d->op != o)
+			continue;
+		struct pcb_row *row = &rows[(*nrows)++];
+		fill_row(d, tg, t, conc, procs, (enum op)o, &sum[o], row);
+		fprintf(stderr, "drive: %s/%s %s c=%u: %.1f%% hits, %.0f "
+			"pages/s, %.3f GB/s, batch p50 %.0f us p99 %.0f us, %"
+			PRIu64 " errors, %" PRIu64 " wrong\n", row->target,
+			row->via, row->op, conc, row->hit_rate * 100,
+			row->pages_s, row->gbps, row->batch_lat.p50_us,
+			row->batch_lat.p99_us, row->errors, row->wrong);
+	}
 	return rc;
 }
 
@@ -918,18 +973,20 @@ static int run_target(struct drive *d, const struct target *tg,
 			       .page_bytes = d->page_bytes,
 			       .batch = d->batch};
 	for (unsigned l = 0; l < d->nconc && !pcb_stop; l++) {
-		struct pcb_row row;
-		int rc = run_level(d, tg, &t, l, &row);
-		if (rc && !row.calls)
+		struct pcb_row rows[3];
+		unsigned n = 0;
+		/* An interrupted level, or one a process failed in, is not a
+		 * measurement: it is not reported. */
+		if (run_level(d, tg, &t, l, rows, &n))
 			return 1;
-		if (pcb_report_add_row(r, &row) < 0) {
-			fprintf(stderr, "drive: out of memory\n");
-			return 1;
+		for (unsigned i = 0; i < n; i++) {
+			if (pcb_report_add_row(r, &rows[i]) < 0) {
+				fprintf(stderr, "drive: out of memory\n");
+				return 1;
+			}
+			if (rows[i].wrong || rows[i].errors == rows[i].calls)
+				*bad = true;
 		}
-		if (row.wrong || row.errors == row.calls)
-			*bad = true;
-		if (rc)
-			return 1;
 	}
 	return 0;
 }
@@ -1010,11 +1067,15 @@ static int drive_run(struct drive *dp, int argc, char **argv)
 		if (read_manifest(&d, &node))
 			return 1;
 	}
+	if (d.have_ws && d.shape_given && d.op != OP_SET) {
+		fprintf(stderr, "peercache-bench drive: the page shape options "
+			"are for --op set; --op %s reads the working set's "
+			"pages, of its own size (%" PRIu64 " bytes)\n",
+			op_names[d.op], d.m.page_bytes);
+		return 2;
+	}
 	if (!d.have_ws || d.shape_given) {
-		if (d.have_ws)
-			fprintf(stderr, "drive: warning: the page shape options"
-				" replace the manifest's\n");
-		if (d.op != OP_SET && !d.only_vs) {
+		if (!d.have_ws && d.op != OP_SET && !d.only_vs) {
 			char key[PCB_KEY_MAX];
 			pcb_manifest_key(key, sizeof(key), d.prefix);
 			fprintf(stderr, "peercache-bench drive: --op %s reads "
@@ -1041,6 +1102,19 @@ static int drive_run(struct drive *dp, int argc, char **argv)
 		d.page_bytes = d.m.page_bytes;
 		d.page_tokens = d.m.page_tokens;
 	}
+	/* kv RPC carries the pages inside one message each way. */
+	uint64_t call_bytes = d.page_bytes * d.batch + 5ull * d.batch + 64;
+	if (d.rpc && call_bytes > (64ull << 20)) {
+		fprintf(stderr, "peercache-bench drive: a kv call of %u pages of "
+			"%" PRIu64 " bytes is over 64 MiB, a node's default "
+			"limit of a message (rpc_max_message_bytes, "
+			"conn_out_max, kv_staging_max); use a --batch of at "
+			"most %" PRIu64 " with --via rpc\n", d.batch,
+			d.page_bytes,
+			(uint64_t)(((64ull << 20) - 64) / (d.page_bytes + 5)));
+		return 2;
+	}
+	d.nonce = pc_now_ns();
 	struct pcb_report r;
 	pcb_report_init(&r, argc + 1, argv - 1);
 	settings(&d, &r);

@@ -26,6 +26,8 @@ void pcb_catch_signals(void)
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
+	/* An inherited "ignore" would reap our children behind waitpid. */
+	signal(SIGCHLD, SIG_DFL);
 }
 
 int pcb_parse_u64(const char *opt, const char *v, uint64_t min, uint64_t max,

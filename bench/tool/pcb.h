@@ -41,7 +41,7 @@ struct pcb_lat {
 struct pcb_row {
 	char target[16];      /* "peercache", "redis", "memcached" */
 	char via[16];         /* "session", "rpc", "resp", "memcache" */
-	char op[8];           /* "get", "exists", "set", "mixed" */
+	char op[16];          /* "get", "exists", "set"; "mixed/get", ... */
 	char mode[12];        /* the node's mode ("p2p", "slotmap"); "-" */
 	unsigned processes;
 	unsigned threads;     /* per process */

@@ -317,8 +317,8 @@ static void c_hit(const struct pcb_row *w, char *b) { snprintf(b, CELL, "%.1f", 
 static void c_pages(const struct pcb_row *w, char *b) { snprintf(b, CELL, "%.0f", fin(w->pages_s)); }
 static void c_tokens(const struct pcb_row *w, char *b)
 {
-	if (w->page_tokens == 0)
-		snprintf(b, CELL, "-");
+	if (w->page_tokens == 0 || strstr(w->op, "exists"))
+		snprintf(b, CELL, "-"); /* not known; exists moves no tokens */
 	else
 		snprintf(b, CELL, "%.0f", fin(w->tokens_s));
 }

@@ -224,6 +224,15 @@ static int put_page(struct serve *s, const char *key, const uint8_t *page)
 }
 
 /* A fingerprint of cluster.members (ids, in order): 0 when unknown. */
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ ((const uint8_t *)p)[i]) * 1099511628211ull;
+	return h;
+}
+
+/* A fingerprint of the ring's members (their ids, in order; not their
+ * health, which changes without changing placement): 0 when unknown. */
 static uint64_t members_sig(struct serve *s, unsigned *count)
 {
 	static const uint8_t empty[] = {0x90};
@@ -232,38 +241,113 @@ static uint64_t members_sig(struct serve *s, unsigned *count)
 				(unsigned)s->timeout_ms, &rep);
 	uint64_t h = 1469598103934665603ull;
 	*count = 0;
-	if (ret < 0 || rep.res.err) {
+	struct mp_rd r = rep.res.result;
+	uint32_t n;
+	if (ret < 0 || rep.res.err || mp_rd_array(&r, &n) < 0) {
 		rpc_sync_reply_free(&rep);
 		return 0;
 	}
-	/* The reply's bytes identify the membership and each state. */
-	struct mp_rd r = rep.res.result;
-	uint32_t n;
-	if (mp_rd_array(&r, &n) == 0)
-		*count = n;
-	for (const uint8_t *p = rep.res.result.p; p < rep.res.result.end; p++)
-		h = (h ^ *p) * 1099511628211ull;
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t m;
+		if (mp_rd_map(&r, &m) < 0)
+			break;
+		for (uint32_t j = 0; j < m; j++) {
+			const char *k, *v;
+			uint32_t kl, vl;
+			if (mp_rd_str(&r, &k, &kl) < 0)
+				goto out;
+			if (mp_str_eq(k, kl, "id") &&
+			    mp_rd_str(&r, &v, &vl) == 0) {
+				h = fnv(h, v, vl + 0u);
+				h = fnv(h, "", 1); /* a separator */
+			} else if (mp_skip(&r) < 0) {
+				goto out;
+			}
+		}
+	}
+	*count = n;
+out:
 	rpc_sync_reply_free(&rep);
-	return h;
+	return *count ? h : 0;
 }
 
-static int delete_all(struct serve *s)
+/* Delete keys [0, n) of kind (pages or driver registrations) under the
+ * prefix, 256 a call; how many existed. */
+static uint64_t delete_range(struct serve *s, uint64_t n, bool drivers)
+{
+	enum { PER_CALL = 256 };
+	char keys[PER_CALL][PCB_KEY_MAX];
+	const char *kp[PER_CALL];
+	size_t kl[PER_CALL], count;
+	uint64_t gone = 0;
+	for (uint64_t i = 0; i < n; i += PER_CALL) {
+		size_t k = n - i < PER_CALL ? n - i : PER_CALL;
+		for (size_t j = 0; j < k; j++) {
+			if (drivers)
+				pcb_driver_key(keys[j], sizeof(keys[j]),
+					       s->prefix, (unsigned)(i + j));
+			else
+				pcb_key(keys[j], sizeof(keys[j]), s->prefix,
+					i + j);
+			kp[j] = keys[j];
+			kl[j] = strlen(keys[j]);
+		}
+		if (pcache_delete(s->pc, kp, kl, k, &count) == 0)
+			gone += count;
+	}
+	return gone;
+}
+
+static void delete_manifest(struct serve *s)
 {
 	char key[PCB_KEY_MAX];
 	const char *kp[1] = {key};
 	size_t kl[1], count;
-	uint64_t gone = 0;
-	for (uint64_t i = 0; i < s->pages; i++) {
-		pcb_key(key, sizeof(key), s->prefix, i);
-		kl[0] = strlen(key);
-		if (pcache_delete(s->pc, kp, kl, 1, &count) == 0)
-			gone += count;
-	}
 	pcb_manifest_key(key, sizeof(key), s->prefix);
 	kl[0] = strlen(key);
 	pcache_delete(s->pc, kp, kl, 1, &count);
-	fprintf(stderr, "serve: deleted %" PRIu64 " pages and the manifest\n",
-		gone);
+}
+
+/* Driver ids a serve clears: any a drive may take. */
+#define DRIVER_IDS 4096
+
+static void delete_all(struct serve *s)
+{
+	uint64_t gone = delete_range(s, s->pages, false);
+	delete_range(s, DRIVER_IDS, true);
+	delete_manifest(s);
+	fprintf(stderr, "serve: deleted %" PRIu64 " pages, the manifest and "
+		"the driver registrations\n", gone);
+}
+
+/* A working set left under the prefix (by serve --keep, or a serve that was
+ * killed) would be kept by the node as it is: a set of a key it holds does
+ * not copy again. Delete it, so that drivers never measure a shape other
+ * than this one. */
+static int clear_old(struct serve *s)
+{
+	char key[PCB_KEY_MAX];
+	pcb_manifest_key(key, sizeof(key), s->prefix);
+	struct pcache_item it = {.key = key, .keylen = strlen(key),
+				 .offset = 0, .len = PCB_MANIFEST_BYTES};
+	bool ok = false;
+	int ret = pcache_get(s->pc, s->region, &it, 1, &ok);
+	if (ret < 0)
+		return node_fail("get of an older manifest", ret);
+	struct pcb_manifest old;
+	uint64_t gone = 0;
+	if (ok && pcb_manifest_parse(s->buf, &old) == 0) {
+		fprintf(stderr, "serve: an older working set is under %s "
+			"(%" PRIu64 " pages of %" PRIu64 " bytes from %s): "
+			"deleting it first\n", s->prefix, old.pages,
+			old.page_bytes, old.node);
+		gone = delete_range(s, old.pages, false);
+		delete_manifest(s);
+	}
+	delete_range(s, DRIVER_IDS, true);
+	if (gone)
+		fprintf(stderr, "serve: deleted %" PRIu64 " older pages\n",
+			gone);
 	return 0;
 }
 
@@ -337,9 +421,13 @@ static int serve_run(struct serve *sp)
 	unsigned members;
 	uint64_t sig = members_sig(&s, &members);
 	uint64_t stored, t0 = pc_now_ns();
+	if ((rc = clear_old(&s)))
+		goto out;
 	rc = publish(&s, &stored, true);
 	if (rc)
 		goto out;
+	if (pcb_stop) /* interrupted: no manifest, no "ready" */
+		goto cleanup;
 	fprintf(stderr, "serve: %" PRIu64 "/%" PRIu64 " pages stored in "
 		"%.2f s\n", stored, s.pages, (double)(pc_now_ns() - t0) / 1e9);
 	if (stored < s.pages)
@@ -417,6 +505,7 @@ static int serve_run(struct serve *sp)
 			" pages in %.2f s\n", stored, s.pages,
 			(double)(pc_now_ns() - t0) / 1e9);
 	}
+cleanup:
 	if (!s.keep)
 		delete_all(&s);
 	fprintf(stderr, "serve: stopped\n");
