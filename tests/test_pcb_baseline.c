@@ -13,6 +13,7 @@
 #endif
 
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -413,6 +414,44 @@ static void killed(const struct pcb_backend *be)
 	close_client(&cl);
 }
 
+/* SIGSTOP pid and wait until every one of its threads has stopped: kill()
+ * returns before that, and a worker thread still running (memcached's)
+ * could answer the next request. */
+static void freeze(pid_t pid)
+{
+	char dir[64];
+	cr_assert_eq(kill(pid, SIGSTOP), 0);
+	snprintf(dir, sizeof(dir), "/proc/%d/task", (int)pid);
+	for (int tries = 0; tries < 2000; tries++) {
+		DIR *d = opendir(dir);
+		cr_assert_not_null(d);
+		bool all = true, any = false;
+		struct dirent *e;
+		while ((e = readdir(d))) {
+			if (e->d_name[0] == '.')
+				continue;
+			char path[384], buf[512];
+			snprintf(path, sizeof(path), "%s/%s/stat", dir,
+				 e->d_name);
+			FILE *f = fopen(path, "r");
+			if (!f)
+				continue;
+			size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+			fclose(f);
+			buf[n] = '\0';
+			const char *rp = strrchr(buf, ')');
+			any = true;
+			if (!rp || (rp[2] != 'T' && rp[2] != 't'))
+				all = false;
+		}
+		closedir(d);
+		if (any && all)
+			return;
+		usleep(5000);
+	}
+	cr_assert_fail("process %d did not stop within 10 s", (int)pid);
+}
+
 /* A stopped server (SIGSTOP): the call gives up at its timeout. */
 static void stalled(const struct pcb_backend *be)
 {
@@ -421,7 +460,7 @@ static void stalled(const struct pcb_backend *be)
 
 	open_client(&cl, be, 4096, 300);
 	name_keys(&cl, 0, NPAGES);
-	cr_assert_eq(kill(g_srv.pid, SIGSTOP), 0);
+	freeze(g_srv.pid);
 	int rc = call(&cl, "get", NPAGES, &hits);
 	cr_assert_eq(rc, -ETIMEDOUT, "get from a stopped server: %d (%s)", rc,
 		     cl.c->err);
