@@ -324,6 +324,7 @@ static void c_tokens(const struct pcb_row *w, char *b)
 }
 static void c_gbps(const struct pcb_row *w, char *b) { snprintf(b, CELL, "%.3f", fin(w->gbps)); }
 static void c_bp50(const struct pcb_row *w, char *b) { fmt_us(b, CELL, w->batch_lat.p50_us); }
+static void c_bp95(const struct pcb_row *w, char *b) { fmt_us(b, CELL, w->batch_lat.p95_us); }
 static void c_bp99(const struct pcb_row *w, char *b) { fmt_us(b, CELL, w->batch_lat.p99_us); }
 static void c_bp999(const struct pcb_row *w, char *b) { fmt_us(b, CELL, w->batch_lat.p999_us); }
 static void c_bmax(const struct pcb_row *w, char *b) { fmt_us(b, CELL, w->batch_lat.max_us); }
@@ -347,6 +348,7 @@ static const struct column {
 	{ "tokens/s", c_tokens, false },
 	{ "GB/s", c_gbps, false },
 	{ "b.p50", c_bp50, false },
+	{ "b.p95", c_bp95, false },
 	{ "b.p99", c_bp99, false },
 	{ "b.p999", c_bp999, false },
 	{ "b.max", c_bmax, false },
@@ -357,7 +359,8 @@ static const struct column {
 };
 #define NCOLS (sizeof(columns) / sizeof(columns[0]))
 static const char columns_note[] =
-	"b.*: latency per batch, pg.*: per page, in microseconds";
+	"b.*: latency per batch, pg.*: per page (a call's latency divided by "
+	"its pages), in microseconds; every percentile of both is in the JSON";
 
 /* "4096 bytes (16 tokens)" when every row has that page size. */
 static void page_size_str(const struct pcb_report *r, char *buf, size_t len)
