@@ -3,7 +3,8 @@
  *
  * peercache-bench is the user's benchmark tool, installed with the node
  * (`serve`, `drive`, `compare`). Its parts:
- *   main.c       command line, subcommands
+ *   main.c       command line, subcommands, page shapes, the manifest
+ *   node_spawn.c a node of the tool's own (`serve|drive -- ARGS`)
  *   serve.c      publish a working set through the local node, keep it there
  *   drive.c      the sweep: processes x threads x batches, histograms, rows
  *   page.c       the working set's keys, page contents and their check
@@ -11,6 +12,7 @@
  *                shared memory: SGLang's path) or kv.* RPC straight to a node
  *   be_redis.c   target "redis" (RESP over TCP)
  *   be_memcached.c target "memcached" (text and meta protocol over TCP)
+ *   net.c        what the two share: addresses, deadlines, buffered reads
  *   report.c     console table, JSON, Markdown, HTML (inline SVG charts)
  *   json.c       reads a report's JSON back (for compare)
  *   compare.c    two reports' rows side by side, with ratios
