@@ -124,6 +124,21 @@ void rsim_fd_level(int fd, bool *up, bool want)
 	}
 }
 
+void *rsim_alloc_with_fd(size_t size, int *fd)
+{
+	void *p = calloc(1, size);
+	*fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (!p || *fd < 0) {
+		int e = *fd < 0 ? errno : ENOMEM;
+		free(p);
+		if (*fd >= 0)
+			close(*fd);
+		errno = e;
+		return NULL;
+	}
+	return p;
+}
+
 static void *worker_main(void *arg);
 
 /* Work may be due: make sure the worker runs and looks. */
@@ -451,16 +466,10 @@ static struct sim_mr *mr_covering(struct sim_pd *pd, bool remote, uint32_t key,
 
 static struct ibv_comp_channel *sim_create_comp_channel(struct ibv_context *c)
 {
-	struct sim_cch *ch = calloc(1, sizeof(*ch));
-	int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (!ch || fd < 0) {
-		int e = fd < 0 ? errno : ENOMEM;
-		free(ch);
-		if (fd >= 0)
-			close(fd);
-		errno = e;
+	int fd;
+	struct sim_cch *ch = rsim_alloc_with_fd(sizeof(*ch), &fd);
+	if (!ch)
 		return NULL;
-	}
 	rsim_lock();
 	ch->ch.context = c;
 	ch->ch.fd = fd;

@@ -23,7 +23,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include "tests/fake/rdma_sim_int.h"
@@ -202,16 +201,10 @@ void rsim_side_disconnect(struct sim_id *id)
 
 struct rdma_event_channel *rsim_cm_create_event_channel(void)
 {
-	struct sim_ech *ch = calloc(1, sizeof(*ch));
-	int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (!ch || fd < 0) {
-		int e = fd < 0 ? errno : ENOMEM;
-		free(ch);
-		if (fd >= 0)
-			close(fd);
-		errno = e;
+	int fd;
+	struct sim_ech *ch = rsim_alloc_with_fd(sizeof(*ch), &fd);
+	if (!ch)
 		return NULL;
-	}
 	ch->ch.fd = fd;
 	rsim_lock();
 	ch->next = S.echs;

@@ -226,6 +226,9 @@ void rsim_unlock(void);
 uint64_t rsim_now_ns(void);
 /* The fd of a channel is readable iff want (an eventfd used as a level). */
 void rsim_fd_level(int fd, bool *up, bool want);
+/* A zeroed object of size bytes and a non-blocking eventfd for it (a
+ * channel's descriptor), or NULL with errno set and nothing left open. */
+void *rsim_alloc_with_fd(size_t size, int *fd);
 /* Work may be due: make sure the worker runs and looks. */
 void rsim_kick(void);
 /* -1 with errno e, the libraries' way; any thread. */
