@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "client/peercache.h"
+#include "common/checksum.h"
 #include "common/config.h"
 #include "common/util.h"
 #include "rpc/client.h"
@@ -223,14 +224,6 @@ static int put_page(struct serve *s, const char *key, const uint8_t *page)
 	return 0;
 }
 
-/* A fingerprint of cluster.members (ids, in order): 0 when unknown. */
-static uint64_t fnv(uint64_t h, const void *p, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		h = (h ^ ((const uint8_t *)p)[i]) * 1099511628211ull;
-	return h;
-}
-
 /* A fingerprint of the ring's members (their ids, in order; not their
  * health, which changes without changing placement): 0 when unknown. */
 static uint64_t members_sig(struct serve *s, unsigned *count)
@@ -239,14 +232,16 @@ static uint64_t members_sig(struct serve *s, unsigned *count)
 	struct rpc_sync_reply rep;
 	int ret = rpc_sync_call(s->rs, "cluster.members", empty, 1, NULL, 0,
 				(unsigned)s->timeout_ms, &rep);
-	uint64_t h = 1469598103934665603ull;
+	struct pc_sum_state st;
+	pc_sum_reset(&st);
 	*count = 0;
-	struct mp_rd r = rep.res.result;
+	struct mp_rd r;
 	uint32_t n;
-	if (ret < 0 || rep.res.err || mp_rd_array(&r, &n) < 0) {
-		rpc_sync_reply_free(&rep);
-		return 0;
-	}
+	if (ret < 0 || rep.res.err)
+		goto out;
+	r = rep.res.result;
+	if (mp_rd_array(&r, &n) < 0)
+		goto out;
 	for (uint32_t i = 0; i < n; i++) {
 		uint32_t m;
 		if (mp_rd_map(&r, &m) < 0)
@@ -258,8 +253,8 @@ static uint64_t members_sig(struct serve *s, unsigned *count)
 				goto out;
 			if (mp_str_eq(k, kl, "id") &&
 			    mp_rd_str(&r, &v, &vl) == 0) {
-				h = fnv(h, v, vl + 0u);
-				h = fnv(h, "", 1); /* a separator */
+				pc_sum_update(&st, v, vl);
+				pc_sum_update(&st, "", 1); /* a separator */
 			} else if (mp_skip(&r) < 0) {
 				goto out;
 			}
@@ -268,7 +263,10 @@ static uint64_t members_sig(struct serve *s, unsigned *count)
 	*count = n;
 out:
 	rpc_sync_reply_free(&rep);
-	return *count ? h : 0;
+	if (!*count)
+		return 0;
+	uint64_t h = pc_sum_digest(&st);
+	return h ? h : 1; /* 0 says "unknown" */
 }
 
 /* Delete keys [0, n) of kind (pages or driver registrations) under the
