@@ -377,9 +377,11 @@ def test_serve_and_drive_start_their_own_nodes(cluster, node_factory, serves, tm
     own = ["--rpc-port", str(ports[2]), "--peers", peers, "--data-port", "0",
            "--meta-port", "0", "--metrics-port", "0", "--threads", "2",
            "--pool-size", "64mb", "--pool-prefault", "false"]
-    s = serves("unused", "--page-bytes", "16k", "--pages", "48", "--", *own)
+    # The cluster's other members first: a set on serve's node stores a
+    # page only once a directory owner of its key answers.
     for n in (a, b):
         n.wait_for("ready")
+    s = serves("unused", "--page-bytes", "16k", "--pages", "48", "--", *own)
     pid = int(re.search(r"started \S+ \(pid (\d+)", s.text()).group(1))
     r = bench("drive", "--node", b.endpoint("socket"), "--concurrencies", "1",
               "--no-files", *SHORT)
