@@ -42,7 +42,8 @@ PROBES [6], WAIT_PREFAULT [1; 0: load starts at ready, during the pool
 prefault], AFTER_ARGS [unset; more peercached options for the "after"
 node only — with BASE_BUILD set to the same tree this compares a setting
 with its default side by side, e.g. "--reactor-nice -5" or
-"--copy-slice-bytes 256kb"]. JSON of every run goes to $BUILD/bench-results/local-<ts>.json.
+"--copy-slice-bytes 256kb"], BASE_ARGS [unset; the same for the "base"
+node, e.g. "--session-prefault false" to compare with a default off]. JSON of every run goes to $BUILD/bench-results/local-<ts>.json.
 """
 import ctypes
 import json
@@ -73,6 +74,7 @@ PAGE = int(float(os.environ.get("PAGE_MB", "4")) * (1 << 20))
 PROBES = int(os.environ.get("PROBES", "6"))
 WAIT_PREFAULT = os.environ.get("WAIT_PREFAULT", "1") != "0"
 AFTER_ARGS = os.environ.get("AFTER_ARGS", "").split()
+BASE_ARGS = os.environ.get("BASE_ARGS", "").split()
 CLK = os.sysconf("SC_CLK_TCK")
 
 
@@ -223,8 +225,7 @@ def one_run(build, name):
     # Callbacks are also timed in CPU time, to tell stalls a reactor worked
     # through from preemptions, in each tree that has that setting.
     extra = ["--reactor-stall-cpu-clock", "true"] if has_cpu_clock(build) else []
-    if name == "after":
-        extra += AFTER_ARGS
+    extra += AFTER_ARGS if name == "after" else BASE_ARGS
     node = Node(build, name, extra)
     try:
         m0 = node.metrics()

@@ -318,6 +318,11 @@ static const struct pc_cfg_key keys[] = {
 	 OFF(session_slice_bytes), 0,
 	 "bytes of pages one step of a session.set/get copies or checks on "
 	 "the reactor before it lets other work run (at least one page)"},
+	{"session_prefault", PC_CFG_BOOL, "true", 0, 0, NULL,
+	 OFF(session_prefault), 0,
+	 "fault a client region's pages in on the offload thread, 1 MiB "
+	 "chunk by chunk, before the first session.set/get touches them, so "
+	 "no reactor pays those page faults (only chunks that moves use)"},
 	{"copy_slice_bytes", PC_CFG_SIZE, "512kb", 16 * KB, 64 * MB, NULL,
 	 OFF(copy_slice_bytes), 0,
 	 "bytes of client pages a reactor copies and checksums in one loop "

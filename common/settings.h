@@ -128,6 +128,7 @@ struct pc_settings {
 	int64_t reactor_nice;
 	uint64_t session_slice_bytes;
 	uint64_t copy_slice_bytes;
+	bool session_prefault;
 	/* request memory (kv) */
 	uint64_t kv_staging_max;
 	/* directory shard */

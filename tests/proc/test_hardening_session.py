@@ -417,6 +417,13 @@ def test_late_pages_never_land_in_memory_given_up(cluster, give_up):
     os.kill(b.proc.pid, signal.SIGSTOP)
     try:
         c.send("session.get", [c.rid, items])
+        # The get's step starts once its pages are faulted in on the
+        # offload thread (session_prefault): give up after that, while it
+        # waits on the stopped peer.
+        deadline = time.time() + 15
+        while metrics_of(target)["peercache_session_prefault_bytes_total"] \
+                == 0 and time.time() < deadline:
+            time.sleep(0.01)
         if give_up == "unregister":
             c.send("session.unregister", [c.rid])
             got = c.recv()  # answered while the get still waits
