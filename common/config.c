@@ -1017,3 +1017,90 @@ const char *pc_opt_value(int argc, char **argv, int *i, const char *name,
 	}
 	return argv[++*i];
 }
+
+/* ---- the sample configuration ----------------------------------------- */
+
+#define CFG_SAMPLE_WIDTH 78
+
+/* text as "# " comment lines of at most CFG_SAMPLE_WIDTH columns, broken
+ * at spaces (a longer word stays whole); '\n' in text starts a new line. */
+static void cfg_comment(const char *text, FILE *out)
+{
+	const char *p = text;
+	while (*p) {
+		size_t room = CFG_SAMPLE_WIDTH - 2, n = strcspn(p, "\n");
+		size_t cut = n;
+		if (n > room) {
+			cut = room;
+			while (cut > 0 && p[cut] != ' ')
+				cut--;
+			if (cut == 0) /* one long word */
+				cut = strcspn(p, " \n");
+		}
+		if (cut)
+			fprintf(out, "# %.*s\n", (int)cut, p);
+		else
+			fputs("#\n", out);
+		p += cut;
+		if (*p == ' ' || *p == '\n')
+			p++;
+	}
+}
+
+/* "allowed: ..." for the key's type, or "" when the help says it all. */
+static void cfg_allowed(const struct pc_cfg_key *k, char *buf, size_t len)
+{
+	char a[32], b[32], list[256];
+	buf[0] = '\0';
+	switch (k->type) {
+	case PC_CFG_INT:
+		snprintf(buf, len, "allowed: %lld..%lld", (long long)k->min,
+			 (long long)k->max);
+		break;
+	case PC_CFG_SIZE:
+		pc_format_size((uint64_t)k->min, a, sizeof(a));
+		pc_format_size((uint64_t)k->max, b, sizeof(b));
+		snprintf(buf, len, "allowed: %s..%s", a, b);
+		break;
+	case PC_CFG_DURATION:
+		cfg_format_duration((uint64_t)k->min, a, sizeof(a));
+		cfg_format_duration((uint64_t)k->max, b, sizeof(b));
+		snprintf(buf, len, "allowed: %s..%s", k->min ? a : "0", b);
+		break;
+	case PC_CFG_ENUM:
+		cfg_join_choices(k, ", ", list, sizeof(list));
+		snprintf(buf, len, "one of: %s", list);
+		break;
+	case PC_CFG_BOOL:
+	case PC_CFG_STRING:
+		break;
+	}
+}
+
+void pc_cfg_print_sample(const struct pc_cfg_table *t, const char *intro,
+			 FILE *out)
+{
+	if (intro)
+		cfg_comment(intro, out);
+	const struct pc_cfg_section *sec = t->sections;
+	for (size_t i = 0; i < t->n; i++) {
+		const struct pc_cfg_key *k = &t->keys[i];
+		if (sec && sec->first_key && strcmp(sec->first_key, k->name) == 0) {
+			fprintf(out, "\n# ==== %s\n", sec->title);
+			if (sec->note)
+				cfg_comment(sec->note, out);
+			sec++;
+		}
+		char allowed[320], line[1024];
+		cfg_allowed(k, allowed, sizeof(allowed));
+		snprintf(line, sizeof(line), "%s%s%s%s", k->help ? k->help : "",
+			 *allowed ? " (" : "", allowed, *allowed ? ")" : "");
+		fputc('\n', out);
+		cfg_comment(line, out);
+		const char *def = k->def ? k->def : "";
+		if (cfg_needs_quotes(def) && *def)
+			fprintf(out, "#%s = \"%s\"\n", k->name, def);
+		else
+			fprintf(out, "#%s =%s%s\n", k->name, *def ? " " : "", def);
+	}
+}

@@ -47,6 +47,14 @@ struct pc_cfg_key {
 	const char *help;        /* one line for --help */
 };
 
+/* A heading in the sample configuration, printed before key first_key:
+ * title, then note (wrapped; may be NULL). */
+struct pc_cfg_section {
+	const char *first_key;
+	const char *title;
+	const char *note;
+};
+
 struct pc_cfg_table {
 	const struct pc_cfg_key *keys;
 	size_t n;
@@ -56,7 +64,18 @@ struct pc_cfg_table {
 	 * -ENOENT (not an alias either) or another -errno with err set. */
 	int (*alias)(void *settings, const char *name, const char *value,
 		     const char *origin, char *err, size_t errlen);
+	/* Optional, NULL-terminated (first_key NULL): the sample's headings. */
+	const struct pc_cfg_section *sections;
 };
+
+/*
+ * Print the annotated sample configuration: intro (comment lines, may be
+ * NULL), then every key of the table in order under its section's heading:
+ * its help and allowed values as comments and "#key = default" (commented
+ * out, so the file pins nothing: an upgrade's new defaults apply).
+ */
+void pc_cfg_print_sample(const struct pc_cfg_table *t, const char *intro,
+			 FILE *out);
 
 /* Size of the error buffer callers should pass. */
 #define PC_CFG_ERR_MAX 512

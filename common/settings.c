@@ -352,8 +352,48 @@ static int settings_alias(void *settings, const char *name, const char *value,
 			       origin, err, errlen);
 }
 
+/* The sample configuration's headings (etc/peercached.conf is generated
+ * from this table: peercached --print-config-sample). */
+static const struct pc_cfg_section sections[] = {
+	{"node_id", "Identity and placement", NULL},
+	{"bind", "Where the node listens",
+	 "Loopback only unless a cluster secret is set; the Unix socket is for "
+	 "SGLang and local tools."},
+	{"cluster_secret", "Who may talk to the node",
+	 "Without a secret: this user, root and socket_group, over loopback. "
+	 "A non-loopback bind needs a secret; keep it in a file only this user "
+	 "can read (mode 600), never on a command line (docs/security.md)."},
+	{"peers", "Cluster membership",
+	 "Static peers, or discovery (docs/discovery.md): one of the two."},
+	{"protocol", "Data transport (docs/rdma.md)",
+	 "auto = RDMA when a device is usable and cluster_secret is set, else "
+	 "TCP (one log line says which); rdma = refuse to start without them."},
+	{"vnodes", "Ring and directory", NULL},
+	{"max_masters", "Discovery (docs/discovery.md)", NULL},
+	{"pool_size", "Memory", NULL},
+	{"slot_max_page_bytes", "slotmap mode (docs/slotmap.md)",
+	 "pool_size is the slot region, cut into size classes; no effect in "
+	 "p2p mode."},
+	{"metrics_enabled", "Metrics and dashboard", NULL},
+	{"disk_enabled", "L4 disk tier (p2p mode only; docs/disk.md)", NULL},
+	{"log_level", "Logging", NULL},
+	{"rpc_max_message_bytes", "Limits on what one client may use",
+	 "Every cap has a metric when it is hit (docs/security.md)."},
+	{"request_deadline", "Deadlines",
+	 "A page call (kv.*, session.get/set) never waits longer than "
+	 "request_deadline, however many peers it touches; a peer that does "
+	 "not answer is skipped until it answers a probe."},
+	{"data_max_connections", "Data port", NULL},
+	{"socket_group", "Local access", NULL},
+	{"reactor_sq_entries", "Reactor threads",
+	 "Defaults suit most hosts; docs/architecture.md explains each."},
+	{"session_slice_bytes", "Local clients (shared-memory sessions)", NULL},
+	{"kv_staging_max", "Request memory", NULL},
+	{NULL, NULL, NULL},
+};
+
 const struct pc_cfg_table pc_settings_table = {keys, PC_ARRAY_LEN(keys),
-					       settings_alias};
+					       settings_alias, sections};
 
 int pc_settings_defaults(struct pc_settings *s, char *err, size_t errlen)
 {

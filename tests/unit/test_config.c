@@ -59,7 +59,7 @@ static const struct pc_cfg_key keys[] = {
 };
 
 static const struct pc_cfg_table table = {keys, sizeof(keys) / sizeof(keys[0]),
-					   NULL};
+					   NULL, NULL};
 
 static struct tcfg c;
 static char err[PC_CFG_ERR_MAX];
@@ -140,7 +140,7 @@ Test(config, defaults)
 
 static void expect_bad_table(const struct pc_cfg_key *k, const char *what)
 {
-	struct pc_cfg_table t = {k, 1, NULL};
+	struct pc_cfg_table t = {k, 1, NULL, NULL};
 	struct tcfg s;
 	memset(&s, 0, sizeof(s));
 	cr_assert_eq(pc_cfg_defaults(&t, &s, err, sizeof(err)), -EINVAL,
@@ -181,7 +181,7 @@ Test(config, bad_tables_are_caught)
 	expect_bad_table(&no_default, "missing default");
 
 	struct pc_cfg_key dup[2] = {keys[2], keys[2]};
-	struct pc_cfg_table t = {dup, 2, NULL};
+	struct pc_cfg_table t = {dup, 2, NULL, NULL};
 	struct tcfg s;
 	cr_assert_eq(pc_cfg_defaults(&t, &s, err, sizeof(err)), -EINVAL);
 	assert_has(err, "duplicate");
@@ -1049,7 +1049,7 @@ Test(config, long_enum_lists_are_cut)
 	const struct pc_cfg_key k = {"mode", PC_CFG_ENUM, "choice_number_39",
 				     0, 0, choices, offsetof(struct tcfg, mode),
 				     0, "many"};
-	struct pc_cfg_table t = {&k, 1, NULL};
+	struct pc_cfg_table t = {&k, 1, NULL, NULL};
 	struct tcfg s;
 	cr_assert_eq(pc_cfg_defaults(&t, &s, err, sizeof(err)), 0, "%s", err);
 	cr_assert_eq(s.mode, 39);
