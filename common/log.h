@@ -37,7 +37,10 @@ const char *pc_log_thread(void);
 /* Redirect output to fd (default 2). For tests that capture log lines. */
 void pc_log_set_fd(int fd);
 
-/* Emit one line: "<utc time> <LEVEL> [<thread>/<module>] <message>". */
+/* Emit one line: "<utc time> <LEVEL> [<thread>/<module>] <message>", or
+ * under systemd's journal "<N><LEVEL> [<thread>/<module>] <message>" with N
+ * the syslog priority (3 error, 4 warning, 6 info, 7 debug and trace) and
+ * no time (journald records it). */
 void pc_log(enum pc_log_level level, const char *module, const char *fmt, ...)
 	PC_PRINTF(3, 4);
 

@@ -63,6 +63,7 @@ done
 # --------------------------------------------------------- 3. exported names
 prefixes_of() { # object path (relative to the build dir) -> allowed prefixes
 	case $1 in
+	common/*/sdnotify.c.o) echo "pc_sd_" ;;
 	common/*) echo "pc_ met_" ;;
 	reactor/*) echo "rx_" ;;
 	rpc/*/mp.c.o) echo "mp_" ;;

@@ -8,7 +8,9 @@
 #          (etcd-server: the etcd discovery backend's tests), and
 #          torch, numpy, pip and setuptools (the SGLang shim's tests),
 #          redis-server and memcached (peercache-bench's baseline targets'
-#          test, test_pcb_baseline)
+#          test, test_pcb_baseline), dpkg-dev (dpkg-shlibdeps for cpack's
+#          Debian packages) and systemd (systemd-analyze verify and
+#          systemd-sysusers on the units; nothing is started): test_package
 #   bench  build + redis and memcached (side-by-side baselines), fio (the
 #          disk tier's baseline)
 # Only missing packages are installed (apt-get, as root or through sudo);
@@ -20,7 +22,7 @@ build_pkgs=(build-essential cmake pkg-config git liburing-dev libibverbs-dev
 test_pkgs=(libcriterion-dev python3 python3-pytest python3-msgpack clang
            llvm libclang-rt-14-dev prometheus chromium fonts-dejavu-core curl
            python3-torch python3-numpy python3-pip python3-setuptools
-           etcd-server redis-server memcached)
+           etcd-server redis-server memcached dpkg-dev systemd)
 bench_pkgs=(redis-server redis-tools memcached fio)
 
 case "${1:-build}" in

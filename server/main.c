@@ -12,6 +12,10 @@
  * changes at run time; any other setting that differs is logged as needing
  * a restart.
  *
+ * Under a Type=notify systemd unit (NOTIFY_SOCKET set) the node reports
+ * READY=1 once its listeners accept, RELOADING=1 ... READY=1 around a
+ * SIGHUP reload and STOPPING=1 when a shutdown starts (common/sdnotify.h).
+ *
  * Exit status: 0 after a clean stop, 1 on a runtime failure, 2 on bad
  * configuration or usage.
  */
@@ -25,6 +29,7 @@
 
 #include "common/log.h"
 #include "common/metrics.h"
+#include "common/sdnotify.h"
 #include "common/settings.h"
 #include "reactor/group.h"
 #include "modules/module.h"
@@ -167,6 +172,15 @@ static void reload_settings(int nargs, char **args,
 	pc_settings_free(&fresh);
 }
 
+/* A Type=notify unit learns the node's state from these (sd_notify); a
+ * failure to tell it is logged, never fatal: the node serves either way. */
+static void notify_systemd(int ret)
+{
+	if (ret < 0)
+		PC_LOGW(LOG_MOD, "sd_notify to NOTIFY_SOCKET=%s: %s",
+			getenv("NOTIFY_SOCKET"), strerror(-ret));
+}
+
 /* Wait for SIGINT/SIGTERM or for the reactors to end on their own; SIGHUP
  * reloads the settings. */
 static int wait_for_stop(struct rx_group *g, int nargs, char **args,
@@ -182,8 +196,17 @@ static int wait_for_stop(struct rx_group *g, int nargs, char **args,
 		struct timespec ts = {0, 200 * 1000 * 1000};
 		int sig = sigtimedwait(&set, NULL, &ts);
 		if (sig == SIGHUP) {
-			if (!stopping)
+			if (!stopping) {
+				notify_systemd(pc_sd_notifyf(
+					"RELOADING=1\nMONOTONIC_USEC=%llu",
+					(unsigned long long)(pc_now_ns() /
+							     1000)));
 				reload_settings(nargs, args, cur);
+				notify_systemd(pc_sd_notifyf(
+					"READY=1\nSTATUS=node %s ready "
+					"(settings read again)",
+					g_ctx.node_id));
+			}
 		} else if (sig > 0) {
 			if (stopping) {
 				PC_LOGW(LOG_MOD, "second %s: exiting now",
@@ -193,6 +216,8 @@ static int wait_for_stop(struct rx_group *g, int nargs, char **args,
 			PC_LOGI(LOG_MOD, "%s received: shutting down",
 				strsignal(sig));
 			stopping = true;
+			notify_systemd(pc_sd_notify("STOPPING=1\nSTATUS=shutting "
+						    "down"));
 			__atomic_store_n(&g_ctx.state, PC_NODE_STOPPING,
 					 __ATOMIC_RELEASE);
 			rx_group_stop(g);
@@ -440,6 +465,8 @@ int main(int argc, char **argv)
 	log_endpoints(&g_ctx);
 	PC_LOGI(LOG_MOD, "node %s ready (Ctrl-C or SIGTERM stops it)",
 		g_ctx.node_id);
+	notify_systemd(pc_sd_notifyf("READY=1\nSTATUS=node %s ready",
+				     g_ctx.node_id));
 	ret = wait_for_stop(g, nargs, keep, &s);
 	__atomic_store_n(&g_ctx.state, PC_NODE_STOPPING, __ATOMIC_RELEASE);
 	__atomic_store_n(&g_ctx.group, NULL, __ATOMIC_RELEASE);
