@@ -43,6 +43,9 @@ install(CODE "${PC_INSTALL_TIME_VARS}\n  pc_install_pkgconfig()" COMPONENT dev)
 install(FILES README.md DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT server)
 install(DIRECTORY docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT server
         FILES_MATCHING PATTERN "*.md")
+# Sample Prometheus alert rules (docs/operations.md).
+install(FILES etc/prometheus/peercache.rules.yml
+        DESTINATION ${CMAKE_INSTALL_DOCDIR}/prometheus COMPONENT server)
 
 # The shim, with a dist-info so importlib.metadata and pip see it (no RECORD:
 # dpkg owns the files, pip must not remove them). Only in the package: a

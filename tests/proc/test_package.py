@@ -143,7 +143,8 @@ def test_contents(debs, root):
     for path in ("/usr/bin/peercached", "/usr/bin/peercache", "/etc/peercache/peercached.conf",
                  "/usr/lib/systemd/system/peercached.service",
                  "/usr/lib/systemd/system/peercached@.service",
-                 "/usr/lib/sysusers.d/peercache.conf", "/usr/share/doc/peercache/README.md"):
+                 "/usr/lib/sysusers.d/peercache.conf", "/usr/share/doc/peercache/README.md",
+                 "/usr/share/doc/peercache/prometheus/peercache.rules.yml"):
         assert path in server, (path, sorted(server))
     if os.path.exists(os.path.join(BUILD, "bench", "tool", "peercache-bench")):
         assert "/usr/bin/peercache-bench" in server
@@ -366,7 +367,7 @@ def unit(root, name):
 
 def sample_socket(root):
     with open(os.path.join(root, "etc/peercache/peercached.conf")) as f:
-        m = re.search(r"^socket\s*=\s*(\S+)", f.read(), re.M)
+        m = re.search(r"^#?socket\s*=\s*(\S+)", f.read(), re.M)
     return m.group(1)
 
 
