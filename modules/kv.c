@@ -1356,10 +1356,10 @@ static int kv_flush(struct rx_reactor *r,
 	f->done = done;
 	f->arg = arg;
 	rx_timer_init(&f->step, flush_step, f);
-	PC_LOGI(LOG_MOD, "flush: dropping every page of this node (the pool"
-		"%s%s) and its records of them",
-		g.tier == &tier_none ? "" : ", the tier ",
-		g.tier == &tier_none ? "" : g.tier->name);
+	bool tier = strcmp(g.tier->name, "none") != 0;
+	PC_LOGI(LOG_MOD, "flush: dropping every page of this node (the pool%s"
+		"%s%s) and its records of them", tier ? ", the " : "",
+		tier ? g.tier->name : "", tier ? " tier" : "");
 	rx_timer_start(r, &f->step, 0, 0);
 	return 0;
 }
