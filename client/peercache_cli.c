@@ -1,16 +1,25 @@
 /*
  * client/peercache_cli.c — `peercache`, the operator's command-line tool:
  * put/get/exists/del one node's pages, show who the node is (info,
- * members, stats), and wait until it is ready (wait-ready).
+ * members, config; stats lives in cli_stats.c), flush its pages, drain it
+ * before a shutdown, and wait until it is ready (wait-ready).
  *
  * Owns: the process (only main() exits) and one blocking RPC client
  * (rpc/sync.c) to the node named by --node / $PEERCACHE_NODE / the default
- * socket. Single-threaded. Commands are a table (cli_cmds); each runs one or
- * two RPC calls and returns an exit status:
+ * socket. Single-threaded. Commands are a table (cli_cmds: name, operands,
+ * the options each takes, its help page); each runs one or two RPC calls
+ * and returns an exit status:
  *
  *   0 ok; 1 miss, not stored, not all keys exist, a remote error, a local
- *   write error, or (wait-ready) not ready within --timeout; 2 usage error or bad input (key, value, FILE); 3 the node
+ *   write error, or (wait-ready) not ready within --timeout; 2 usage error
+ *   or bad input (key, value, FILE), or flush without --yes; 3 the node
  *   could not be reached or gave no usable answer.
+ *
+ * Options: peercache's own (--node, --secret-file, --timeout, --json) go
+ * before the command; a command's own (--json, --yes, --off, --watch,
+ * --count, --help) anywhere after it, until "--". --json makes a read
+ * command print one JSON document (common/json.h writes its strings and
+ * numbers, cli_json_mp converts the node's MessagePack).
  *
  * Invariants: every limit is checked before anything is sent (keys 1..512
  * bytes, at most CLI_KEYS_MAX per call, values 1..CLI_VALUE_BYTES_MAX), so an
@@ -30,12 +39,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "common/buf.h"
+#include "client/cli.h"
 #include "common/config.h"
-#include "common/secret.h"
-#include "common/util.h"
-#include "rpc/client.h"
-#include "rpc/mp.h"
+#include "common/json.h"
 
 #define CLI_DEFAULT_SOCKET "/run/peercache/peercached.sock"
 #define CLI_KEY_BYTES_MAX 512   /* kv.*: keys of 1..512 bytes */
@@ -49,25 +55,14 @@
 #define CLI_TIMEOUT_MS_MAX (24ull * 3600 * 1000)
 #define CLI_PREVIEW_BYTES 256   /* hex preview of a value on a terminal */
 #define CLI_PRINT_DEPTH_MAX 8   /* nesting shown by `info` */
-#define CLI_METRICS_BYTES_MAX (16u << 20) /* one /metrics response */
+#define CLI_FLUSH_MS_DEFAULT (10u * 60 * 1000) /* flush without --timeout */
+#define CLI_WATCH_MS_DEFAULT 1000 /* stats --watch without INTERVAL */
 
-enum {
-	CLI_OK = 0,
-	CLI_FAIL = 1,        /* miss, not stored, remote error, local write */
-	CLI_USAGE = 2,       /* bad arguments or input */
-	CLI_UNREACHABLE = 3, /* no (usable) answer from the node */
-};
-
-struct cli {
-	char node[160];      /* endpoint as rpc_sync takes it */
-	bool tcp;            /* node is host:port (secret applies) */
-	const char *secret;  /* NULL: none */
-	char secret_buf[PC_SECRET_MAX + 1]; /* read from --secret-file */
-	unsigned timeout_ms; /* per call (wait-ready: in all) */
-	bool timeout_set;    /* --timeout given */
-	struct rpc_sync *rpc;
-	const char *method;  /* the call in progress, for messages */
-};
+/* Options a command takes (after its name), besides --help. */
+#define OPT_JSON 0x1u  /* --json */
+#define OPT_YES 0x2u   /* --yes */
+#define OPT_OFF 0x4u   /* --off */
+#define OPT_WATCH 0x8u /* --watch [INTERVAL], --count N */
 
 struct cli_cmd {
 	const char *name;
@@ -75,10 +70,11 @@ struct cli_cmd {
 	const char *help;  /* lines after the first are indented */
 	int min_args, max_args; /* operands after the command; -1: any */
 	int (*run)(struct cli *c, int argc, char **argv);
+	unsigned opts;     /* OPT_* */
+	const char *more;  /* `peercache help CMD`: output, exit status */
 };
 
-static void cli_err(const char *fmt, ...) PC_PRINTF(1, 2);
-static void cli_err(const char *fmt, ...)
+void cli_err(const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -153,7 +149,7 @@ static void hex_preview(const uint8_t *p, size_t len)
 
 /* A string from the node, with control bytes escaped (a node name must not
  * be able to send escape sequences to the operator's terminal). */
-static void print_str(const char *s, size_t len)
+void cli_print_str(const char *s, size_t len)
 {
 	for (size_t i = 0; i < len; i++) {
 		unsigned char ch = (unsigned char)s[i];
@@ -232,8 +228,8 @@ static const char *unreachable_why(const struct cli *c, int err, char *buf,
  * One call with params (an encoded array). Returns 0 with rep holding the
  * result, or an exit status after saying why (rep is then already freed).
  */
-static int cli_call(struct cli *c, const char *method,
-		    const struct pc_wbuf *params, struct rpc_sync_reply *rep)
+int cli_call(struct cli *c, const char *method, const struct pc_wbuf *params,
+	     struct rpc_sync_reply *rep)
 {
 	char why[256];
 	c->method = method;
@@ -265,7 +261,7 @@ static int cli_call(struct cli *c, const char *method,
 	return CLI_UNREACHABLE;
 }
 
-static int bad_reply(struct cli *c, struct rpc_sync_reply *rep)
+int cli_bad_reply(struct cli *c, struct rpc_sync_reply *rep)
 {
 	cli_err("%s: unexpected reply from %s (another peercached version?)",
 		c->method, c->node);
@@ -308,7 +304,7 @@ static void pack_keys(struct pc_wbuf *b, int n, char **keys)
 }
 
 /* Look key up in the map at r (r does not move); *v is then at its value. */
-static bool map_find(struct mp_rd r, const char *key, struct mp_rd *v)
+bool cli_map_find(struct mp_rd r, const char *key, struct mp_rd *v)
 {
 	uint32_t n;
 	if (mp_rd_map(&r, &n) < 0)
@@ -374,6 +370,20 @@ static int put_read_value(const char *file, struct pc_wbuf *params,
 	return CLI_OK;
 }
 
+/* Does node.info say the node is draining? (false when it cannot say) */
+static bool node_draining(struct cli *c)
+{
+	struct rpc_sync_reply rep;
+	struct mp_rd v;
+	bool on = false;
+	if (cli_call_simple(c, "node.info", &rep))
+		return false;
+	if (cli_map_find(rep.res.result, "draining", &v))
+		mp_rd_bool(&v, &on);
+	rpc_sync_reply_free(&rep);
+	return on;
+}
+
 static int cmd_put(struct cli *c, int argc, char **argv)
 {
 	const char *key = argv[0];
@@ -403,8 +413,13 @@ static int cmd_put(struct cli *c, int argc, char **argv)
 	uint32_t n;
 	bool stored;
 	if (mp_rd_array(&r, &n) < 0 || n != 1 || mp_rd_bool(&r, &stored) < 0)
-		return bad_reply(c, &rep);
+		return cli_bad_reply(c, &rep);
 	rpc_sync_reply_free(&rep);
+	if (!stored && node_draining(c)) {
+		cli_err("not stored: %s: the node is draining (it stores no "
+			"page until 'peercache drain --off')", key);
+		return CLI_FAIL;
+	}
 	if (!stored) {
 		cli_err("not stored: %s (no pool space for %zu bytes, or the "
 			"key's directory owner is unreachable; the node's log "
@@ -459,7 +474,7 @@ static int cmd_get(struct cli *c, int argc, char **argv)
 	const uint8_t *v = NULL;
 	if (mp_rd_array(&r, &n) < 0 || n != 1 ||
 	    (!mp_rd_try_nil(&r) && mp_rd_bin(&r, &v, &len) < 0))
-		return bad_reply(c, &rep);
+		return cli_bad_reply(c, &rep);
 	if (!v) {
 		rpc_sync_reply_free(&rep);
 		fprintf(stderr, "miss: %s\n", argv[0]);
@@ -489,10 +504,18 @@ static int call_count(struct cli *c, const char *method, int argc,
 		return rc;
 	struct mp_rd r = rep.res.result;
 	if (mp_rd_uint(&r, count) < 0)
-		return bad_reply(c, &rep);
+		return cli_bad_reply(c, &rep);
 	rpc_sync_reply_free(&rep);
-	printf("%llu\n", (unsigned long long)*count);
-	return CLI_OK;
+	if (!c->json) {
+		printf("%llu\n", (unsigned long long)*count);
+		return CLI_OK;
+	}
+	struct pc_wbuf b;
+	pc_wbuf_init(&b, 0);
+	pc_wbuf_printf(&b, "{\"keys\":%d,\"%s\":%llu}", argc,
+		       strcmp(method, "kv.exists") ? "existed" : "exist",
+		       (unsigned long long)*count);
+	return cli_json_out(&b);
 }
 
 static int cmd_exists(struct cli *c, int argc, char **argv)
@@ -532,7 +555,7 @@ static void print_scalar(struct mp_rd *r)
 	else if (mp_rd_float(r, &d) == 0)
 		printf("%.3f", d);
 	else if (mp_rd_str(r, &s, &len) == 0)
-		print_str(s, len);
+		cli_print_str(s, len);
 	else if (mp_rd_bin(r, &bin, &len) == 0)
 		printf("<%u bytes>", len);
 	else if (mp_skip(r) == 0)
@@ -582,40 +605,61 @@ static int print_block(struct mp_rd *r, int indent, int depth)
 	return 0;
 }
 
-static int call_simple(struct cli *c, const char *method,
-		       struct rpc_sync_reply *rep)
+int cli_call_simple(struct cli *c, const char *method,
+		    struct rpc_sync_reply *rep)
 {
 	static const uint8_t empty[] = {0x90}; /* [] */
 	struct pc_wbuf params = {.data = (uint8_t *)empty, .len = 1};
 	return cli_call(c, method, &params, rep);
 }
 
+static int print_result(struct cli *c, struct rpc_sync_reply *rep);
+
 static int cmd_info(struct cli *c, int argc, char **argv)
 {
 	(void)argc; /* operands: none (checked by the table) */
 	(void)argv;
 	struct rpc_sync_reply rep;
-	int rc = call_simple(c, "node.info", &rep);
+	int rc = cli_call_simple(c, "node.info", &rep);
 	if (rc)
 		return rc;
-	struct mp_rd r = rep.res.result;
-	if (mp_peek(&r) != MP_T_MAP || print_block(&r, 0, 0) < 0)
-		return bad_reply(c, &rep);
-	rpc_sync_reply_free(&rep);
+	return print_result(c, &rep);
+}
+
+/* A map result as "key: value" lines, or (--json) as one JSON object;
+ * frees rep. */
+static int print_result(struct cli *c, struct rpc_sync_reply *rep)
+{
+	struct mp_rd r = rep->res.result;
+	if (mp_peek(&r) != MP_T_MAP)
+		return cli_bad_reply(c, rep);
+	if (c->json) {
+		struct pc_wbuf b;
+		pc_wbuf_init(&b, 0);
+		if (cli_json_mp(&b, &r, 0) < 0) {
+			pc_wbuf_free(&b);
+			return cli_bad_reply(c, rep);
+		}
+		rpc_sync_reply_free(rep);
+		return cli_json_out(&b);
+	}
+	if (print_block(&r, 0, 0) < 0)
+		return cli_bad_reply(c, rep);
+	rpc_sync_reply_free(rep);
 	return CLI_OK;
 }
 
 /* cluster.members as "id [self] state" lines; *count = members. */
-static int print_members(struct cli *c, const char *indent, unsigned *count)
+int cli_print_members(struct cli *c, const char *indent, unsigned *count)
 {
 	struct rpc_sync_reply rep;
-	int rc = call_simple(c, "cluster.members", &rep);
+	int rc = cli_call_simple(c, "cluster.members", &rep);
 	if (rc)
 		return rc;
 	struct mp_rd r = rep.res.result;
 	uint32_t n;
 	if (mp_rd_array(&r, &n) < 0)
-		return bad_reply(c, &rep);
+		return cli_bad_reply(c, &rep);
 	if (count) {
 		*count = n;
 		printf("members: %u\n", n);
@@ -625,18 +669,18 @@ static int print_members(struct cli *c, const char *indent, unsigned *count)
 		const char *id = "?", *state = "?";
 		uint32_t idl = 1, stl = 1;
 		bool self = false;
-		if (map_find(m, "id", &v))
+		if (cli_map_find(m, "id", &v))
 			mp_rd_str(&v, &id, &idl);
-		if (map_find(m, "state", &v))
+		if (cli_map_find(m, "state", &v))
 			mp_rd_str(&v, &state, &stl);
-		if (map_find(m, "self", &v))
+		if (cli_map_find(m, "self", &v))
 			mp_rd_bool(&v, &self);
 		if (mp_peek(&r) != MP_T_MAP || mp_skip(&r) < 0)
-			return bad_reply(c, &rep);
+			return cli_bad_reply(c, &rep);
 		fputs(indent, stdout);
-		print_str(id, idl);
+		cli_print_str(id, idl);
 		fputs(self ? " self " : " ", stdout);
-		print_str(state, stl);
+		cli_print_str(state, stl);
 		putchar('\n');
 	}
 	rpc_sync_reply_free(&rep);
@@ -649,9 +693,9 @@ static void print_field(struct mp_rd m, const char *key)
 	struct mp_rd v;
 	const char *s = "?";
 	uint32_t len = 1;
-	if (map_find(m, key, &v))
+	if (cli_map_find(m, key, &v))
 		mp_rd_str(&v, &s, &len);
-	print_str(s, len);
+	cli_print_str(s, len);
 }
 
 /* discovery.view: "epoch E from M", then "id role state age" lines. -1
@@ -671,29 +715,29 @@ static int print_view(struct cli *c)
 	uint32_t n;
 	const char *self = "", *s;
 	uint32_t selfl = 0, len;
-	if (map_find(r, "epoch", &v))
+	if (cli_map_find(r, "epoch", &v))
 		mp_rd_uint(&v, &epoch);
-	if (map_find(r, "self", &v))
+	if (cli_map_find(r, "self", &v))
 		mp_rd_str(&v, &self, &selfl);
-	if (!map_find(r, "members", &list) || mp_rd_array(&list, &n) < 0)
-		return bad_reply(c, &rep);
+	if (!cli_map_find(r, "members", &list) || mp_rd_array(&list, &n) < 0)
+		return cli_bad_reply(c, &rep);
 	printf("epoch %llu from ", (unsigned long long)epoch);
 	print_field(r, "from");
 	printf(", %u member%s\n", n, n == 1 ? "" : "s");
 	for (uint32_t i = 0; i < n; i++) {
 		struct mp_rd m = list;
 		if (mp_peek(&list) != MP_T_MAP || mp_skip(&list) < 0)
-			return bad_reply(c, &rep);
+			return cli_bad_reply(c, &rep);
 		print_field(m, "id");
 		putchar(' ');
 		print_field(m, "role");
 		putchar(' ');
 		print_field(m, "state");
 		age = 0;
-		if (map_find(m, "age_ms", &v))
+		if (cli_map_find(m, "age_ms", &v))
 			mp_rd_uint(&v, &age);
 		printf(" %.1fs", (double)age / 1000);
-		if (map_find(m, "id", &v) && mp_rd_str(&v, &s, &len) == 0 &&
+		if (cli_map_find(m, "id", &v) && mp_rd_str(&v, &s, &len) == 0 &&
 		    len == selfl && memcmp(s, self, len) == 0)
 			fputs(" self", stdout);
 		putchar('\n');
@@ -702,12 +746,217 @@ static int print_view(struct cli *c)
 	return CLI_OK;
 }
 
+/* {"members": cluster.members, "view": discovery.view or null} */
+static int members_json(struct cli *c)
+{
+	static const uint8_t empty[] = {0x90}; /* [] */
+	struct rpc_sync_reply rep;
+	int rc = cli_call_simple(c, "cluster.members", &rep);
+	if (rc)
+		return rc;
+	struct pc_wbuf b;
+	pc_wbuf_init(&b, 0);
+	pc_wbuf_append(&b, "{\"members\":", 11);
+	struct mp_rd r = rep.res.result;
+	if (mp_peek(&r) != MP_T_ARRAY || cli_json_mp(&b, &r, 0) < 0) {
+		pc_wbuf_free(&b);
+		return cli_bad_reply(c, &rep);
+	}
+	rpc_sync_reply_free(&rep);
+	pc_wbuf_append(&b, ",\"view\":", 8);
+	/* No discovery on the node: an error reply, "view" is null. */
+	int ret = rpc_sync_call(c->rpc, "discovery.view", empty, 1, NULL, 0,
+				c->timeout_ms, &rep);
+	r = rep.res.result;
+	if (ret < 0 || rep.res.err || cli_json_mp(&b, &r, 0) < 0)
+		pc_wbuf_append(&b, "null", 4);
+	rpc_sync_reply_free(&rep);
+	pc_wbuf_append(&b, "}", 1);
+	return cli_json_out(&b);
+}
+
 static int cmd_members(struct cli *c, int argc, char **argv)
 {
 	(void)argc; /* operands: none (checked by the table) */
 	(void)argv;
+	if (c->json)
+		return members_json(c);
 	int rc = print_view(c);
-	return rc < 0 ? print_members(c, "", NULL) : rc;
+	return rc < 0 ? cli_print_members(c, "", NULL) : rc;
+}
+
+/* ----------------------------------------------- config / flush / drain */
+
+/* node.config as "key = value" lines (a config file, as peercached
+ * --print-config prints it), or one JSON object. */
+static int cmd_config(struct cli *c, int argc, char **argv)
+{
+	(void)argc; /* operands: none (checked by the table) */
+	(void)argv;
+	struct rpc_sync_reply rep;
+	int rc = cli_call_simple(c, "node.config", &rep);
+	if (rc)
+		return rc;
+	if (c->json)
+		return print_result(c, &rep);
+	struct mp_rd r = rep.res.result;
+	uint32_t n;
+	if (mp_rd_map(&r, &n) < 0)
+		return cli_bad_reply(c, &rep);
+	for (uint32_t i = 0; i < n; i++) {
+		const char *k, *v;
+		uint32_t kl, vl;
+		if (mp_rd_str(&r, &k, &kl) < 0 || mp_rd_str(&r, &v, &vl) < 0)
+			return cli_bad_reply(c, &rep);
+		cli_print_str(k, kl);
+		fputs(" = ", stdout);
+		cli_print_str(v, vl);
+		putchar('\n');
+	}
+	rpc_sync_reply_free(&rep);
+	return CLI_OK;
+}
+
+static int cmd_flush(struct cli *c, int argc, char **argv)
+{
+	(void)argc; /* operands: none (checked by the table) */
+	(void)argv;
+	if (!c->yes) {
+		cli_err("flush drops every page this node holds (its memory "
+			"pool and its disk tier) and its directory records of "
+			"them; other nodes then miss those keys. Give --yes to "
+			"do it");
+		return CLI_USAGE;
+	}
+	/* The node answers when the last slice is done: a large pool takes
+	 * a while. */
+	if (!c->timeout_set)
+		c->timeout_ms = CLI_FLUSH_MS_DEFAULT;
+	struct rpc_sync_reply rep;
+	int rc = cli_call_simple(c, "kv.flush", &rep);
+	if (rc)
+		return rc;
+	struct mp_rd v;
+	uint64_t pages, disk;
+	if (!cli_map_find(rep.res.result, "pages", &v) ||
+	    mp_rd_uint(&v, &pages) < 0 ||
+	    !cli_map_find(rep.res.result, "disk_pages", &v) ||
+	    mp_rd_uint(&v, &disk) < 0)
+		return cli_bad_reply(c, &rep);
+	rpc_sync_reply_free(&rep);
+	printf("flushed: %llu pages from the pool, %llu more from the disk "
+	       "tier\n", (unsigned long long)pages, (unsigned long long)disk);
+	return CLI_OK;
+}
+
+static int cmd_drain(struct cli *c, int argc, char **argv)
+{
+	(void)argc; /* operands: none (checked by the table) */
+	(void)argv;
+	struct pc_wbuf params;
+	msgpack_packer pk;
+	pc_wbuf_init(&params, 0);
+	pc_wbuf_packer(&params, &pk);
+	msgpack_pack_array(&pk, 1);
+	if (c->off)
+		msgpack_pack_false(&pk);
+	else
+		msgpack_pack_true(&pk);
+	struct rpc_sync_reply rep;
+	int rc = cli_call(c, "node.drain", &params, &rep);
+	pc_wbuf_free(&params);
+	if (rc)
+		return rc;
+	struct mp_rd v;
+	bool changed = false;
+	if (cli_map_find(rep.res.result, "changed", &v))
+		mp_rd_bool(&v, &changed);
+	rpc_sync_reply_free(&rep);
+	if (c->off)
+		printf("not draining%s: sets are stored\n",
+		       changed ? "" : " (it was not)");
+	else
+		printf("draining%s: sets store nothing and answer false, reads "
+		       "are served ('peercache drain --off' ends it)\n",
+		       changed ? "" : " (already)");
+	return CLI_OK;
+}
+
+/* ------------------------------------------------------------------ JSON */
+
+int cli_json_mp(struct pc_wbuf *b, struct mp_rd *r, int depth)
+{
+	bool bv;
+	uint64_t u;
+	int64_t i;
+	double d;
+	const char *s;
+	const uint8_t *bin;
+	uint32_t len, n;
+	enum mp_type t = mp_peek(r);
+	if ((t == MP_T_MAP || t == MP_T_ARRAY) && depth >= CLI_PRINT_DEPTH_MAX) {
+		pc_wbuf_append(b, "null", 4);
+		return mp_skip(r);
+	}
+	if (t == MP_T_MAP || t == MP_T_ARRAY) {
+		bool map = t == MP_T_MAP;
+		if ((map ? mp_rd_map(r, &n) : mp_rd_array(r, &n)) < 0)
+			return -EINVAL;
+		pc_wbuf_append(b, map ? "{" : "[", 1);
+		for (uint32_t k = 0; k < n; k++) {
+			if (k)
+				pc_wbuf_append(b, ",", 1);
+			if (map && mp_rd_str(r, &s, &len) == 0) {
+				pc_json_str(b, s, len);
+			} else if (map) {
+				/* a key that is not a string: its JSON text,
+				 * as a string */
+				struct pc_wbuf kb;
+				pc_wbuf_init(&kb, 0);
+				int ret = cli_json_mp(&kb, r, depth + 1);
+				pc_json_str(b, (const char *)kb.data, kb.len);
+				pc_wbuf_free(&kb);
+				if (ret < 0)
+					return ret;
+			}
+			if (map)
+				pc_wbuf_append(b, ":", 1);
+			if (cli_json_mp(b, r, depth + 1) < 0)
+				return -EINVAL;
+		}
+		pc_wbuf_append(b, map ? "}" : "]", 1);
+		return 0;
+	}
+	if (mp_rd_try_nil(r))
+		pc_wbuf_append(b, "null", 4);
+	else if (mp_rd_bool(r, &bv) == 0)
+		pc_wbuf_printf(b, "%s", bv ? "true" : "false");
+	else if (mp_rd_uint(r, &u) == 0)
+		pc_wbuf_printf(b, "%llu", (unsigned long long)u);
+	else if (mp_rd_int(r, &i) == 0)
+		pc_wbuf_printf(b, "%lld", (long long)i);
+	else if (mp_rd_float(r, &d) == 0)
+		pc_json_double(b, d);
+	else if (mp_rd_str(r, &s, &len) == 0)
+		pc_json_str(b, s, len);
+	else if (mp_rd_bin(r, &bin, &len) == 0)
+		pc_wbuf_printf(b, "{\"bytes\":%u}", len);
+	else if (mp_skip(r) == 0)
+		pc_wbuf_append(b, "null", 4); /* an extension type */
+	else
+		return -EINVAL;
+	return 0;
+}
+
+int cli_json_out(struct pc_wbuf *b)
+{
+	bool failed = b->failed || pc_wbuf_append(b, "\n", 1) < 0;
+	if (failed)
+		cli_err("out of memory building the JSON output");
+	else
+		fwrite(b->data, 1, b->len, stdout);
+	pc_wbuf_free(b);
+	return failed ? CLI_FAIL : CLI_OK;
 }
 
 /* ------------------------------------------------------------- wait-ready */
@@ -723,7 +972,7 @@ static const char *health_status(struct rpc_sync_reply *rep, char *buf,
 	struct mp_rd v;
 	const char *st;
 	uint32_t stl;
-	if (!map_find(rep->res.result, "status", &v) ||
+	if (!cli_map_find(rep->res.result, "status", &v) ||
 	    mp_rd_str(&v, &st, &stl) < 0)
 		return NULL;
 	snprintf(buf, len, "%.*s", (int)stl, st);
@@ -781,273 +1030,140 @@ static int cmd_wait_ready(struct cli *c, int argc, char **argv)
 	return CLI_FAIL;
 }
 
-/* ------------------------------------------------------------------ stats */
-
-/* GET /metrics from "host:port" into in: the whole response, which ends
- * when the node closes (Connection: close). 0 or -errno. */
-static int http_fetch(const char *addr, unsigned timeout_ms,
-		      struct pc_wbuf *in)
-{
-	uint64_t deadline = pc_now_ns() + (uint64_t)timeout_ms * 1000000ull;
-	struct sockaddr_storage ss;
-	socklen_t sl;
-	int ret = pc_endpoint_parse(addr, &ss, &sl);
-	if (ret < 0)
-		return ret;
-	int fd = rpc_connect_by(&ss, sl, deadline);
-	if (fd < 0)
-		return fd;
-	char req[512];
-	int rlen = snprintf(req, sizeof(req), "GET /metrics HTTP/1.1\r\nHost: "
-			    "%s\r\nUser-Agent: peercache/%s\r\nConnection: "
-			    "close\r\n\r\n", addr, PEERCACHE_VERSION);
-	/* The request is far smaller than any socket buffer: one send. */
-	if (ret == 0 && send(fd, req, (size_t)rlen, MSG_NOSIGNAL) != rlen)
-		ret = -EIO;
-	while (ret == 0) {
-		uint8_t chunk[65536];
-		ssize_t n = recv(fd, chunk, sizeof(chunk), 0);
-		if (n == 0)
-			break; /* the whole response */
-		if (n > 0)
-			ret = pc_wbuf_append(in, chunk, (size_t)n) < 0 ? -EMSGSIZE
-								       : 0;
-		else if (errno == EAGAIN)
-			ret = rpc_wait_fd(fd, POLLIN, deadline);
-		else if (errno != EINTR)
-			ret = -errno;
-	}
-	close(fd);
-	return ret;
-}
-
-/* The body of a 200 response, or NULL with *why set. */
-static const char *http_body(struct pc_wbuf *in, size_t *len,
-			     const char **why)
-{
-	char *p = (char *)in->data;
-	char *end = in->len ? memmem(p, in->len, "\r\n\r\n", 4) : NULL;
-	if (!end || in->len < 12 || strncmp(p, "HTTP/1.", 7) != 0) {
-		*why = "not an HTTP response";
-		return NULL;
-	}
-	if (strncmp(p + 8, " 200", 4) != 0) {
-		*why = "the response is not 200 OK";
-		return NULL;
-	}
-	*end = '\0'; /* headers are a C string from here */
-	if (strcasestr(p, "\r\ntransfer-encoding:")) {
-		*why = "a chunked response (unsupported)";
-		return NULL;
-	}
-	*len = in->len - (size_t)(end + 4 - p);
-	return end + 4;
-}
-
-/* Keep a sample line: a peercache_* counter or gauge of the family
- * announced by the last # TYPE line, with no label but node. */
-static bool metric_wanted(const char *line, size_t len, const char *family)
-{
-	size_t nl = strcspn(line, "{ ");
-	if (!*family || nl != strlen(family) || memcmp(line, family, nl) ||
-	    nl >= len)
-		return false;
-	const char *p = line + nl, *end = line + len;
-	if (*p != '{')
-		return true;
-	for (p++; p < end && *p != '}';) {
-		const char *eq = memchr(p, '=', (size_t)(end - p));
-		if (!eq || eq + 1 >= end || eq[1] != '"')
-			return false;
-		if (eq - p != 4 || memcmp(p, "node", 4) != 0)
-			return false;
-		for (p = eq + 2; p < end && *p != '"'; p++)
-			if (*p == '\\')
-				p++;
-		if (p >= end)
-			return false; /* no closing quote */
-		p++;
-		if (p < end && *p == ',')
-			p++;
-	}
-	return p < end;
-}
-
-static int cmp_str(const void *a, const void *b)
-{
-	return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/* Print the wanted samples of a Prometheus text body, sorted by name. */
-static int print_metrics(char *body, size_t len)
-{
-	char family[128] = "";
-	char **lines = NULL;
-	size_t n = 0, cap = 0;
-	body[len] = '\0'; /* show_metrics appended a NUL past the body */
-	for (char *save = NULL, *l = strtok_r(body, "\n", &save); l;
-	     l = strtok_r(NULL, "\n", &save)) {
-		char name[128], type[32];
-		if (sscanf(l, "# TYPE %127s %31s", name, type) == 2) {
-			bool keep = strncmp(name, "peercache_", 10) == 0 &&
-				    (!strcmp(type, "counter") ||
-				     !strcmp(type, "gauge"));
-			snprintf(family, sizeof(family), "%s", keep ? name : "");
-			continue;
-		}
-		if (l[0] == '#' || !metric_wanted(l, strlen(l), family))
-			continue;
-		if (n == cap) {
-			cap = cap ? cap * 2 : 128;
-			char **nl = realloc(lines, cap * sizeof(*nl));
-			if (!nl) {
-				free(lines);
-				return -ENOMEM;
-			}
-			lines = nl;
-		}
-		/* "name{node=...} value [ts]" -> "name value", in place: the
-		 * value always lies past the name and one more byte. */
-		size_t nlen = strcspn(l, "{ ");
-		char *v = strrchr(l, '}');
-		v = v ? v + 1 : l + nlen;
-		v += strspn(v, " ");
-		v[strcspn(v, " \r")] = '\0';
-		l[nlen] = ' ';
-		memmove(l + nlen + 1, v, strlen(v) + 1);
-		lines[n++] = l;
-	}
-	if (n)
-		qsort(lines, n, sizeof(*lines), cmp_str);
-	for (size_t i = 0; i < n; i++)
-		puts(lines[i]);
-	free(lines);
-	return 0;
-}
-
-/* "0.0.0.0:9" or "[::]:9" is where the node listens, not where to reach
- * it: use the host of --node (or loopback for a Unix socket). */
-static void metrics_addr(const struct cli *c, const char *published,
-			 char *out, size_t len)
-{
-	const char *port = strrchr(published, ':');
-	bool wild = port && (!strncmp(published, "0.0.0.0:", 8) ||
-			     !strncmp(published, "[::]:", 5));
-	if (!wild) {
-		snprintf(out, len, "%s", published);
-		return;
-	}
-	const char *host = c->tcp ? c->node : "127.0.0.1:";
-	const char *hend = strrchr(host, ':');
-	snprintf(out, len, "%.*s%s", (int)(hend - host), host, port);
-}
-
-static int show_metrics(struct cli *c, struct mp_rd info)
-{
-	struct mp_rd addrs, v;
-	const char *a;
-	uint32_t al;
-	if (!map_find(info, "addresses", &addrs) ||
-	    !map_find(addrs, "metrics", &v) || mp_rd_str(&v, &a, &al) < 0) {
-		puts("metrics: not published by the node (metrics_enabled "
-		     "off?)");
-		return CLI_OK;
-	}
-	char pub[256], addr[256];
-	snprintf(pub, sizeof(pub), "%.*s", (int)al, a);
-	metrics_addr(c, pub, addr, sizeof(addr));
-	printf("metrics: %s\n", addr);
-	struct pc_wbuf in;
-	pc_wbuf_init(&in, CLI_METRICS_BYTES_MAX);
-	const char *why = NULL;
-	char ebuf[160];
-	size_t blen = 0;
-	char *body = NULL;
-	int ret = http_fetch(addr, c->timeout_ms, &in);
-	if (ret == -ETIMEDOUT) {
-		why = "no complete answer in time";
-	} else if (ret < 0) {
-		snprintf(ebuf, sizeof(ebuf), "%s", strerror(-ret));
-		why = ebuf;
-	} else if (pc_wbuf_append(&in, "", 1) < 0) { /* room for a NUL */
-		why = "the response is too large";
-	} else {
-		in.len--;
-		body = (char *)http_body(&in, &blen, &why);
-	}
-	if (body && print_metrics(body, blen) < 0)
-		why = "out of memory";
-	fflush(stdout);
-	pc_wbuf_free(&in);
-	if (why) {
-		cli_err("cannot read metrics from http://%s/metrics: %s", addr,
-			why);
-		return CLI_FAIL;
-	}
-	return CLI_OK;
-}
-
-static int cmd_stats(struct cli *c, int argc, char **argv)
-{
-	(void)argc; /* operands: none (checked by the table) */
-	(void)argv;
-	struct rpc_sync_reply rep;
-	int rc = call_simple(c, "node.info", &rep);
-	if (rc)
-		return rc;
-	struct mp_rd info = rep.res.result, v;
-	const char *id;
-	uint32_t idl;
-	double up;
-	if (!map_find(info, "node_id", &v) || mp_rd_str(&v, &id, &idl) < 0 ||
-	    !map_find(info, "uptime_s", &v) || mp_rd_float(&v, &up) < 0)
-		return bad_reply(c, &rep);
-	fputs("node_id: ", stdout);
-	print_str(id, idl);
-	printf("\nuptime_s: %.3f\n", up);
-	unsigned members;
-	rc = print_members(c, "  ", &members);
-	if (rc == CLI_OK)
-		rc = show_metrics(c, info);
-	rpc_sync_reply_free(&rep);
-	return rc;
-}
-
 /* ------------------------------------------------------------------- main */
 
 static const struct cli_cmd cli_cmds[] = {
 	{"put", "KEY [FILE|-]",
 	 "store one page; the value is FILE, or stdin when FILE is\n"
 	 "absent or '-'. Prints \"stored\"; \"not stored\" exits 1",
-	 1, 2, cmd_put},
+	 1, 2, cmd_put, 0,
+	 "Exit status: 0 stored; 1 not stored (no pool space, no directory "
+	 "owner\nreachable, or the node is draining: the message says which); 2 "
+	 "also a bad\nkey, value or FILE."},
 	{"get", "KEY [FILE|-]",
 	 "fetch one page into FILE, or to stdout ('-' or no FILE).\n"
 	 "With no FILE and stdout a terminal, prints a hex preview\n"
 	 "of the first 256 bytes instead of raw binary (give a FILE,\n"
 	 "'-' or pipe it, e.g. '| cat', for the raw bytes).\n"
 	 "A missing page: \"miss: KEY\" on stderr, exit 1",
-	 1, 2, cmd_get},
+	 1, 2, cmd_get, 0,
+	 "Exit status: 0 found; 1 a miss or a failed write of FILE."},
 	{"exists", "KEY...",
 	 "print how many leading keys exist (exit 1 unless all do)", 1, -1,
-	 cmd_exists},
+	 cmd_exists, OPT_JSON,
+	 "--json prints {\"keys\": N, \"exist\": M}.\n"
+	 "Exit status: 0 every key exists; 1 not all do."},
 	{"del", "KEY...", "delete the keys; print how many existed", 1, -1,
-	 cmd_del},
-	{"info", "", "node.info as \"key: value\" lines", 0, 0, cmd_info},
+	 cmd_del, 0,
+	 "Exit status: 0 done (whether or not the keys existed)."},
+	{"info", "", "node.info as \"key: value\" lines (draining among them)",
+	 0, 0, cmd_info, OPT_JSON,
+	 "--json prints node.info as one JSON object.\n"
+	 "Exit status: 0 ok."},
 	{"stats", "",
 	 "node id, uptime and members, then the node's peercache_*\n"
 	 "counters and gauges (\"name value\", sorted) from its\n"
 	 "metrics endpoint when it publishes one",
-	 0, 0, cmd_stats},
+	 0, 0, cli_cmd_stats, OPT_JSON | OPT_WATCH,
+	 "--watch [INTERVAL] samples the metrics every INTERVAL (default 1s)\n"
+	 "until Ctrl-C: the first sample shows totals, the next ones show\n"
+	 "counters as rates per second over the interval (\"name 12.5/s\";\n"
+	 "\"-\" when a counter went down: the node restarted) and gauges as\n"
+	 "values. --count N stops after N samples.\n"
+	 "--json prints one object {node_id, uptime_s, members,\n"
+	 "metrics_address, metrics: {name: value}}; with --watch one object\n"
+	 "per line {sample, time, interval_s, gauges, counters, rates}.\n"
+	 "Exit status: 0 ok (Ctrl-C included); 1 the metrics could not be "
+	 "read."},
 	{"members", "", "cluster members: with discovery \"epoch E from "
 	 "MASTER\" and one \"id role state last-heartbeat-age [self]\" line "
 	 "each, else one \"id [self] state\" line each", 0,
-	 0, cmd_members},
+	 0, cmd_members, OPT_JSON,
+	 "--json prints {\"members\": cluster.members, \"view\": "
+	 "discovery.view\nor null without discovery}.\n"
+	 "Exit status: 0 ok."},
+	{"config", "",
+	 "the settings the node started with, as \"key = value\"\n"
+	 "lines (a config file); secrets show as \"***\"",
+	 0, 0, cmd_config, OPT_JSON,
+	 "Every key of the settings table, from the node itself (its\n"
+	 "defaults, config file, environment and command line applied), like\n"
+	 "`peercached --print-config`. Secret keys (cluster_secret) are\n"
+	 "never sent: \"***\" when set. --json prints one object {key: "
+	 "value}.\n"
+	 "Exit status: 0 ok."},
+	{"flush", "--yes",
+	 "drop every page this node holds (pool and disk tier) and\n"
+	 "its directory records of them; prints how many",
+	 0, 0, cmd_flush, OPT_YES,
+	 "Without --yes nothing is done: a message says why, exit 2.\n"
+	 "Other nodes miss the dropped keys from then on. The node works in\n"
+	 "slices and answers when done; --timeout is the whole wait\n"
+	 "[default 10m]. Pages set while a flush runs may survive it: drain\n"
+	 "first. Dropped disk pages may come back after a restart of the node\n"
+	 "(a delete is not written to the disk log). p2p mode only.\n"
+	 "Exit status: 0 flushed; 2 no --yes (nothing done)."},
+	{"drain", "[--off]",
+	 "stop storing pages (sets answer false) but keep serving\n"
+	 "reads, before a planned shutdown; --off ends it",
+	 0, 0, cmd_drain, OPT_OFF,
+	 "While draining, kv.set and session.set store nothing and answer\n"
+	 "false for every page (a normal \"not stored\" for SGLang), counted\n"
+	 "in peercache_writes_refused_draining_total; `info` shows\n"
+	 "draining: true and the gauge peercache_node_draining is 1. A\n"
+	 "restart ends it.\n"
+	 "Exit status: 0 done (also when it was so already)."},
 	{"wait-ready", "",
 	 "wait until the node answers and says it is ready (every\n"
 	 "module started); --timeout is the whole wait [default 30s].\n"
 	 "Prints \"ready: NODE\"; not ready in time exits 1",
-	 0, 0, cmd_wait_ready},
+	 0, 0, cmd_wait_ready, 0,
+	 "Exit status: 0 ready; 1 not ready within --timeout."},
 };
+
+/* The options a command takes, for its help. */
+static const struct {
+	unsigned opt;
+	const char *text;
+} cli_opt_help[] = {
+	{OPT_JSON, "  --json              one JSON document on stdout\n"},
+	{OPT_YES, "  --yes               confirm: really drop the pages\n"},
+	{OPT_OFF, "  --off               end the drain: store pages again\n"},
+	{OPT_WATCH, "  --watch [INTERVAL]  repeat every INTERVAL (e.g. 500ms, "
+		    "2s) [default 1s]\n"
+		    "  --count N           with --watch: stop after N samples\n"},
+};
+
+static const struct cli_cmd *find_cmd(const char *name)
+{
+	for (size_t j = 0; j < PC_ARRAY_LEN(cli_cmds); j++)
+		if (strcmp(name, cli_cmds[j].name) == 0)
+			return &cli_cmds[j];
+	return NULL;
+}
+
+/* `peercache help CMD`, `peercache CMD --help`. */
+static void cmd_usage(const struct cli_cmd *k, FILE *out)
+{
+	fprintf(out, "Usage: peercache [OPTIONS] %s%s%s%s%s\n\n", k->name,
+		*k->args ? " " : "", k->args,
+		k->opts & OPT_JSON ? " [--json]" : "",
+		k->opts & OPT_WATCH ? " [--watch [INTERVAL]] [--count N]" : "");
+	for (const char *h = k->help; *h; h++)
+		fputc(*h == '\n' ? ' ' : *h, out);
+	fputs(".\n\nOptions of the command:\n", out);
+	for (size_t i = 0; i < PC_ARRAY_LEN(cli_opt_help); i++)
+		if (k->opts & cli_opt_help[i].opt)
+			fputs(cli_opt_help[i].text, out);
+	fputs("  -h, --help          show this help and exit\n"
+	      "  --                  what follows is an operand, even if it "
+	      "starts with -\n\n", out);
+	fprintf(out, "%s\nAny command: 1 an error from the node (its code and "
+		"message are printed);\n2 a usage error; 3 the node cannot be "
+		"reached or gave no usable answer.\n\nOPTIONS (--node, "
+		"--secret-file, --timeout, --json): see 'peercache --help'.\n",
+		k->more);
+}
 
 static void usage(FILE *out)
 {
@@ -1076,9 +1192,14 @@ static void usage(FILE *out)
 		"[default: 5s;\n"
 		"                      wait-ready: the whole wait, default "
 		"30s]\n"
+		"  --json              JSON output (the read commands: info, "
+		"stats, members,\n"
+		"                      config, exists); also accepted after "
+		"COMMAND\n"
 		"  -h, --help          show this help and exit\n"
 		"  --version           show the version and exit\n"
-		"\nCommands:\n");
+		"\nCommands (options of a command go after it; 'peercache help "
+		"COMMAND' or\n'peercache COMMAND --help' explains one):\n");
 	for (size_t i = 0; i < PC_ARRAY_LEN(cli_cmds); i++) {
 		const struct cli_cmd *k = &cli_cmds[i];
 		char head[64];
@@ -1091,6 +1212,9 @@ static void usage(FILE *out)
 		}
 		fputc('\n', out);
 	}
+	fprintf(out, "  %-18s  %s\n", "help [COMMAND]",
+		"this help, or one command's: its options, output and exit "
+		"status");
 	fprintf(out,
 		"\nLimits: keys of 1..%d bytes, at most %d per command; "
 		"values of 1 byte\nto 64 MiB less 4 KiB (%u bytes): the "
@@ -1100,8 +1224,9 @@ static void usage(FILE *out)
 		"an error from\nthe node (its code and message are printed), "
 		"a failed local write,\nor a node not ready within "
 		"wait-ready's --timeout;\n2 usage error or bad input (key, "
-		"value, FILE); 3 the node cannot be\nreached or gave no "
-		"usable answer (the address and reason are printed).\n",
+		"value, FILE), or flush without --yes;\n3 the node cannot be "
+		"reached or gave no usable answer (the address and\nreason are "
+		"printed).\n",
 		CLI_KEY_BYTES_MAX, CLI_KEYS_MAX, CLI_VALUE_BYTES_MAX);
 }
 
@@ -1136,7 +1261,10 @@ static int parse_options(struct cli *c, int argc, char **argv)
 			       PEERCACHE_GIT_REV);
 			return -CLI_OK;
 		}
-		if ((v = pc_opt_value(argc, argv, &i, "--node", &missing))) {
+		if (!strcmp(a, "--json")) {
+			c->json = true;
+		} else if ((v = pc_opt_value(argc, argv, &i, "--node",
+					     &missing))) {
 			node = v;
 		} else if ((v = pc_opt_value(argc, argv, &i, "--secret-file",
 					  &missing))) {
@@ -1180,51 +1308,152 @@ static int parse_options(struct cli *c, int argc, char **argv)
 	return i;
 }
 
-/* Check a command's operands; returns 0 or an exit status. */
-static int check_operands(const struct cli_cmd *k, int argc, char **argv)
+/* --watch's optional INTERVAL and --count's N into c; 0 or exit status. */
+static int watch_option(struct cli *c, int argc, char **argv, int *i)
 {
-	static const char *const opts[] = {"--node", "--secret",
-					   "--secret-file", "--timeout",
-					   "--help", "-h", "--version"};
-	/* An option after the command would silently become a key or a file
-	 * name; say where options go instead. */
-	for (int i = 0; i < argc; i++)
-		for (size_t j = 0; j < PC_ARRAY_LEN(opts); j++) {
-			size_t n = strlen(opts[j]);
-			if (!strncmp(argv[i], opts[j], n) &&
-			    (argv[i][n] == '\0' || argv[i][n] == '='))
-				return usage_error("options go before COMMAND",
-						   argv[i]);
+	const char *a = argv[*i];
+	uint64_t ms;
+	if (!strcmp(a, "--watch")) {
+		c->watch = true;
+		if (*i + 1 >= argc || argv[*i + 1][0] == '-')
+			return CLI_OK; /* no INTERVAL: the default */
+		a = argv[++*i];
+		if (pc_parse_duration_ms(a, &ms) < 0 || ms == 0 ||
+		    ms > CLI_TIMEOUT_MS_MAX)
+			return usage_error("--watch takes an interval from 1ms "
+					   "to 24h, e.g. 2s", a);
+		c->watch_ms = (unsigned)ms;
+		return CLI_OK;
+	}
+	char *end;
+	errno = 0;
+	long n = *i + 1 < argc ? strtol(argv[*i + 1], &end, 10) : 0;
+	if (*i + 1 >= argc || errno || *end || n < 1)
+		return usage_error("--count takes a number of samples, 1 or "
+				   "more", *i + 1 < argc ? argv[*i + 1] : NULL);
+	c->count = n;
+	++*i;
+	return CLI_OK;
+}
+
+/*
+ * The command's own options (anywhere after it, until "--") into c, its
+ * operands compacted at the start of argv; *argc becomes their count.
+ * Returns 0, -1 after printing the command's help, or an exit status.
+ */
+static int command_options(struct cli *c, const struct cli_cmd *k,
+			   int *argc, char **argv)
+{
+	static const char *const global[] = {"--node", "--secret",
+					     "--secret-file", "--timeout",
+					     "--version"};
+	static const struct {
+		const char *name;
+		unsigned opt;
+	} own[] = {{"--json", OPT_JSON}, {"--yes", OPT_YES},
+		   {"--off", OPT_OFF}, {"--watch", OPT_WATCH},
+		   {"--count", OPT_WATCH}};
+	int nops = 0;
+	bool operands_only = false;
+	for (int i = 0; i < *argc; i++) {
+		const char *a = argv[i];
+		if (operands_only || a[0] != '-' || !a[1]) {
+			argv[nops++] = argv[i];
+			continue;
 		}
-	if (argc < k->min_args || (k->max_args >= 0 && argc > k->max_args)) {
+		if (!strcmp(a, "--")) {
+			operands_only = true;
+			continue;
+		}
+		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+			cmd_usage(k, stdout);
+			return -1;
+		}
+		/* An option of peercache's after the command would silently
+		 * become a key or a file name; say where options go. */
+		for (size_t j = 0; j < PC_ARRAY_LEN(global); j++) {
+			size_t n = strlen(global[j]);
+			if (!strncmp(a, global[j], n) &&
+			    (a[n] == '\0' || a[n] == '='))
+				return usage_error("options go before COMMAND",
+						   a);
+		}
+		size_t j = 0;
+		while (j < PC_ARRAY_LEN(own) && strcmp(a, own[j].name))
+			j++;
+		if (j < PC_ARRAY_LEN(own) && !(k->opts & own[j].opt)) {
+			cli_err("%s takes no %s (see 'peercache help %s')",
+				k->name, a, k->name);
+			return CLI_USAGE;
+		}
+		int rc = CLI_OK;
+		if (j == PC_ARRAY_LEN(own) && k->max_args == 0)
+			return usage_error("unknown option", a);
+		if (j == PC_ARRAY_LEN(own))
+			argv[nops++] = argv[i]; /* a key that starts with - */
+		else if (own[j].opt == OPT_JSON)
+			c->json = true;
+		else if (own[j].opt == OPT_YES)
+			c->yes = true;
+		else if (own[j].opt == OPT_OFF)
+			c->off = true;
+		else
+			rc = watch_option(c, *argc, argv, &i);
+		if (rc)
+			return rc;
+	}
+	*argc = nops;
+	if (c->json && !(k->opts & OPT_JSON)) {
+		cli_err("%s has no --json output (the read commands have: info,"
+			" stats, members, config, exists)", k->name);
+		return CLI_USAGE;
+	}
+	if (c->count && !c->watch)
+		return usage_error("--count goes with --watch", NULL);
+	if (nops < k->min_args || (k->max_args >= 0 && nops > k->max_args)) {
 		cli_err("usage: peercache [OPTIONS] %s%s%s", k->name,
 			*k->args ? " " : "", k->args);
-		return usage_error(argc < k->min_args ? "missing operand"
+		return usage_error(nops < k->min_args ? "missing operand"
 						      : "too many operands",
 				   NULL);
 	}
 	return CLI_OK;
 }
 
+/* `peercache help [COMMAND]`. */
+static int cmd_help(int argc, char **argv)
+{
+	if (argc == 0) {
+		usage(stdout);
+		return CLI_OK;
+	}
+	const struct cli_cmd *k = argc == 1 ? find_cmd(argv[0]) : NULL;
+	if (!k)
+		return usage_error(argc > 1 ? "help takes one command"
+					    : "unknown command", argv[0]);
+	cmd_usage(k, stdout);
+	return CLI_OK;
+}
+
 int main(int argc, char **argv)
 {
-	struct cli c = {.timeout_ms = CLI_TIMEOUT_MS_DEFAULT};
+	struct cli c = {.timeout_ms = CLI_TIMEOUT_MS_DEFAULT,
+			.watch_ms = CLI_WATCH_MS_DEFAULT};
 	int i = parse_options(&c, argc, argv);
 	if (i <= 0)
 		return -i;
 	if (i >= argc)
 		return usage_error("no command given", NULL);
-	const struct cli_cmd *k = NULL;
-	for (size_t j = 0; j < PC_ARRAY_LEN(cli_cmds); j++)
-		if (strcmp(argv[i], cli_cmds[j].name) == 0)
-			k = &cli_cmds[j];
-	if (!k)
-		return usage_error("unknown command", argv[i]);
 	int nops = argc - i - 1;
 	char **ops = argv + i + 1;
-	int rc = check_operands(k, nops, ops);
+	if (strcmp(argv[i], "help") == 0)
+		return cmd_help(nops, ops);
+	const struct cli_cmd *k = find_cmd(argv[i]);
+	if (!k)
+		return usage_error("unknown command", argv[i]);
+	int rc = command_options(&c, k, &nops, ops);
 	if (rc)
-		return rc;
+		return rc < 0 ? CLI_OK : rc;
 	struct rpc_sync_opts o;
 	rpc_sync_opts_default(&o);
 	o.timeout_ms = c.timeout_ms;

@@ -990,14 +990,41 @@ void pc_cfg_print_help(const struct pc_cfg_table *t, FILE *out)
 	}
 }
 
+void pc_cfg_format(const struct pc_cfg_key *k, const void *settings,
+		   char *buf, size_t len)
+{
+	PC_ASSERT(len > 0);
+	FILE *f = fmemopen(buf, len, "w");
+	if (!f) {
+		snprintf(buf, len, "?");
+		return;
+	}
+	cfg_types[k->type].dump(k, cfg_cfield(k, settings), f);
+	fclose(f);
+	buf[len - 1] = '\0'; /* fmemopen writes no NUL into a full buffer */
+}
+
+void pc_cfg_each(const struct pc_cfg_table *t, const void *settings,
+		 void (*fn)(void *arg, const struct pc_cfg_key *k,
+			    const char *value),
+		 void *arg)
+{
+	char value[PC_CFG_TEXT_MAX];
+	for (size_t i = 0; i < t->n; i++) {
+		pc_cfg_format(&t->keys[i], settings, value, sizeof(value));
+		fn(arg, &t->keys[i], value);
+	}
+}
+
+static void cfg_dump_line(void *arg, const struct pc_cfg_key *k,
+			  const char *value)
+{
+	fprintf(arg, "%s = %s\n", k->name, value);
+}
+
 void pc_cfg_dump(const struct pc_cfg_table *t, const void *settings, FILE *out)
 {
-	for (size_t i = 0; i < t->n; i++) {
-		const struct pc_cfg_key *k = &t->keys[i];
-		fprintf(out, "%s = ", k->name);
-		cfg_types[k->type].dump(k, cfg_cfield(k, settings), out);
-		fputc('\n', out);
-	}
+	pc_cfg_each(t, settings, cfg_dump_line, out);
 }
 
 const char *pc_opt_value(int argc, char **argv, int *i, const char *name,

@@ -140,6 +140,21 @@ void pc_cfg_print_help(const struct pc_cfg_table *t, FILE *out);
  * SECRET keys print as "***" when set. */
 void pc_cfg_dump(const struct pc_cfg_table *t, const void *settings, FILE *out);
 
+/* Bytes that hold any value's text: a STRING of up to 4095 bytes, every
+ * byte escaped, in quotes, and the NUL. */
+#define PC_CFG_TEXT_MAX 8448
+/* Key k's value in settings as pc_cfg_dump prints it (config-file syntax:
+ * strings quoted when needed; a SECRET key that is set is "***"). Longer
+ * than len - 1 bytes is cut. */
+void pc_cfg_format(const struct pc_cfg_key *k, const void *settings,
+		   char *buf, size_t len);
+/* fn(arg, key, value text as pc_cfg_format gives it) for every key, in
+ * table order: the one walk behind pc_cfg_dump and the node's node.config. */
+void pc_cfg_each(const struct pc_cfg_table *t, const void *settings,
+		 void (*fn)(void *arg, const struct pc_cfg_key *k,
+			    const char *value),
+		 void *arg);
+
 /* True when key k holds a different value in settings a and b. */
 bool pc_cfg_differs(const struct pc_cfg_key *k, const void *a, const void *b);
 

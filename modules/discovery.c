@@ -57,6 +57,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/json.h"
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/settings.h"
@@ -938,21 +939,6 @@ static const struct rpc_method rpc_methods[] = {
 
 /* Metrics port (any reactor): the same view as JSON for the dashboard,
  * read-only; at most MEMBERS_MAX members of bounded addresses. */
-static void json_str(struct pc_wbuf *b, const char *s)
-{
-	pc_wbuf_append(b, "\"", 1);
-	for (; *s; s++) {
-		unsigned char c = (unsigned char)*s;
-		if (c == '"' || c == '\\')
-			pc_wbuf_printf(b, "\\%c", c);
-		else if (c < 0x20 || c == 0x7f)
-			pc_wbuf_printf(b, "\\u%04x", c);
-		else
-			pc_wbuf_append(b, s, 1);
-	}
-	pc_wbuf_append(b, "\"", 1);
-}
-
 static void r_view_json(const struct http_request *req,
 			struct http_response *r)
 {
@@ -972,14 +958,15 @@ static void r_view_json(const struct http_request *req,
 		       (unsigned long long)g.view.epoch,
 		       (unsigned long long)(now > g.view_ns
 				? (now - g.view_ns) / 1000000 : 0));
-	json_str(b, g.view_from[0] ? g.view_from : g.self_meta);
+	const char *from = g.view_from[0] ? g.view_from : g.self_meta;
+	pc_json_str(b, from, strlen(from));
 	pc_wbuf_printf(b, ",\"self\":");
-	json_str(b, g.cl->self_id);
+	pc_json_str(b, g.cl->self_id, strlen(g.cl->self_id));
 	pc_wbuf_printf(b, ",\"members\":[");
 	for (unsigned i = 0; i < g.view.n; i++) {
 		const struct entry *e = &g.view.e[i];
 		pc_wbuf_printf(b, "%s{\"id\":", i ? "," : "");
-		json_str(b, e->id);
+		pc_json_str(b, e->id, strlen(e->id));
 		pc_wbuf_printf(b, ",\"role\":\"%s\",\"state\":\"%s\","
 			       "\"age_ms\":%llu}", role_of(&g.view, e),
 			       e->suspect ? "suspect" : "alive",

@@ -104,6 +104,7 @@ static struct {
 	const struct tier_ops *tier; /* the next tier down (set on reactor 0's
 				      * start, before any page moves) */
 	struct evq *evqs;           /* per reactor */
+	struct flush *flush;        /* the flush under way, or NULL; atomic */
 	bool checksums;
 	uint32_t rkey;              /* the transport's key of the pool */
 	struct svc_pool pool_svc;   /* published: the pool and its key */
@@ -1211,12 +1212,165 @@ static int kv_remove(struct rx_reactor *r, const struct kv_item *it,
 	return 0;
 }
 
+/* ---------------------------------------------------------------- flush */
+
+/*
+ * One flush at a time (g.flush), on the reactor that started it. A step
+ * examines at most FLUSH_BATCH pool records (pool_scan) — then, once the
+ * pool is walked, at most FLUSH_BATCH pages of the tier — deletes what it
+ * found and sends one conditional unpublish (this node, those
+ * generations) for them; the next step starts on the next loop pass after
+ * the unpublish answered. So the reactor is held for one slice at a time
+ * (a few hundred deletes under short stripe locks) and one unpublish is in
+ * flight. The pool walk's cursor is stable under deletes; the tier's is
+ * not (storage/disk_log.c counts entries in a region's list), so the tier
+ * walk restarts from 0 each step — every page it saw was dropped — and
+ * ends with a step whose scan covered the whole index. Pages set during a
+ * flush may survive it or not (drain first, for a planned shutdown).
+ */
+#define FLUSH_BATCH 256
+
+struct flush {
+	struct rx_reactor *r;
+	struct rx_timer step;
+	uint64_t cursor;     /* pool_scan position */
+	bool in_tier;        /* the pool is walked: the tier's pages now */
+	bool last;           /* this step's scan reached the end */
+	bool stopping;       /* the reactor stops: end after the unpublish */
+	bool busy;           /* an unpublish is in flight */
+	unsigned n;          /* pages of this step */
+	char keys[FLUSH_BATCH][KV_KEY_MAX];
+	const char *kptr[FLUSH_BATCH];
+	size_t klens[FLUSH_BATCH];
+	uint64_t gens[FLUSH_BATCH];
+	struct kv_flushed res;
+	void (*done)(void *arg, const struct kv_flushed *f);
+	void *arg;
+};
+
+static void flush_take(struct flush *f, const void *key, size_t klen,
+		       uint64_t gen)
+{
+	if (klen == 0 || klen > KV_KEY_MAX || f->n >= FLUSH_BATCH)
+		return;
+	memcpy(f->keys[f->n], key, klen);
+	f->kptr[f->n] = f->keys[f->n];
+	f->klens[f->n] = klen;
+	f->gens[f->n++] = gen;
+}
+
+static void flush_pool_one(void *arg, const struct pool_entry_info *e)
+{
+	flush_take(arg, e->key, e->keylen, e->gen);
+}
+
+static void flush_tier_one(void *arg, const struct tier_page *pg,
+			   uint64_t len)
+{
+	(void)len;
+	flush_take(arg, pg->key, pg->klen, pg->gen);
+}
+
+static void flush_finish(struct flush *f)
+{
+	PC_LOGI(LOG_MOD, "flush %s: %llu pool pages and %llu disk-only pages "
+		"dropped", f->res.res ? "stopped by the shutdown" : "done",
+		(unsigned long long)f->res.pages,
+		(unsigned long long)f->res.disk_pages);
+	f->done(f->arg, &f->res);
+	__atomic_store_n(&g.flush, NULL, __ATOMIC_RELEASE);
+	free(f);
+}
+
+static void flush_unpublished(void *arg)
+{
+	struct flush *f = arg;
+	f->busy = false;
+	if (f->stopping || (f->in_tier && f->last)) {
+		flush_finish(f);
+		return;
+	}
+	if (!f->in_tier && f->last)
+		f->in_tier = true; /* the pool is walked */
+	rx_timer_start(f->r, &f->step, 0, 0);
+}
+
+/* Drop the pages found (f->n of them) and unpublish their records. */
+static void flush_drop(struct flush *f)
+{
+	unsigned keep = 0;
+	for (unsigned i = 0; i < f->n; i++) {
+		/* The tier first, as kv_remove does: a promotion under way is
+		 * marked stale before the pool entry goes. */
+		g.tier->drop(f->kptr[i], f->klens[i]);
+		if (!f->in_tier) {
+			f->res.pages += pool_delete(g.pool, f->kptr[i],
+						    f->klens[i]) == 0;
+		} else if (pool_contains(g.pool, f->kptr[i], f->klens[i])) {
+			continue; /* set since the pool walk: its record stays */
+		} else {
+			f->res.disk_pages++;
+		}
+		f->kptr[keep] = f->kptr[i];
+		f->klens[keep] = f->klens[i];
+		f->gens[keep++] = f->gens[i];
+	}
+	struct dir_keys k = {f->kptr, f->klens, keep};
+	f->busy = true;
+	if (keep == 0 || g.pl->unpublish(f->r, &k, g.cl->self_id, f->gens,
+					 NULL, op_deadline(), flush_unpublished,
+					 f) < 0)
+		flush_unpublished(f);
+}
+
+static void flush_step(struct rx_reactor *r, struct rx_timer *t)
+{
+	(void)r;
+	struct flush *f = t->arg;
+	f->n = 0;
+	if (!f->in_tier) {
+		f->last = pool_scan(g.pool, &f->cursor, FLUSH_BATCH,
+				    flush_pool_one, f) == 0;
+	} else {
+		uint64_t from = 0; /* every page seen before was dropped */
+		f->last = g.tier->scan(&from, FLUSH_BATCH, flush_tier_one,
+				       f) == 0;
+	}
+	flush_drop(f);
+}
+
+static int kv_flush(struct rx_reactor *r,
+		    void (*done)(void *arg, const struct kv_flushed *fl),
+		    void *arg)
+{
+	struct flush *f = calloc(1, sizeof(*f));
+	if (!f)
+		return -ENOMEM;
+	struct flush *none = NULL;
+	if (!__atomic_compare_exchange_n(&g.flush, &none, f, false,
+					 __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+		free(f);
+		return -EBUSY;
+	}
+	f->r = r;
+	f->done = done;
+	f->arg = arg;
+	rx_timer_init(&f->step, flush_step, f);
+	bool tier = strcmp(g.tier->name, "none") != 0;
+	PC_LOGI(LOG_MOD, "flush: dropping every page of this node (the pool%s"
+		"%s%s) and its records of them", tier ? ", the " : "",
+		tier ? g.tier->name : "", tier ? " tier" : "");
+	rx_timer_start(r, &f->step, 0, 0);
+	return 0;
+}
+
 static const struct kv_api kv_api = {
 	.publish = kv_publish,
 	.fetch = kv_fetch,
 	.get = kv_get,
 	.exists = kv_exists,
 	.remove = kv_remove,
+	.flush = kv_flush,
 	.hold = kv_hold,
 	.release = kv_release,
 };
@@ -1426,6 +1580,17 @@ static void kv_stop(struct rx_reactor *r, struct pc_ctx *ctx)
 	if (!g.pool)
 		return;
 	struct evq *q = &g.evqs[rx_reactor_id(r)];
+	struct flush *f = __atomic_load_n(&g.flush, __ATOMIC_ACQUIRE);
+	if (f && f->r == r) {
+		/* A flush on this reactor ends with its step, or its
+		 * unpublish under way: what was not dropped stays. */
+		f->stopping = true;
+		f->res.res = -ESHUTDOWN;
+		if (!f->busy) {
+			rx_timer_stop(r, &f->step);
+			flush_finish(f);
+		}
+	}
 	/* Records of pages evicted in the last moments stay; a reader of
 	 * one gets a validated miss. */
 	rx_timer_stop(r, &q->flush);

@@ -43,6 +43,14 @@ struct kv_got {
 };
 typedef void (*kv_got_fn)(void *arg, const struct kv_got *got);
 
+/* What a flush dropped. */
+struct kv_flushed {
+	uint64_t pages;      /* pool pages deleted */
+	uint64_t disk_pages; /* pages only the next tier (disk) held, dropped
+			      * there (a pool page's tier copy goes with it) */
+	int res;             /* 0, or -ESHUTDOWN: the node stopped first */
+};
+
 struct kv_api {
 	/*
 	 * Store pages: one copy each into the publish pool, then their records
@@ -80,6 +88,17 @@ struct kv_api {
 	/* Delete pages here and their records everywhere; ok[i] = existed. */
 	int (*remove)(struct rx_reactor *r, const struct kv_item *items,
 		      unsigned n, kv_done_fn done, void *arg);
+	/*
+	 * Drop every page this node holds (flush): its pool's pages, the
+	 * next tier's (disk) copies of them and the pages only that tier
+	 * holds, with this node's records of them (only those naming this
+	 * node and that page's generation) — in slices over loop passes.
+	 * 0 when started (done runs once, later, on r), -EBUSY while another
+	 * flush runs. NULL in a mode that cannot (slotmap).
+	 */
+	int (*flush)(struct rx_reactor *r,
+		     void (*done)(void *arg, const struct kv_flushed *f),
+		     void *arg);
 	/* Hold bytes of the node's staging budget (kv_staging_max) for
 	 * state a caller keeps besides pages: 0, or -EBUSY. */
 	int (*hold)(uint64_t bytes);

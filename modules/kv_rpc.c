@@ -40,11 +40,13 @@
 #define KV_KEY_MAX DIR_KEY_MAX
 
 static struct {
+	struct pc_ctx *ctx;
+	const char *mode;           /* the mode's name, for messages */
 	const struct kv_api *kv;
 	uint64_t get_call_max;      /* reply bytes one kv.get may build */
 	const char *get_call_limit; /* the setting that sets get_call_max */
 	uint64_t staging_max;       /* kv_staging_max */
-	met_id refused_large, refused_busy, copy_reply;
+	met_id refused_large, refused_busy, copy_reply, refused_draining;
 } g;
 
 static const char keys_help[] = "keys: an array of 1..65536 strings of "
@@ -140,6 +142,22 @@ static void reply_existed(void *arg, const bool *ok, unsigned n)
 	rpc_reply_uint(call_release(arg), count);
 }
 
+/* Draining (node.drain): the set stores nothing and answers n falses, a
+ * normal "not stored" for every client; the reason goes to the log and
+ * peercache_writes_refused_draining_total. */
+static void refuse_draining(struct rpc_call *call, uint32_t n)
+{
+	met_add(g.refused_draining, n);
+	PC_LOG_RL(PC_LOG_INFO, LOG_MOD, "kv.set of %u page%s from %s not "
+		  "stored: the node is draining (peercache drain --off ends "
+		  "it)", n, n == 1 ? "" : "s", rpc_call_peer(call));
+	msgpack_packer *pk = rpc_reply_begin(call);
+	msgpack_pack_array(pk, n);
+	for (uint32_t i = 0; i < n; i++)
+		msgpack_pack_false(pk);
+	rpc_reply_end(call);
+}
+
 /* The kv API did not start: answer busy. */
 static void call_failed(struct kv_call *kc, int err)
 {
@@ -182,6 +200,10 @@ static void m_set(struct rpc_call *call, struct mp_rd *p)
 		rpc_reply_error(call_release(kc), RPC_E_BAD_PARAMS,
 				"expected [keys, values] with one bin value "
 				"per key; %s", keys_help);
+		return;
+	}
+	if (pc_ctx_draining(g.ctx)) {
+		refuse_draining(call_release(kc), nk);
 		return;
 	}
 	int ret = g.kv->publish(rpc_call_reactor(call), kc->it, nk, false,
@@ -317,6 +339,42 @@ static void m_delete(struct rpc_call *call, struct mp_rd *p)
 		call_failed(kc, ret);
 }
 
+static void flushed(void *arg, const struct kv_flushed *f)
+{
+	struct rpc_call *call = arg;
+	if (f->res < 0) {
+		rpc_reply_error(call, RPC_E_UNAVAILABLE, "the node is stopping "
+				"(%llu pool and %llu disk pages were dropped)",
+				(unsigned long long)f->pages,
+				(unsigned long long)f->disk_pages);
+		return;
+	}
+	msgpack_packer *pk = rpc_reply_begin(call);
+	msgpack_pack_map(pk, 2);
+	mp_pack_cstr(pk, "pages");
+	msgpack_pack_uint64(pk, f->pages);
+	mp_pack_cstr(pk, "disk_pages");
+	msgpack_pack_uint64(pk, f->disk_pages);
+	rpc_reply_end(call);
+}
+
+/* kv.flush [] -> {pages, disk_pages}: drop every page this node holds. */
+static void m_flush(struct rpc_call *call, struct mp_rd *p)
+{
+	(void)p; /* none */
+	if (!g.kv->flush) {
+		rpc_reply_error(call, RPC_E_UNSUPPORTED, "kv.flush is not "
+				"supported in %s mode", g.mode);
+		return;
+	}
+	PC_LOGI(LOG_MOD, "kv.flush asked by %s", rpc_call_peer(call));
+	int ret = g.kv->flush(rpc_call_reactor(call), flushed, call);
+	if (ret == -EBUSY)
+		rpc_reply_error(call, RPC_E_BUSY, "a flush is under way");
+	else if (ret < 0)
+		rpc_reply_error(call, RPC_E_BUSY, "%s", strerror(-ret));
+}
+
 static const struct rpc_method kv_rpc_methods[] = {
 	{"kv.set", m_set, 0,
 	 "[keys, values] -> [stored: bool, ...] (idempotent)"},
@@ -324,6 +382,9 @@ static const struct rpc_method kv_rpc_methods[] = {
 	{"kv.exists", m_exists, 0,
 	 "[keys] -> how many leading keys exist"},
 	{"kv.delete", m_delete, 0, "[keys] -> how many existed"},
+	{"kv.flush", m_flush, 0,
+	 "[] -> {pages, disk_pages}: drop every page this node holds, and "
+	 "its records of them (p2p)"},
 	{NULL, NULL, 0, NULL},
 };
 
@@ -332,6 +393,8 @@ static int kv_rpc_init(struct pc_ctx *ctx)
 {
 	const struct pc_settings *s = ctx->cfg;
 	memset(&g, 0, sizeof(g));
+	g.ctx = ctx;
+	g.mode = s->mode == PC_MODE_P2P ? "p2p" : "slotmap";
 	if (!(g.kv = svc_need_kv(ctx, "kv_rpc")))
 		return -ENOENT;
 	/* A kv.get reply must fit one message, the connection's output cap
@@ -360,6 +423,9 @@ static int kv_rpc_init(struct pc_ctx *ctx)
 				       refused_help, "reason=\"too_large\"");
 	g.refused_busy = met_register(MET_COUNTER, "peercache_kv_refused_total",
 				      refused_help, "reason=\"busy\"");
+	g.refused_draining = met_register(
+		MET_COUNTER, "peercache_writes_refused_draining_total",
+		DRAIN_REFUSED_HELP, "method=\"kv.set\"");
 	g.copy_reply = met_register(MET_COUNTER, "peercache_copy_bytes_total",
 				    "page bytes the node copied with its CPU, "
 				    "by operation", "op=\"rpc_reply\"");

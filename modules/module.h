@@ -30,6 +30,7 @@
 #define PC_MODULES_MODULE_H
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -86,6 +87,8 @@ struct pc_ctx {
 	unsigned threads;                /* reactor threads */
 	struct rx_group *group;          /* set once every reactor runs */
 	int state;                       /* enum pc_node_state; atomic */
+	int draining;                    /* 1: writes refused (node.drain);
+					  * atomic, any thread */
 	uint64_t start_ns;               /* monotonic start time */
 	char node_id[128];
 	const struct pc_module *const *modules;
@@ -103,6 +106,18 @@ static inline enum pc_node_state pc_ctx_state(const struct pc_ctx *ctx)
 	return (enum pc_node_state)__atomic_load_n(&ctx->state,
 						   __ATOMIC_ACQUIRE);
 }
+
+/* Draining (node.drain, for a planned shutdown): set calls (kv.set,
+ * session.set) store nothing and answer false; reads are served. */
+static inline bool pc_ctx_draining(const struct pc_ctx *ctx)
+{
+	return __atomic_load_n(&ctx->draining, __ATOMIC_ACQUIRE) != 0;
+}
+
+/* Help of peercache_writes_refused_draining_total{method}, registered by
+ * each module that refuses sets while draining. */
+#define DRAIN_REFUSED_HELP                                                     \
+	"pages a set did not store because the node is draining (node.drain)"
 
 /* "starting", "ok" or "stopping". */
 const char *pc_ctx_state_name(enum pc_node_state st);

@@ -106,6 +106,7 @@ static struct {
 	const struct svc_transport *tp; /* reg_local for client regions */
 	met_id regions, region_bytes, refused, moves, detached;
 	met_id warm_bytes;
+	met_id refused_draining; /* sets answered false: node.drain */
 	uint64_t slice_bytes; /* session_slice_bytes */
 	bool prefault;        /* session_prefault */
 } g;
@@ -826,6 +827,17 @@ static void move(struct rpc_call *call, struct mp_rd *p, bool set)
 		rpc_reply_error(call, RPC_E_BAD_PARAMS, "%s", bad);
 		return;
 	}
+	if (set && pc_ctx_draining(g.ctx)) {
+		/* node.drain: nothing stored, n falses (HiCache's normal
+		 * "not stored"); the reason is in the log and the metric. */
+		met_add(g.refused_draining, m->n);
+		PC_LOG_RL(PC_LOG_INFO, "session", "session.set of %u page%s "
+			  "from %s not stored: the node is draining", m->n,
+			  m->n == 1 ? "" : "s", rpc_call_peer(call));
+		rpc_reply_bools(call, m->ok, m->n);
+		move_free(m);
+		return;
+	}
 	/* The region stays mapped and the session allocated until
 	 * move_finish, whatever happens to the connection meanwhile. */
 	m->s = session_of(call, false);
@@ -890,6 +902,9 @@ static int s_init(struct pc_ctx *ctx)
 				    "bytes of client regions faulted in on the "
 				    "offload thread before a move first touched "
 				    "them (session_prefault)", NULL);
+	g.refused_draining = met_register(
+		MET_COUNTER, "peercache_writes_refused_draining_total",
+		DRAIN_REFUSED_HELP, "method=\"session.set\"");
 	g.refused = met_register(MET_COUNTER,
 				 "peercache_session_regions_refused_total",
 				 "regions refused (not shared memory, too "

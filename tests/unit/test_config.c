@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "common/config.h"
+#include "common/settings.h"
 #include "tests/unit/testutil.h"
 
 struct tcfg {
@@ -1073,4 +1074,62 @@ Test(config, dump_marks_out_of_range_enum)
 	char *out = capture_dump(&c);
 	assert_has(out, "mode = ?\n");
 	free(out);
+}
+
+static void count_key(void *arg, const struct pc_cfg_key *k, const char *value)
+{
+	(void)k;
+	(void)value;
+	++*(size_t *)arg;
+}
+
+/* node.config's walk (pc_cfg_each, pc_cfg_format): what pc_cfg_dump prints,
+ * the secret as "***". */
+Test(config, each_and_format_redact_secrets)
+{
+	cr_assert_eq(set("auth_token", "hunter2"), 0);
+	char buf[PC_CFG_TEXT_MAX];
+	pc_cfg_format(pc_cfg_find(&table, "auth_token"), &c, buf, sizeof(buf));
+	cr_assert_str_eq(buf, "***");
+	pc_cfg_format(pc_cfg_find(&table, "cache_size"), &c, buf, sizeof(buf));
+	cr_assert_str_eq(buf, "64mb");
+	size_t n = 0;
+	pc_cfg_each(&table, &c, count_key, &n);
+	cr_assert_eq(n, table.n);
+	char small[4];
+	pc_cfg_format(pc_cfg_find(&table, "node_name"), &c, small, sizeof(small));
+	cr_assert_str_eq(small, "nod"); /* cut, and terminated */
+}
+
+/*
+ * The redaction rule (node.config, --print-config): a key whose name says
+ * it holds a secret is flagged PC_CFG_SECRET, so its value is never
+ * printed or sent ("***"). A path to a secret (…_file) is not one. And any
+ * value's text fits PC_CFG_TEXT_MAX (every byte escaped, quotes, NUL).
+ */
+Test(settings, secret_like_keys_are_redacted)
+{
+	static const char *const secret_words[] = {
+		"secret", "password", "passwd", "token", "credential",
+		"private_key", NULL};
+	const struct pc_cfg_table *t = &pc_settings_table;
+	unsigned flagged = 0;
+	for (size_t i = 0; i < t->n; i++) {
+		const struct pc_cfg_key *k = &t->keys[i];
+		size_t len = strlen(k->name);
+		bool is_path = len > 5 && !strcmp(k->name + len - 5, "_file");
+		bool looks = false;
+		for (unsigned j = 0; secret_words[j]; j++)
+			looks |= strstr(k->name, secret_words[j]) != NULL;
+		if (looks && !is_path)
+			cr_assert(k->flags & PC_CFG_SECRET,
+				  "%s looks secret but is not PC_CFG_SECRET",
+				  k->name);
+		flagged += (k->flags & PC_CFG_SECRET) != 0;
+		if (k->type == PC_CFG_STRING)
+			cr_assert_leq(2 * k->max + 3, PC_CFG_TEXT_MAX, "%s",
+				      k->name);
+	}
+	cr_assert_geq(flagged, 1); /* cluster_secret */
+	cr_assert(pc_cfg_find(t, "cluster_secret")->flags & PC_CFG_SECRET);
 }
