@@ -361,7 +361,11 @@ static void flushed(void *arg, const struct kv_flushed *f)
 /* kv.flush [] -> {pages, disk_pages}: drop every page this node holds. */
 static void m_flush(struct rpc_call *call, struct mp_rd *p)
 {
-	(void)p; /* none */
+	if (p->p < p->end) { /* params after their array header: none */
+		rpc_reply_error(call, RPC_E_BAD_PARAMS, "kv.flush takes no "
+				"parameters ([]); nothing was dropped");
+		return;
+	}
 	if (!g.kv->flush) {
 		rpc_reply_error(call, RPC_E_UNSUPPORTED, "kv.flush is not "
 				"supported in %s mode", g.mode);

@@ -32,8 +32,9 @@ METHODS = [
     "auth.challenge", "auth.response", "cluster.members", "cluster.set_peers",
     "dir.del", "dir.get", "dir.put", "discovery.deregister",
     "discovery.heartbeat", "discovery.members", "discovery.register",
-    "discovery.view", "disk.promote", "kv.delete", "kv.exists", "kv.get",
-    "kv.set", "node.health", "node.info", "session.get", "session.register",
+    "discovery.view", "disk.promote", "kv.delete", "kv.exists", "kv.flush",
+    "kv.get", "kv.set", "node.config", "node.drain", "node.health",
+    "node.info", "session.get", "session.register",
     "session.set", "session.unregister", "slot.claim", "slot.commit",
     "slot.delete", "slot.layout", "slot.probe",
 ]

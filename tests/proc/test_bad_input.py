@@ -137,6 +137,16 @@ def test_every_case_is_answered_or_closed_and_the_node_serves(node):
     while client_connections(node) > 0 and time.time() < deadline:
         time.sleep(0.1)
     assert client_connections(node) == 0
+    # no case changed what the node does: it is not draining, stores pages
+    # and has its one member
+    c = RpcClient(node.endpoint("rpc"))
+    err, info = c.call("node.info")
+    assert err is None and not info.get("draining"), (err, info)
+    err, ok = c.call("kv.set", [["after-corpus"], [b"v" * 100]])
+    assert err is None and ok == [True], (err, ok)
+    err, got = c.call("kv.get", [["after-corpus"]])
+    assert got == [b"v" * 100]
+    c.close()
     report("bad-input corpus: %d cases over %s: %s; RSS %+.1f MiB" % (
         sum(outcomes.values()), "/".join(PORTS), outcomes, grew))
 
