@@ -52,7 +52,7 @@ class Cluster:
             f.write("netns-test-%d-%d\n" % (os.getpid(), random.getrandbits(64)))
         os.chmod(self.secret, 0o600)
 
-    def start(self, i, seeds):
+    def start(self, i, seeds, extra=()):
         addr, wrap = self.net.add(i)
         rpc, meta, data = self.net.ports(i)
         for j in seeds:  # seeds named before they start (LoopNet ports)
@@ -65,7 +65,7 @@ class Cluster:
                 "--threads", "2", "--pool-size", "32mb",
                 "--pool-prefault", "false", "--socket",
                 os.path.join(d, "n.sock"), "--discovery-addr", seed_list,
-                "--cluster-secret-file", self.secret]
+                "--cluster-secret-file", self.secret] + list(extra)
         n = Node(args, tmpdir=d, wrap=wrap)
         self.nodes[i] = n
         self.ids[i] = "%s:%d" % (addr, rpc)
