@@ -42,6 +42,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -933,10 +934,15 @@ static int job_round(struct job *j, bool in_call);
 static const char *const job_methods[] = {"dir.get", "dir.put", "dir.del"};
 
 /* Is ring member o suspect (not answering)? Skipped ones are counted. */
-static bool owner_suspect(struct job *j, unsigned o)
+static bool owner_suspect_now(struct job *j, unsigned o)
 {
 	const struct ph_api *h = g.health;
-	if (!h || !h->suspect(ring_member(j->ring, o)))
+	return h && h->suspect(ring_member(j->ring, o));
+}
+
+static bool owner_suspect(struct job *j, unsigned o)
+{
+	if (!owner_suspect_now(j, o))
 		return false;
 	met_inc(g.skipped);
 	return true;
@@ -1106,6 +1112,13 @@ static int job_round(struct job *j, bool in_call)
 	/* lookup: the owner each key asks in this round (UINT32_MAX: none) */
 	unsigned *tgt = j->tgt;
 	bool more_after = false; /* lookup: a key could still fall back */
+	/* publish, remove: which owners are suspect is decided once for the
+	 * round (other threads flip the flags meanwhile), so that count[o]
+	 * is exactly the number of keys the RPC to o carries below. */
+	if (j->kind != JOB_LOOKUP)
+		for (unsigned o = 0; o < members; o++)
+			if (o != self && owner_suspect_now(j, o))
+				count[o] = UINT_MAX;
 	for (unsigned k = 0; k < j->nkeys; k++) {
 		if (j->kind == JOB_LOOKUP) {
 			tgt[k] = UINT32_MAX;
@@ -1130,10 +1143,15 @@ static int job_round(struct job *j, bool in_call)
 			unsigned o = j->owners[k][a];
 			if (o == self)
 				job_local(j, k);
-			else if (!owner_suspect(j, o))
+			else if (count[o] == UINT_MAX)
+				met_inc(g.skipped); /* suspect: passed over */
+			else
 				count[o]++;
 		}
 	}
+	for (unsigned o = 0; j->kind != JOB_LOOKUP && o < members; o++)
+		if (count[o] == UINT_MAX)
+			count[o] = 0;
 	bool remote = false;
 	for (unsigned o = 0; o < members; o++)
 		remote |= count[o] > 0;
