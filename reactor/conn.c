@@ -31,6 +31,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "fault.h"
 #include "rx_internal.h"
 
 #define LOG_MOD "conn"
@@ -788,11 +789,16 @@ void rx_conn_set_manual(struct rx_conn *c)
 static int read_submit(struct rx_conn *c, uint32_t idx)
 {
 	struct rx_op *op = rx_op_get(c->r, idx);
-	struct io_uring_sqe *sqe = rx_sqe(c->r);
+	struct io_uring_sqe *sqe = rx_fault_sqe() ? NULL : rx_sqe(c->r);
 	if (!sqe)
 		return -EBUSY;
 	size_t done = op->u.rd.done, len = op->u.rd.len;
-	if (op->u.rd.buf2 && done < len) {
+	size_t cut = done < len ? rx_fault_len(len - done) : 0;
+	if (cut && cut < len - done) {
+		/* test builds: a short read of the first part alone */
+		io_uring_prep_recv(sqe, c->fd, op->u.rd.buf + done, cut,
+				   MSG_WAITALL);
+	} else if (op->u.rd.buf2 && done < len) {
 		/* Both parts left: one recvmsg over two iovecs. */
 		c->rd_iov[0] = (struct iovec){op->u.rd.buf + done, len - done};
 		c->rd_iov[1] = (struct iovec){op->u.rd.buf2, op->u.rd.len2};
@@ -803,7 +809,8 @@ static int read_submit(struct rx_conn *c, uint32_t idx)
 	} else if (op->u.rd.buf2) {
 		size_t off = done - len, left = op->u.rd.len2 - off;
 		io_uring_prep_recv(sqe, c->fd, op->u.rd.buf2 + off,
-				   PC_MIN(left, (size_t)1 << 30), MSG_WAITALL);
+				   rx_fault_len(PC_MIN(left, (size_t)1 << 30)),
+				   MSG_WAITALL);
 	} else {
 		size_t left = len - done;
 		io_uring_prep_recv(sqe, c->fd, op->u.rd.buf + done,
@@ -851,7 +858,7 @@ static void conn_on_read(struct rx_reactor *r, struct rx_op *op,
 			 const struct io_uring_cqe *cqe, uint32_t idx)
 {
 	struct rx_conn *c = op->obj;
-	int res = cqe->res;
+	int res = rx_fault_res(cqe->res);
 	size_t total = op->u.rd.len + op->u.rd.len2;
 	if (res > 0) {
 		RX_STAT_ADD(r->st.bytes_in, (uint64_t)res);
@@ -1016,6 +1023,18 @@ static void conn_flush(struct rx_conn *c)
 		n++;
 	}
 	PC_ASSERT(n > 0);
+	/* test builds: sometimes a short send (the rest goes next time) */
+	size_t total = 0;
+	for (unsigned i = 0; i < n; i++)
+		total += c->iov[i].iov_len;
+	for (size_t want = rx_fault_len(total), k = 0; want < total; k++) {
+		if (c->iov[k].iov_len >= want) {
+			c->iov[k].iov_len = want;
+			n = (unsigned)k + 1;
+			break;
+		}
+		want -= c->iov[k].iov_len;
+	}
 	uint32_t idx;
 	struct io_uring_sqe *sqe = rx_op_start(r, RX_OP_SEND, c, &idx);
 	if (!sqe) {
@@ -1070,7 +1089,7 @@ static void conn_on_send(struct rx_reactor *r, struct rx_op *op,
 	struct rx_conn *c = op->obj;
 	conn_op_done(c, idx, RXC_SENDING);
 	RX_STAT_INC(r->st.sends);
-	int res = cqe->res;
+	int res = rx_fault_res(cqe->res);
 	if (res < 0) {
 		if (!(c->flags & RXC_CLOSING))
 			rx_conn_close(c, RX_CLOSE_NOW, res);

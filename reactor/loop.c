@@ -23,6 +23,7 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include "fault.h"
 #include "rx_internal.h"
 #include "stall.h"
 
@@ -310,6 +311,7 @@ static int ring_init(struct rx_reactor *r, unsigned *flags_used)
 int rx_reactor_create(struct rx_reactor **out, unsigned id,
 		      const struct rx_params *p)
 {
+	rx_fault_init(); /* test builds: says so once when it is on */
 	*out = NULL;
 	if (!pc_is_pow2(p->sq_entries) || !pc_is_pow2(p->buf_count) ||
 	    p->buf_count > 32768 || p->buf_bytes == 0 || p->ops_max == 0 ||

@@ -41,6 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fault.h"
 #include "rx_internal.h"
 #include "stall.h"
 
@@ -112,7 +113,9 @@ struct io_uring_sqe *rx_op_start(struct rx_reactor *r, enum rx_op_type type,
 	*idx = rx_op_alloc(r, type, obj);
 	if (*idx == RX_NO_OP)
 		return NULL;
-	struct io_uring_sqe *sqe = rx_sqe(r);
+	bool refuse = (type == RX_OP_SEND || type == RX_OP_RECV ||
+		       type == RX_OP_CONNECT) && rx_fault_sqe();
+	struct io_uring_sqe *sqe = refuse ? NULL : rx_sqe(r);
 	if (!sqe) {
 		rx_op_free(r, *idx);
 		*idx = RX_NO_OP;

@@ -50,7 +50,12 @@ def kv_worker(addrs, seed, stop, out):
         if conn is None or left == 0:
             if conn:
                 conn.close()
-            conn = RpcClient(rng.choice(addrs), timeout=10)
+            try:
+                conn = RpcClient(rng.choice(addrs), timeout=10)
+            except (OSError, ConnectionError):
+                conn, errors, calls = None, errors + 1, calls + 1
+                time.sleep(0.01)
+                continue
             left = rng.randint(50, 400)
         left -= 1
         keys = ["soak-%d" % rng.randrange(KEYS) for _ in range(rng.randint(1, 8))]
@@ -91,8 +96,16 @@ def session_worker(sock, seed, stop, out):
         if c is None or rng.random() < 0.02:
             if c:
                 c.close(reset=rng.random() < 0.3)
-            c = Client(sock, size=4 << 20)
-            c.register()
+            c = None
+            try:
+                c = Client(sock, size=4 << 20)
+                c.register()
+            except (OSError, ConnectionError, AssertionError):
+                if c:
+                    c.close()
+                c, errors, calls = None, errors + 1, calls + 1
+                time.sleep(0.01)
+                continue
         n = rng.randint(1, 16)
         keys = ["sess-%d-%d" % (seed, rng.randrange(400)) for _ in range(n)]
         items = [[k, i * SESSION_PAGE, SESSION_PAGE] for i, k in enumerate(keys)]
@@ -112,6 +125,7 @@ def session_worker(sock, seed, stop, out):
                 c.register()
         except (OSError, ConnectionError, AssertionError):
             errors += 1
+            c.close()
             c = None
         calls += 1
     if c:
@@ -158,26 +172,28 @@ def slope_per_min(points):
     return num / den * 60.0
 
 
-def test_soak_resources_stay_flat_under_mixed_load(cluster):
-    nodes = cluster(3, "--pool-size", "64mb", "--directory-max-bytes", "16mb")
+def run_load(nodes, seed, seconds, tick, every):
+    """Two kv workers over all nodes and a session worker per node, for
+    `seconds`, calling tick() every `every` s; each worker's (kind, calls,
+    errors, wrong, errors seen)."""
     addrs = [n.endpoint("rpc") for n in nodes]
     ctx = multiprocessing.get_context("fork")
     stop, out = ctx.Event(), ctx.Queue()
-    workers = [ctx.Process(target=kv_worker, args=(addrs, s, stop, out))
+    workers = [ctx.Process(target=kv_worker, args=(addrs, seed + s, stop, out))
                for s in range(2)]
     workers += [ctx.Process(target=session_worker,
-                            args=(n.endpoint("socket"), 100 + i, stop, out))
+                            args=(n.endpoint("socket"), seed + 100 + i, stop,
+                                  out))
                 for i, n in enumerate(nodes)]
-    rows = []
     try:
         for w in workers:
             w.start()
         t0 = time.time()
-        while time.time() - t0 < SECONDS:
-            rows += sample(nodes)
-            time.sleep(min(3.0, max(0.5, SECONDS / 40)))
+        while time.time() - t0 < seconds:
+            tick()
+            time.sleep(every)
         stop.set()
-        results = [out.get(timeout=60) for _ in workers]
+        return [out.get(timeout=60) for _ in workers]
     finally:
         stop.set()
         for w in workers:
@@ -185,6 +201,13 @@ def test_soak_resources_stay_flat_under_mixed_load(cluster):
             if w.is_alive():
                 w.kill()
                 w.join()
+
+
+def test_soak_resources_stay_flat_under_mixed_load(cluster):
+    nodes = cluster(3, "--pool-size", "64mb", "--directory-max-bytes", "16mb")
+    rows = []
+    results = run_load(nodes, 0, SECONDS, lambda: rows.extend(sample(nodes)),
+                       min(3.0, max(0.5, SECONDS / 40)))
 
     path = os.path.join(BUILD, "test-artifacts")
     os.makedirs(path, exist_ok=True)
