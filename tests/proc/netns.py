@@ -82,6 +82,9 @@ class NetnsNet:
         its namespace: ip netns exec does not fork) of node i."""
         ns = "%sn%d" % (self.tag, i)
         _ip("netns", "del", ns, check=False)
+        # a restart: the old port goes with the old namespace, but the
+        # kernel may not have removed it yet
+        _ip("-n", self.hub, "link", "del", "v%d" % i, check=False)
         _ip("netns", "add", ns)
         self.spaces.append(ns)
         addr = "10.213.0.%d" % (i + 1)

@@ -280,7 +280,9 @@ class Nemesis:
         subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", d],
                        check=True, timeout=30)
         try:
-            addr, wrap = self.cl.net.add(i)
+            # in the killed node's namespace, which is still there
+            addr = self.cl.addr(i)
+            wrap = ("ip", "netns", "exec", "%sn%d" % (self.cl.net.tag, i))
             rpc, meta, data = self.cl.net.ports(i)
             cmd = list(wrap) + [PEERCACHED, "--bind", addr, "--rpc-port", str(rpc), "--meta-port",
                 str(meta), "--data-port", str(data), "--metrics-port", "0",
