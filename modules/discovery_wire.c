@@ -49,15 +49,20 @@ int disc_list_read(struct mp_rd r, struct disc_list *l, uint64_t now)
 					l->nmasters++;
 			}
 		} else if (mp_str_eq(k, kl, "members")) {
-			if (mp_rd_array(&r, &n) < 0 || n > DISC_MEMBERS_MAX)
+			/* Given twice, the second list would be counted on
+			 * from the first one's n, past its array. */
+			if (l->e || mp_rd_array(&r, &n) < 0 ||
+			    n > DISC_MEMBERS_MAX)
 				return -EPROTO;
-			free(l->e);
 			if (!(l->e = calloc(n + 1, sizeof(*l->e))))
 				return -ENOMEM;
 			for (uint32_t j = 0; j < n; j++) {
 				struct disc_entry *e = &l->e[l->n];
 				uint32_t nf;
 				bool ok = true;
+				/* A member left out leaves nothing (a meta
+				 * copied before it was refused) to the next */
+				memset(e, 0, sizeof(*e));
 				if (mp_rd_map(&r, &nf) < 0)
 					return -EPROTO;
 				for (uint32_t f = 0; f < nf; f++) {

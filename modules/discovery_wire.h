@@ -58,7 +58,7 @@ bool disc_addr_ok(const char *s, uint32_t len, char *out);
 /* Read {epoch, states, masters, members: [{id, meta, head, state,
  * age_ms}]} into l (zeroed first; ages taken from now). Members whose id
  * is not an address are left out, masters too. 0, -EPROTO (malformed, too
- * many members) or -ENOMEM. The caller frees l->e
+ * many members, members given twice) or -ENOMEM. The caller frees l->e
  * whatever the result. */
 int disc_list_read(struct mp_rd r, struct disc_list *l, uint64_t now);
 
