@@ -554,6 +554,18 @@ int dl_rec_hdr_decode(const void *p, struct dl_rec_hdr *out)
 	return 0;
 }
 
+int dl_rec_check(const void *rec, size_t n, const char *key, size_t klen,
+		 const struct dl_loc *loc, struct dl_rec_hdr *out)
+{
+	if (n < DL_HDR_BYTES || dl_rec_hdr_decode(rec, out) < 0 ||
+	    out->total > n || out->klen != klen ||
+	    memcmp((const uint8_t *)rec + DL_HDR_BYTES, key, klen) != 0 ||
+	    out->len != loc->len || out->seq != loc->seq ||
+	    out->sum != loc->sum)
+		return -EBADMSG;
+	return 0;
+}
+
 int dl_rebuild_region(struct dlog *d, uint32_t region, const void *buf,
 		      size_t n, bool verify, unsigned *bad)
 {

@@ -191,6 +191,13 @@ void dl_rec_hdr_encode(void *out, size_t klen, uint64_t len, uint64_t gen,
 int dl_region_hdr_decode(const struct dlog *d, uint32_t region,
 			 const void *block, uint64_t *open_seq);
 int dl_rec_hdr_decode(const void *p, struct dl_rec_hdr *out);
+/* The read path's check of a record read back whole (n bytes from loc's
+ * offset): a valid header of key's record, with the length, sequence and
+ * payload checksum the index knows (loc), inside the n bytes. 0 and *out
+ * (the payload is at DL_HDR_BYTES + klen; its checksum is the caller's to
+ * verify), or -EBADMSG. */
+int dl_rec_check(const void *rec, size_t n, const char *key, size_t klen,
+		 const struct dl_loc *loc, struct dl_rec_hdr *out);
 
 /*
  * Rebuild: the caller read region `region` (its first `n` bytes, n a
