@@ -525,6 +525,7 @@ int dl_region_hdr_decode(const struct dlog *d, uint32_t region,
 	    h.hdr_sum != XXH3_64bits(&h, offsetof(struct dl_region_hdr,
 						   hdr_sum)) ||
 	    h.region != region || h.region_bytes != d->p.region_bytes ||
+	    h.open_seq > DL_SEQ_MAX ||
 	    memcmp(h.store_id, d->p.store_id, sizeof(h.store_id)) != 0)
 		return -EINVAL;
 	*open_seq = h.open_seq;
@@ -548,7 +549,7 @@ int dl_rec_hdr_decode(const void *p, struct dl_rec_hdr *out)
 	if (out->magic != DL_REC_MAGIC || out->version != DL_VERSION ||
 	    out->hdr_sum != XXH3_64bits(out, offsetof(struct dl_rec_hdr,
 						       hdr_sum)) ||
-	    out->klen == 0 || out->klen > DL_KEY_MAX ||
+	    out->klen == 0 || out->klen > DL_KEY_MAX || out->seq > DL_SEQ_MAX ||
 	    out->total != dl_record_bytes(out->klen, out->len))
 		return -EINVAL;
 	return 0;
