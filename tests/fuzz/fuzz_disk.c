@@ -63,12 +63,15 @@ struct ctx {
 	uint64_t keys, bytes_live, max_seq;
 };
 
-/* Lay the runs of data out into images. */
+/* Lay the runs of data out into images: built in a zeroed scratch, then
+ * each copied to a heap block of exactly its size (so that a read past an
+ * image's end is a heap overflow ASan reports, and a small input costs a
+ * small allocation, not a megabyte to zero). */
 static unsigned images(const uint8_t *data, size_t size, struct image *img)
 {
+	static uint8_t scratch[DISK_FUZZ_REGIONS][DISK_FUZZ_IMAGE];
 	unsigned n = 0;
 	size_t at = 0, pos = 0;
-	img[0].b = calloc(1, DISK_FUZZ_IMAGE);
 	while (at + 2 <= size) {
 		uint32_t len = data[at] | (uint32_t)data[at + 1] << 8;
 		at += 2;
@@ -76,7 +79,7 @@ static unsigned images(const uint8_t *data, size_t size, struct image *img)
 			img[n].n = pos;
 			if (n + 1 == DISK_FUZZ_REGIONS)
 				break;
-			img[++n].b = calloc(1, DISK_FUZZ_IMAGE);
+			n++;
 			pos = 0;
 			continue;
 		}
@@ -84,13 +87,18 @@ static unsigned images(const uint8_t *data, size_t size, struct image *img)
 			len = (uint32_t)(size - at);
 		if (pos + len > DISK_FUZZ_IMAGE)
 			break;
-		memcpy(img[n].b + pos, data + at, len);
+		memcpy(scratch[n] + pos, data + at, len);
 		at += len;
 		pos = (pos + len + DL_BLOCK - 1) / DL_BLOCK * DL_BLOCK;
 		if (len == 0)
 			pos += DL_BLOCK;
 	}
 	img[n].n = pos < DISK_FUZZ_IMAGE ? pos : DISK_FUZZ_IMAGE;
+	for (unsigned i = 0; i <= n; i++) {
+		img[i].b = malloc(img[i].n ? img[i].n : 1);
+		memcpy(img[i].b, scratch[i], img[i].n);
+		memset(scratch[i], 0, img[i].n);
+	}
 	return n + 1;
 }
 
