@@ -45,6 +45,9 @@
  * Invariants: a table has at most MEMBERS_MAX entries, one per id, its own
  * entry always present and fresh; table epochs only grow.
  *
+ * Decoding: what the meta port's messages carry is read by the pure
+ * functions of modules/discovery_wire.c (fuzzed by tests/fuzz/fuzz_discovery.c).
+ *
  * Backends: with discovery_backend = etcd none of the above runs (no meta
  * port, no table): the etcd backend (discovery_etcd.c, through
  * discovery_int.h) adopts its member lists with disc_view_adopt, and the
@@ -73,7 +76,7 @@
 #define LOG_MOD "discovery"
 #define MEMBERS_MAX DISC_MEMBERS_MAX
 #define SEEDS_MAX 16
-#define MASTERS_CAP 16
+#define MASTERS_CAP DISC_MASTERS_MAX
 #define TARGETS_MAX (SEEDS_MAX + MASTERS_CAP)
 #define ADDR_MAX DISC_ADDR_MAX
 #define SWEEP_MS 100
@@ -84,24 +87,6 @@
  * sets most of the head's traffic (docs/scale.md). */
 #define VIEW_REFRESH_MS 10000
 
-struct entry {
-	char id[ADDR_MAX];   /* ring id: host:rpc_port */
-	char meta[ADDR_MAX]; /* host:meta_port, "" when it serves none */
-	bool head;
-	bool suspect;
-	uint64_t seen_ns;    /* last heartbeat (or register) */
-};
-
-/* A member list: a table, or a copy of a master's. */
-struct mlist {
-	struct entry *e;
-	unsigned n;
-	uint64_t epoch;          /* + 1 per member added or removed */
-	uint64_t states;         /* + 1 per suspect / alive flip */
-	char masters[MASTERS_CAP][ADDR_MAX];
-	unsigned nmasters;
-};
-
 /* A master or seed this node heartbeats (discovery thread only). */
 struct target {
 	char meta[ADDR_MAX];
@@ -111,7 +96,7 @@ struct target {
 	uint64_t ok_ns;      /* last answer */
 	uint64_t up_ns;      /* answering again since (after a silence) */
 	uint64_t pulled_ns;  /* last member list */
-	struct mlist list;
+	struct disc_list list;
 };
 
 static struct {
@@ -144,8 +129,8 @@ static struct {
 	unsigned ntargets;
 	/* g.lock: the table and the view */
 	pthread_mutex_t lock;
-	struct mlist table;              /* this node's, as a master */
-	struct mlist view;               /* adopted */
+	struct disc_list table;          /* this node's, as a master */
+	struct disc_list view;           /* adopted */
 	char view_from[ADDR_MAX];        /* whose table ("" = own) */
 	uint64_t view_ns;                /* when it was adopted */
 	char **applied;                  /* ids last given to the cluster */
@@ -161,13 +146,13 @@ static struct {
 
 static int cmp_entry_meta(const void *a, const void *b)
 {
-	const struct entry *x = a, *y = b;
+	const struct disc_entry *x = a, *y = b;
 	if (x->head != y->head)
 		return x->head ? -1 : 1;
 	return strcmp(x->meta, y->meta);
 }
 
-static struct entry *list_find(struct mlist *l, const char *id)
+static struct disc_entry *list_find(struct disc_list *l, const char *id)
 {
 	for (unsigned i = 0; i < l->n; i++)
 		if (strcmp(l->e[i].id, id) == 0)
@@ -175,16 +160,16 @@ static struct entry *list_find(struct mlist *l, const char *id)
 	return NULL;
 }
 
-static void list_remove(struct mlist *l, struct entry *e)
+static void list_remove(struct disc_list *l, struct disc_entry *e)
 {
 	*e = l->e[--l->n];
 }
 
 /* The masters of a table: the head(s) first, then by meta address, among
  * members that serve a meta port, at most max_masters (g.lock held). */
-static void table_masters(struct mlist *t)
+static void table_masters(struct disc_list *t)
 {
-	struct entry *s = malloc(t->n * sizeof(*s) + 1);
+	struct disc_entry *s = malloc(t->n * sizeof(*s) + 1);
 	t->nmasters = 0;
 	if (!s)
 		return;
@@ -198,7 +183,7 @@ static void table_masters(struct mlist *t)
 	free(s);
 }
 
-static bool is_master(const struct mlist *l, const char *meta)
+static bool is_master(const struct disc_list *l, const char *meta)
 {
 	for (unsigned i = 0; meta[0] && i < l->nmasters; i++)
 		if (strcmp(l->masters[i], meta) == 0)
@@ -206,23 +191,10 @@ static bool is_master(const struct mlist *l, const char *meta)
 	return false;
 }
 
-static const char *role_of(const struct mlist *l, const struct entry *e)
+static const char *role_of(const struct disc_list *l,
+			   const struct disc_entry *e)
 {
 	return e->head ? "head" : is_master(l, e->meta) ? "master" : "member";
-}
-
-/* Check "host:port" (1..ADDR_MAX-1 bytes); copy it NUL-terminated. */
-static bool addr_ok(const char *s, uint32_t len, char *out)
-{
-	if (len == 0 || len >= ADDR_MAX || memchr(s, '\0', len))
-		return false;
-	memcpy(out, s, len);
-	out[len] = '\0';
-	const char *c = strrchr(out, ':');
-	char *end;
-	long port = c ? strtol(c + 1, &end, 10) : 0;
-	return c && c != out && c[1] && !*end && port > 0 && port <= 65535 &&
-	       !strpbrk(out, ", \t\r\n");
 }
 
 /* ------------------------------------------------------------ the view */
@@ -304,9 +276,9 @@ static void view_apply(void)
 	report_suspects(sus, ns);
 }
 
-static int list_copy(struct mlist *to, const struct mlist *from)
+static int list_copy(struct disc_list *to, const struct disc_list *from)
 {
-	struct entry *e = malloc((from->n + 1) * sizeof(*e));
+	struct disc_entry *e = malloc((from->n + 1) * sizeof(*e));
 	if (!e)
 		return -ENOMEM;
 	memcpy(e, from->e, from->n * sizeof(*e));
@@ -351,7 +323,7 @@ static void view_choose(uint64_t now)
 		cand[nc++] = g.seeds[i];
 	for (int pass = 0; pass < 2; pass++)
 		for (unsigned i = 0; i < nc; i++) {
-			const struct mlist *src = NULL;
+			const struct disc_list *src = NULL;
 			if (g.self_meta[0] && strcmp(cand[i], g.self_meta) == 0) {
 				/* cold, only the head's own: another node's
 				 * holds just the members that found it so far */
@@ -435,114 +407,6 @@ static void pack_self(msgpack_packer *pk)
 	pack_bool(pk, g.head);
 }
 
-/* Read {epoch, masters, members: [{id, meta, head, state, age_ms}]}. */
-static int read_list(struct mp_rd r, struct mlist *l, uint64_t now)
-{
-	uint32_t nk, n;
-	const char *k, *s;
-	uint32_t kl, sl;
-	memset(l, 0, sizeof(*l));
-	if (mp_rd_map(&r, &nk) < 0)
-		return -EPROTO;
-	for (uint32_t i = 0; i < nk; i++) {
-		if (mp_rd_str(&r, &k, &kl) < 0)
-			return -EPROTO;
-		if (mp_str_eq(k, kl, "epoch")) {
-			if (mp_rd_uint(&r, &l->epoch) < 0)
-				return -EPROTO;
-		} else if (mp_str_eq(k, kl, "states")) {
-			if (mp_rd_uint(&r, &l->states) < 0)
-				return -EPROTO;
-		} else if (mp_str_eq(k, kl, "masters")) {
-			if (mp_rd_array(&r, &n) < 0)
-				return -EPROTO;
-			for (uint32_t j = 0; j < n; j++) {
-				if (mp_rd_str(&r, &s, &sl) < 0)
-					return -EPROTO;
-				if (l->nmasters < MASTERS_CAP &&
-				    addr_ok(s, sl, l->masters[l->nmasters]))
-					l->nmasters++;
-			}
-		} else if (mp_str_eq(k, kl, "members")) {
-			if (mp_rd_array(&r, &n) < 0 || n > MEMBERS_MAX)
-				return -EPROTO;
-			free(l->e);
-			if (!(l->e = calloc(n + 1, sizeof(*l->e))))
-				return -ENOMEM;
-			for (uint32_t j = 0; j < n; j++) {
-				struct entry *e = &l->e[l->n];
-				uint32_t nf;
-				bool ok = true;
-				if (mp_rd_map(&r, &nf) < 0)
-					return -EPROTO;
-				for (uint32_t f = 0; f < nf; f++) {
-					uint64_t u;
-					if (mp_rd_str(&r, &k, &kl) < 0)
-						return -EPROTO;
-					if (mp_str_eq(k, kl, "id"))
-						ok &= mp_rd_str(&r, &s, &sl) == 0 &&
-						      addr_ok(s, sl, e->id);
-					else if (mp_str_eq(k, kl, "meta"))
-						ok &= mp_rd_str(&r, &s, &sl) == 0 &&
-						      (sl == 0 ||
-						       addr_ok(s, sl, e->meta));
-					else if (mp_str_eq(k, kl, "head"))
-						ok &= mp_rd_bool(&r, &e->head) == 0;
-					else if (mp_str_eq(k, kl, "state"))
-						ok &= mp_rd_str(&r, &s, &sl) == 0 &&
-						      ((e->suspect = mp_str_eq(
-								s, sl, "suspect")),
-						       true);
-					else if (mp_str_eq(k, kl, "age_ms"))
-						ok &= mp_rd_uint(&r, &u) == 0 &&
-						      ((e->seen_ns = now - u * 1000000),
-						       true);
-					else
-						ok &= mp_skip(&r) == 0;
-				}
-				if (ok && e->id[0])
-					l->n++;
-			}
-		} else if (mp_skip(&r) < 0) {
-			return -EPROTO;
-		}
-	}
-	return 0;
-}
-
-/* A heartbeat's answer: {known, epoch, states, warm}. */
-struct hb_reply {
-	bool known, warm;
-	uint64_t epoch, states;
-};
-
-static int read_hb_reply(struct mp_rd r, struct hb_reply *h)
-{
-	uint32_t nk, kl;
-	const char *k;
-	memset(h, 0, sizeof(*h));
-	if (mp_rd_map(&r, &nk) < 0)
-		return -EPROTO;
-	for (uint32_t i = 0; i < nk; i++) {
-		int ret;
-		if (mp_rd_str(&r, &k, &kl) < 0)
-			return -EPROTO;
-		if (mp_str_eq(k, kl, "known"))
-			ret = mp_rd_bool(&r, &h->known);
-		else if (mp_str_eq(k, kl, "warm"))
-			ret = mp_rd_bool(&r, &h->warm);
-		else if (mp_str_eq(k, kl, "epoch"))
-			ret = mp_rd_uint(&r, &h->epoch);
-		else if (mp_str_eq(k, kl, "states"))
-			ret = mp_rd_uint(&r, &h->states);
-		else
-			ret = mp_skip(&r);
-		if (ret < 0)
-			return -EPROTO;
-	}
-	return 0;
-}
-
 static void leave_done(void);
 
 static void call_done(void *arg, const struct rpc_result *res)
@@ -584,8 +448,8 @@ static void call_done(void *arg, const struct rpc_result *res)
 		t->up_ns = now; /* back from a silence */
 	t->ok_ns = now;
 	if (c->kind == 0) {
-		struct hb_reply h;
-		if (read_hb_reply(res->result, &h) < 0) {
+		struct disc_hb_reply h;
+		if (disc_hb_reply_read(res->result, &h) < 0) {
 			PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "master %s: bad "
 				  "heartbeat reply", c->meta);
 			free(c);
@@ -601,8 +465,8 @@ static void call_done(void *arg, const struct rpc_result *res)
 					       RX_MS(VIEW_REFRESH_MS))))
 			send_call(c->meta, 2); /* news, or fresh ages */
 	} else {
-		struct mlist l;
-		int ret = read_list(res->result, &l, now);
+		struct disc_list l;
+		int ret = disc_list_read(res->result, &l, now);
 		if (ret < 0) {
 			free(l.e);
 			PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "master %s: bad member "
@@ -688,7 +552,7 @@ static void sweep_tick(struct rx_reactor *r, struct rx_timer *tm)
 			  (double)lag / 1e6);
 	bool changed = false;
 	for (unsigned i = 0; i < g.table.n;) {
-		struct entry *e = &g.table.e[i];
+		struct disc_entry *e = &g.table.e[i];
 		if (strcmp(e->id, g.cl->self_id) == 0) {
 			e->seen_ns = now;
 			i++;
@@ -723,23 +587,9 @@ static void sweep_tick(struct rx_reactor *r, struct rx_timer *tm)
 	view_apply();
 }
 
-/* The id and meta of a register/heartbeat: [id, meta, head]. */
-static int read_node(struct mp_rd *p, struct entry *e)
-{
-	const char *s;
-	uint32_t len;
-	memset(e, 0, sizeof(*e));
-	if (mp_rd_str(p, &s, &len) < 0 || !addr_ok(s, len, e->id))
-		return -EINVAL;
-	if (mp_rd_str(p, &s, &len) < 0 ||
-	    (len && !addr_ok(s, len, e->meta)))
-		return -EINVAL;
-	return mp_rd_bool(p, &e->head) < 0 ? -EINVAL : 0;
-}
-
 /* A member list; ages are taken at age_ns (now for a table; for the view,
  * when it was adopted: the ages it was pulled with). */
-static void pack_list(msgpack_packer *pk, const struct mlist *l,
+static void pack_list(msgpack_packer *pk, const struct disc_list *l,
 		      uint64_t now, uint64_t age_ns, bool with_view)
 {
 	msgpack_pack_map(pk, with_view ? 9 : 5);
@@ -767,7 +617,7 @@ static void pack_list(msgpack_packer *pk, const struct mlist *l,
 	mp_pack_cstr(pk, "members");
 	msgpack_pack_array(pk, l->n);
 	for (unsigned i = 0; i < l->n; i++) {
-		const struct entry *e = &l->e[i];
+		const struct disc_entry *e = &l->e[i];
 		msgpack_pack_map(pk, 6);
 		mp_pack_cstr(pk, "id");
 		mp_pack_cstr(pk, e->id);
@@ -788,8 +638,8 @@ static void pack_list(msgpack_packer *pk, const struct mlist *l,
 
 static void m_register(struct rpc_call *call, struct mp_rd *params)
 {
-	struct entry in;
-	if (read_node(params, &in) < 0) {
+	struct disc_entry in;
+	if (disc_node_read(params, &in) < 0) {
 		rpc_reply_error(call, RPC_E_BAD_PARAMS, "expected [id "
 				"\"host:rpc_port\", meta \"host:meta_port\" or "
 				"\"\", head bool]");
@@ -797,7 +647,7 @@ static void m_register(struct rpc_call *call, struct mp_rd *params)
 	}
 	uint64_t now = pc_now_ns();
 	pthread_mutex_lock(&g.lock);
-	struct entry *e = list_find(&g.table, in.id);
+	struct disc_entry *e = list_find(&g.table, in.id);
 	if (!e && g.table.n >= MEMBERS_MAX) {
 		pthread_mutex_unlock(&g.lock);
 		rpc_reply_error(call, RPC_E_TOO_LARGE, "%d members already",
@@ -828,15 +678,15 @@ static void m_register(struct rpc_call *call, struct mp_rd *params)
 
 static void m_heartbeat(struct rpc_call *call, struct mp_rd *params)
 {
-	struct entry in;
-	if (read_node(params, &in) < 0) {
+	struct disc_entry in;
+	if (disc_node_read(params, &in) < 0) {
 		rpc_reply_error(call, RPC_E_BAD_PARAMS, "expected [id, meta, "
 				"head] as for discovery.register");
 		return;
 	}
 	uint64_t now = pc_now_ns();
 	pthread_mutex_lock(&g.lock);
-	struct entry *e = list_find(&g.table, in.id);
+	struct disc_entry *e = list_find(&g.table, in.id);
 	if (e && (strcmp(e->meta, in.meta) || e->head != in.head))
 		e = NULL; /* restarted with other settings: register again */
 	if (e) {
@@ -879,12 +729,12 @@ static void m_deregister(struct rpc_call *call, struct mp_rd *params)
 	const char *s;
 	uint32_t len;
 	char id[ADDR_MAX];
-	if (mp_rd_str(params, &s, &len) < 0 || !addr_ok(s, len, id)) {
+	if (mp_rd_str(params, &s, &len) < 0 || !disc_addr_ok(s, len, id)) {
 		rpc_reply_error(call, RPC_E_BAD_PARAMS, "expected [id]");
 		return;
 	}
 	pthread_mutex_lock(&g.lock);
-	struct entry *e = list_find(&g.table, id);
+	struct disc_entry *e = list_find(&g.table, id);
 	bool found = e && strcmp(id, g.cl->self_id) != 0;
 	if (found) {
 		list_remove(&g.table, e);
@@ -964,7 +814,7 @@ static void r_view_json(const struct http_request *req,
 	pc_json_str(b, g.cl->self_id, strlen(g.cl->self_id));
 	pc_wbuf_printf(b, ",\"members\":[");
 	for (unsigned i = 0; i < g.view.n; i++) {
-		const struct entry *e = &g.view.e[i];
+		const struct disc_entry *e = &g.view.e[i];
 		pc_wbuf_printf(b, "%s{\"id\":", i ? "," : "");
 		pc_json_str(b, e->id, strlen(e->id));
 		pc_wbuf_printf(b, ",\"role\":\"%s\",\"state\":\"%s\","
@@ -1089,7 +939,7 @@ static void *disc_thread(void *arg)
 	g.cl_rpc = rpc_client_new(g.r, &o);
 	uint64_t now = pc_now_ns();
 	pthread_mutex_lock(&g.lock);
-	struct entry *me = &g.table.e[g.table.n++];
+	struct disc_entry *me = &g.table.e[g.table.n++];
 	snprintf(me->id, sizeof(me->id), "%s", g.cl->self_id);
 	snprintf(me->meta, sizeof(me->meta), "%s", g.self_meta);
 	me->head = g.head;
@@ -1130,17 +980,12 @@ static void *disc_thread(void *arg)
 
 /* ------------------------------------------------------------ backends */
 
-bool disc_addr_ok(const char *s, uint32_t len, char *out)
-{
-	return addr_ok(s, len, out);
-}
-
 int disc_view_adopt(const char (*ids)[DISC_ADDR_MAX], unsigned n,
 		    uint64_t epoch, const char *from)
 {
 	if (n > MEMBERS_MAX)
 		return -E2BIG;
-	struct entry *e = calloc(n + 1, sizeof(*e));
+	struct disc_entry *e = calloc(n + 1, sizeof(*e));
 	if (!e)
 		return -ENOMEM;
 	uint64_t now = pc_now_ns();
@@ -1244,7 +1089,7 @@ int disc_parse_addrs(const char *list, const char *setting,
 				max);
 			return -E2BIG;
 		}
-		if (!addr_ok(p, (uint32_t)len, out[*n])) {
+		if (!disc_addr_ok(p, (uint32_t)len, out[*n])) {
 			PC_LOGE(LOG_MOD, "%s: '%.*s' is not %s", setting,
 				(int)PC_MIN(len, 64), p, what);
 			return -EINVAL;

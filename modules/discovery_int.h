@@ -20,13 +20,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "modules/discovery_wire.h" /* DISC_ADDR_MAX, disc_addr_ok */
 #include "modules/module.h"
-
-#define DISC_ADDR_MAX 160
-#define DISC_MEMBERS_MAX 1024
-
-/* "host:port" (1..DISC_ADDR_MAX-1 bytes) copied NUL-terminated into out. */
-bool disc_addr_ok(const char *s, uint32_t len, char *out);
 
 /* Parse a list of "host:port" separated by commas or blanks into
  * out[*n..max), logging what is wrong as "<setting>: '...' is not <what>":

@@ -1111,10 +1111,8 @@ static void promo_read(void *arg, int64_t res)
 		return;
 	}
 	struct dl_rec_hdr h;
-	if (dl_rec_hdr_decode(p->buf, &h) < 0 || h.klen != p->klen ||
-	    memcmp(p->buf + DL_HDR_BYTES, p->key, p->klen) != 0 ||
-	    h.len != p->loc.len || h.seq != p->loc.seq ||
-	    h.sum != p->loc.sum) {
+	if (dl_rec_check(p->buf, (size_t)res, p->key, p->klen, &p->loc,
+			 &h) < 0) {
 		promo_bad(p, "record header");
 		return;
 	}

@@ -19,6 +19,7 @@
 #include "modules/kv.h"
 #include "modules/module.h"
 #include "modules/placement.h"
+#include "modules/slotmap_wire.h"
 #include "reactor/reactor.h"
 #include "storage/slot_region.h"
 
@@ -30,18 +31,6 @@ struct svc_transport;
 struct svc_cluster;
 struct ph_api;
 struct mb_api;
-
-/* What an owner announces with slot.layout: where its region is, under
- * which keys, and how it is cut. */
-struct sm_layout {
-	bool valid;
-	char node[DIR_NODE_MAX]; /* its ring id */
-	char data[DIR_NODE_MAX]; /* its data endpoint */
-	uint32_t rkey, wkey;     /* read and write keys of the region */
-	uint64_t base;
-	uint64_t epoch;          /* the owner's membership epoch then */
-	struct slot_layout l;
-};
 
 #define SM_KEEP_BLOCKS 4            /* scratch blocks a reactor keeps */
 #define SM_KEEP_BYTES (64ull << 20) /* ... of at most this much in all */

@@ -4,14 +4,18 @@
 # warnings as errors, and run every test in both (Criterion unit tests and
 # process-level pytest). Exits non-zero on any failure or sanitizer report.
 #
-# Then a fuzz smoke: the libFuzzer targets (clang, build-fuzz/) run for
-# PEERCACHE_FUZZ_SECONDS each (default 60) from the corpora in the repo
-# (fuzz_rpc, fuzz_http, fuzz_data, fuzz_session, fuzz_pcb_json).
+# Then a fuzz smoke: every libFuzzer target (tests/fuzz/fuzz_*.c; clang,
+# build-fuzz/) runs for PEERCACHE_FUZZ_SECONDS (default 60) from its corpus
+# in the repo, PEERCACHE_FUZZ_JOBS targets at a time (default 2: the CI
+# machine's cores), so the smoke takes ceil(targets / 2) minutes. Long runs:
+# scripts/fuzz_long.sh.
 #
 # Options (environment): PEERCACHE_TEST_ONLY=normal|asan|fuzz runs one part;
 # CTEST_ARGS adds ctest arguments (e.g. "-R echo").
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=scripts/fuzz_lib.sh
+. "$root/scripts/fuzz_lib.sh"
 "$root/scripts/deps.sh" test || exit 1
 
 trees=(normal asan fuzz)
@@ -23,24 +27,36 @@ for t in "${trees[@]}"; do
   if [ "$t" = fuzz ]; then
     dir=$root/build-fuzz
     echo "==> building fuzz targets in $dir"
-    if ! "$root/scripts/build.sh" "$dir" -DCMAKE_C_COMPILER=clang -DPEERCACHE_FUZZ=ON \
-         -DPEERCACHE_BUILD_TESTS=OFF -DPEERCACHE_BUILD_BENCH=OFF; then
+    if ! fuzz_build "$dir"; then
       status=1; summary+=("fuzz: build failed"); continue
     fi
     secs=${PEERCACHE_FUZZ_SECONDS:-60}
-    for target in rpc http data session pcb_json; do
+    jobs=${PEERCACHE_FUZZ_JOBS:-2}
+    mapfile -t targets < <(fuzz_targets)
+    # Each target in the background, at most $jobs at once; its status
+    # goes to a file, read in target order for the summary.
+    running=0
+    for target in "${targets[@]}"; do
+      if [ "$running" -ge "$jobs" ]; then wait -n; running=$((running - 1)); fi
       work=$dir/fuzz-work-$target; rm -rf "$work"; mkdir -p "$work"
-      seeds=("$root/tests/fuzz/corpus/$target")
-      [ "$target" = rpc ] && seeds+=("$root/tests/corpus/rpc-malformed")
       echo "==> fuzzing the $target decoder for $secs s"
-      if "$dir/tests/fuzz/fuzz_$target" -max_total_time="$secs" -print_final_stats=1 \
-           -artifact_prefix="$work/" "$work" "${seeds[@]}" > "$dir/fuzz-$target.log" 2>&1; then
-        runs=$(grep -o 'number_of_executed_units: *[0-9]*' "$dir/fuzz-$target.log" | grep -o '[0-9]*$')
+      mapfile -t seeds < <(fuzz_seeds "$target")
+      ( fuzz_run "$dir/tests/fuzz/fuzz_$target" "$work" "$secs" \
+          "$dir/fuzz-$target.log" "${seeds[@]}"
+        echo $? > "$work.rc" ) &
+      running=$((running + 1))
+    done
+    wait
+    for target in "${targets[@]}"; do
+      work=$dir/fuzz-work-$target
+      if [ "$(cat "$work.rc" 2>/dev/null)" = 0 ]; then
+        runs=$(fuzz_execs "$dir/fuzz-$target.log")
         summary+=("fuzz: fuzz_$target ran ${runs:-?} inputs in ${secs} s, no crash")
       else
         tail -40 "$dir/fuzz-$target.log"
         summary+=("fuzz: fuzz_$target FAILED (crash input in $work)"); status=1
       fi
+      rm -f "$work.rc"
     done
     continue
   fi

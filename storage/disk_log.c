@@ -525,6 +525,7 @@ int dl_region_hdr_decode(const struct dlog *d, uint32_t region,
 	    h.hdr_sum != XXH3_64bits(&h, offsetof(struct dl_region_hdr,
 						   hdr_sum)) ||
 	    h.region != region || h.region_bytes != d->p.region_bytes ||
+	    h.open_seq > DL_SEQ_MAX ||
 	    memcmp(h.store_id, d->p.store_id, sizeof(h.store_id)) != 0)
 		return -EINVAL;
 	*open_seq = h.open_seq;
@@ -548,9 +549,21 @@ int dl_rec_hdr_decode(const void *p, struct dl_rec_hdr *out)
 	if (out->magic != DL_REC_MAGIC || out->version != DL_VERSION ||
 	    out->hdr_sum != XXH3_64bits(out, offsetof(struct dl_rec_hdr,
 						       hdr_sum)) ||
-	    out->klen == 0 || out->klen > DL_KEY_MAX ||
+	    out->klen == 0 || out->klen > DL_KEY_MAX || out->seq > DL_SEQ_MAX ||
 	    out->total != dl_record_bytes(out->klen, out->len))
 		return -EINVAL;
+	return 0;
+}
+
+int dl_rec_check(const void *rec, size_t n, const char *key, size_t klen,
+		 const struct dl_loc *loc, struct dl_rec_hdr *out)
+{
+	if (n < DL_HDR_BYTES || dl_rec_hdr_decode(rec, out) < 0 ||
+	    out->total > n || out->klen != klen ||
+	    memcmp((const uint8_t *)rec + DL_HDR_BYTES, key, klen) != 0 ||
+	    out->len != loc->len || out->seq != loc->seq ||
+	    out->sum != loc->sum)
+		return -EBADMSG;
 	return 0;
 }
 

@@ -53,6 +53,11 @@
 #define DL_KEY_MAX 512u
 #define DL_REGION_MIN (1u << 20)
 #define DL_REGIONS_MAX (1u << 24)
+/* No store reaches this sequence (one per write and region opening: 2^62
+ * is millennia of writes); a header that claims more is not one of ours.
+ * Accepting one would move the store's counter to where it wraps, and its
+ * records would then beat every newer write at the next rebuild. */
+#define DL_SEQ_MAX (1ull << 62)
 
 /* On disk, little-endian, at the start of every region (one block). */
 struct dl_region_hdr {
@@ -187,10 +192,18 @@ void dl_region_hdr_encode(const struct dlog *d, uint32_t region,
 			  uint64_t open_seq, void *block);
 void dl_rec_hdr_encode(void *out, size_t klen, uint64_t len, uint64_t gen,
 		       uint64_t seq, uint64_t sum);
-/* 0 and the fields, or -EINVAL: not a valid header of this store. */
+/* 0 and the fields, or -EINVAL: not a valid header of this store (a
+ * sequence above DL_SEQ_MAX included). */
 int dl_region_hdr_decode(const struct dlog *d, uint32_t region,
 			 const void *block, uint64_t *open_seq);
 int dl_rec_hdr_decode(const void *p, struct dl_rec_hdr *out);
+/* The read path's check of a record read back whole (n bytes from loc's
+ * offset): a valid header of key's record, with the length, sequence and
+ * payload checksum the index knows (loc), inside the n bytes. 0 and *out
+ * (the payload is at DL_HDR_BYTES + klen; its checksum is the caller's to
+ * verify), or -EBADMSG. */
+int dl_rec_check(const void *rec, size_t n, const char *key, size_t klen,
+		 const struct dl_loc *loc, struct dl_rec_hdr *out);
 
 /*
  * Rebuild: the caller read region `region` (its first `n` bytes, n a
