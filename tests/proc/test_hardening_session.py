@@ -28,7 +28,7 @@ import time
 import msgpack
 import pytest
 
-from conftest import BUILD, RpcClient, metrics_of
+from conftest import BUILD, RpcClient, freeze, metrics_of
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -414,7 +414,9 @@ def test_late_pages_never_land_in_memory_given_up(cluster, give_up):
     items = items_at(sorted(remote.items()))
     c = Client(target.endpoint("socket"))
     c.register()
-    os.kill(b.proc.pid, signal.SIGSTOP)
+    # Every thread of the peer stopped before the get is sent: a thread
+    # still running when the signal comes could serve the reads first.
+    freeze(b.proc.pid)
     try:
         c.send("session.get", [c.rid, items])
         # The get's step starts once its pages are faulted in on the

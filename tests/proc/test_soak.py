@@ -172,6 +172,26 @@ def slope_per_min(points):
     return num / den * 60.0
 
 
+def assert_rss_flat(rss, growth):
+    """RSS samples (t, MiB) after the warm-up show no leak. Over a short
+    window the least-squares slope is mostly noise (RSS steps by a MiB or
+    two as malloc's arenas grow and trim) and a slow machine may still be
+    filling them when the window opens, so a short run asks for a plateau:
+    the second half's peak at most 3 MiB above the first half's. A long run
+    (10 minutes or more) is judged by its slope."""
+    span = (rss[-1][0] - rss[0][0]) / 60.0
+    if span >= 10:
+        assert growth < 1.0, ("RSS grows %.2f MiB/min" % growth, rss)
+    else:
+        half = len(rss) // 2
+        first = max(v for _, v in rss[:half])
+        second = max(v for _, v in rss[half:])
+        assert second <= first + 3.0, (
+            "RSS still growing: peak %.1f MiB in the first half of the "
+            "window, %.1f in the second" % (first, second), rss)
+    assert max(v for _, v in rss) <= rss[0][1] * 1.10 + 16, rss
+
+
 def run_load(nodes, seed, seconds, tick, every):
     """Two kv workers over all nodes and a session worker per node, for
     `seconds`, calling tick() every `every` s; each worker's (kind, calls,
@@ -246,8 +266,7 @@ def test_soak_resources_stay_flat_under_mixed_load(cluster):
         growth = slope_per_min(rss)
         if not SANITIZED:
             # memory: no trend (the pool is faulted in at start)
-            assert growth < 4.0, ("RSS grows %.1f MiB/min" % growth, rss)
-            assert max(v for _, v in rss) <= rss[0][1] * 1.10 + 16, rss
+            assert_rss_flat(rss, growth)
         summary.append("node%d RSS %.0f-%.0f MiB (%+.2f MiB/min) fds %d-%d "
                        "threads %d records<=%d" % (
                            i, min(v for _, v in rss), max(v for _, v in rss),
