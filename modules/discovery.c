@@ -36,9 +36,10 @@
  * heard for member_ttl / 2 is suspect (still in the ring; the "states"
  * counter of heartbeat replies moves, so followers pull it within one
  * interval and hand it to the cluster's peer health, which skips the peer
- * until it answers a probe), for member_ttl it is removed (table epoch + 1). If the sweep itself ran late
- * (this thread was not scheduled), the lag is credited to every member first,
- * so a stall of the master is never blamed on them. Voluntary leave: module
+ * until it answers a probe), for member_ttl it is removed (table epoch + 1).
+ * If the sweep itself ran late (this thread was not scheduled), the lag is
+ * credited to every member first, so a stall of the master is never blamed
+ * on them. Voluntary leave: module
  * stop sends discovery.deregister to every target, which removes the node at
  * once.
  *
@@ -309,10 +310,34 @@ static bool target_settled(const struct target *t, uint64_t now)
 	       (strcmp(t->meta, g.view_from) == 0 && g.view_ns >= t->up_ns);
 }
 
+/* A target's table lists this node, and not as a master: this node's own
+ * table is then no view to follow (unless it is the head). Nobody
+ * heartbeats a node that is not a master, so its table holds only the few
+ * nodes that name it a seed, often only itself. Once such a node was cut
+ * off past member_ttl, that table was all its view knew of, so it ranked
+ * first among the masters and the node followed it for good (found by the
+ * nemesis). Now, cut off, it keeps its last view, as any member without a
+ * master does, and afterwards follows the table that lists it (once
+ * settled), meeting the real masters through it. The target's list counts
+ * while it is merely silent, not once its port refused (ok_ns 0: gone, so
+ * that with every master dead the node may still serve its own table). */
+static bool own_table_outranked(void)
+{
+	for (unsigned i = 0; i < g.ntargets; i++) {
+		struct target *t = &g.targets[i];
+		if (t->have && t->ok_ns &&
+		    list_find(&t->list, g.cl->self_id) &&
+		    !is_master(&t->list, g.self_meta))
+			return true;
+	}
+	return false;
+}
+
 /* Adopt the table of the first reachable candidate, in master order then
  * seed order: a warm one if any, else any (this node's own table only once
- * warm, unless it is the head); none, or the first one not settled: the
- * last view stays (g.lock held; view_apply gives it to the ring after). */
+ * warm, unless it is the head, and never while a target's table names it
+ * no master); none, or the first one not settled: the last view stays
+ * (g.lock held; view_apply gives it to the ring after). */
 static void view_choose(uint64_t now)
 {
 	const char *cand[TARGETS_MAX];
@@ -327,8 +352,9 @@ static void view_choose(uint64_t now)
 			if (g.self_meta[0] && strcmp(cand[i], g.self_meta) == 0) {
 				/* cold, only the head's own: another node's
 				 * holds just the members that found it so far */
-				if (now - g.start_ns >= g.ttl_ns ||
-				    (pass == 1 && g.head))
+				if ((now - g.start_ns >= g.ttl_ns ||
+				     (pass == 1 && g.head)) &&
+				    (g.head || !own_table_outranked()))
 					src = &g.table;
 			} else {
 				struct target *t = target_find(cand[i]);

@@ -544,6 +544,53 @@ def test_partition_far_side_without_master(net):
     partition_heal(net, 6, [3, 4, 5], "no master on the far side")
 
 
+def test_member_seeded_with_itself_rejoins_after_a_cut(net):
+    """Found by the nemesis (bug 6 of 2026-12-05, seeds 886833960 and
+    435177121): a node that is no master but names itself among its seeds
+    (operators often give every node the same list; the nemesis restarts
+    nodes that way), cut off alone past member_ttl, then followed its own
+    table, which held only itself, for good: nobody heartbeats a node that
+    is not a master, so that table never filled again, and it ranked first
+    among the masters the node then knew. Now a table that lists the node,
+    and not as a master, outranks its own: cut off, the node keeps its last
+    view, and after the heal it follows the head's table again."""
+    cl = net
+    cl.start(0, [0])
+    for i in (1, 2, 3):
+        cl.start(i, [0, i])
+    wait_until(lambda: cl.converged(range(4), range(4)), 15,
+               "4 nodes to converge")
+    # max_masters 3: the head and two masters (by meta address), one member
+    roles = {m["id"]: m["role"] for m in cl.view(0)["members"]}
+    cut = [i for i in (1, 2, 3) if roles[cl.ids[i]] == "member"]
+    assert len(cut) == 1, roles
+    cut, rest = cut[0], [i for i in (0, 1, 2, 3) if i != cut[0]]
+    if cl.net.kind == "loopback":
+        time.sleep(2.2 * SLACK)  # every master warm (start_nodes)
+    cl.net.partition([cut], [cl.nodes[cut]])
+    t0 = time.time()
+    wait_until(lambda: cl.converged(rest, rest), 10,
+               "the others to remove the cut node")
+    time.sleep(max(0.0, t0 + 3.0 - time.time()))
+    if cl.net.kind == "netns":
+        # alone, it keeps its last view, as any member without a master
+        # (it used to follow its own table, which held only itself)
+        v = cl.view(cut)
+        assert sorted(m["id"] for m in v["members"]) == \
+            sorted(cl.ids.values()), v
+    t1, m = time.time(), marks(cl)
+    cl.net.heal([cut], [cl.nodes[cut]])
+    vs = wait_until(lambda: cl.converged(range(4), range(4)), 20,
+                    "the cut node to follow the head's table again")
+    report("%s: a member seeded with itself, cut off %.1f s, follows the "
+           "head again %.2f s after the heal" % (
+               cl.net.kind, t1 - t0, time.time() - t1))
+    assert vs[0]["from"] == cl.metas[0]
+    time.sleep(0.5)
+    assert not flaps(cl, m), flaps(cl, m)
+    cl.stop_clean()
+
+
 def test_joiner_does_not_keep_its_own_table(tmp_path):
     """Found by the loopback variants (random ports): a node that joins
     while only the second seed answers adopts that seed's table; when the
