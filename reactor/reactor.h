@@ -285,6 +285,10 @@ void rx_conn_set_budget(struct rx_conn *c, struct rx_budget *b);
  * own watermark or the budget): stop taking new work from its input. */
 bool rx_conn_backlogged(const struct rx_conn *c);
 
+/* Output that cannot be queued for want of memory (-ENOMEM from the
+ * three calls below) closes the connection at once: later bytes must never
+ * follow a hole in the stream. */
+
 /* Queue bytes (copied). Returns 0, -EPIPE if closing, -ENOMEM. */
 int rx_conn_write(struct rx_conn *c, const void *data, size_t len);
 /*

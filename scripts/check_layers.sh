@@ -86,6 +86,8 @@ prefixes_of() { # object path (relative to the build dir) -> allowed prefixes
 	modules/*/placement_wire.c.o) echo "pl_" ;;
 	modules/*/slotmap*.c.o) echo "pc_mod_ sm_" ;;
 	modules/*) echo "pc_mod_" ;;
+	# test builds: the allocation wraps (server/fault_alloc.h)
+	server/*/fault_alloc.c.o) echo "pc_fault_alloc_ __wrap_" ;;
 	server/*) echo "pc_ main" ;;
 	# the CLI's own files share cli_* names (client/cli.h)
 	client/*/peercache.dir/*) echo "cli_ main" ;;

@@ -33,6 +33,7 @@
 #include "common/settings.h"
 #include "reactor/group.h"
 #include "modules/module.h"
+#include "server/fault_alloc.h"
 #include "server/server.h"
 
 #define LOG_MOD "main"
@@ -467,7 +468,12 @@ int main(int argc, char **argv)
 		g_ctx.node_id);
 	notify_systemd(pc_sd_notifyf("READY=1\nSTATUS=node %s ready",
 				     g_ctx.node_id));
+	pc_fault_alloc_arm(); /* test builds, when asked */
 	ret = wait_for_stop(g, nargs, keep, &s);
+	uint64_t alloc_failed = pc_fault_alloc_disarm();
+	if (alloc_failed)
+		PC_LOGW(LOG_MOD, "test-only allocation failures injected: %llu",
+			(unsigned long long)alloc_failed);
 	__atomic_store_n(&g_ctx.state, PC_NODE_STOPPING, __ATOMIC_RELEASE);
 	__atomic_store_n(&g_ctx.group, NULL, __ATOMIC_RELEASE);
 	int run_err = rx_group_join(g);
