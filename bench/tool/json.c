@@ -21,36 +21,6 @@
 
 /* ------------------------------------------------------------------ UTF-8 */
 
-size_t pcb_utf8_seq(const unsigned char *s, size_t n)
-{
-	unsigned char c = s[0];
-	size_t k;
-	uint32_t cp, min;
-
-	if (n == 0)
-		return 0;
-	if (c < 0x80)
-		return 1;
-	if (c >= 0xc2 && c <= 0xdf)
-		k = 2, cp = c & 0x1f, min = 0x80;
-	else if (c >= 0xe0 && c <= 0xef)
-		k = 3, cp = c & 0x0f, min = 0x800;
-	else if (c >= 0xf0 && c <= 0xf4)
-		k = 4, cp = c & 0x07, min = 0x10000;
-	else
-		return 0;
-	if (n < k)
-		return 0;
-	for (size_t i = 1; i < k; i++) {
-		if ((s[i] & 0xc0) != 0x80)
-			return 0;
-		cp = (cp << 6) | (s[i] & 0x3f);
-	}
-	if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-		return 0;
-	return k;
-}
-
 void pcb_copy_utf8(char *dst, size_t len, const char *src)
 {
 	size_t n = strlen(src), cut;
@@ -243,7 +213,7 @@ static long parse_string(struct parser *p)
 				p->pos++;
 				continue;
 			}
-			k = pcb_utf8_seq(p->s + p->pos, p->len - p->pos);
+			k = pc_utf8_seq(p->s + p->pos, p->len - p->pos);
 			if (!k)
 				return FAIL(p, "invalid UTF-8 in a string");
 			p->pos += k;

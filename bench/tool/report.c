@@ -458,7 +458,7 @@ static void json_str(FILE *out, const char *s)
 			fprintf(out, "\\u%04x", ch), k = 1;
 		} else if (ch < 0x80) {
 			fputc(ch, out), k = 1;
-		} else if ((k = pcb_utf8_seq(p, n)) != 0) {
+		} else if ((k = pc_utf8_seq(p, n)) != 0) {
 			fwrite(p, 1, k, out);
 		} else {
 			fputs("\\ufffd", out), k = 1;

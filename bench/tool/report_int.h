@@ -11,6 +11,7 @@
 #define PC_BENCH_TOOL_REPORT_INT_H
 
 #include "pcb.h"
+#include "common/utf8.h" /* pc_utf8_seq */
 
 /* The fields of struct pcb_row by type, in the order JSON writes them. */
 #define PCB_ROW_STRS(X) X(target) X(via) X(op) X(mode)
@@ -35,9 +36,6 @@ void pcb_printable(char *buf, size_t len, const char *s);
  * (printable). */
 void pcb_series_label(const struct pcb_row *row, char *buf, size_t len);
 
-/* Bytes of the valid UTF-8 sequence at s (of n bytes), or 0 if it is not
- * one (overlong forms, surrogates and code points past U+10FFFF are not). */
-size_t pcb_utf8_seq(const unsigned char *s, size_t n);
 /* Copy src into dst[len] whole or cut at a character boundary. */
 void pcb_copy_utf8(char *dst, size_t len, const char *src);
 

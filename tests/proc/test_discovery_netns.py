@@ -52,20 +52,27 @@ class Cluster:
             f.write("netns-test-%d-%d\n" % (os.getpid(), random.getrandbits(64)))
         os.chmod(self.secret, 0o600)
 
-    def start(self, i, seeds, extra=()):
-        addr, wrap = self.net.add(i)
+    def args(self, i, seeds, sock, extra=()):
+        """Node i's command line: its address and ports, the seeds, the
+        secret, then extra (later options win)."""
         rpc, meta, data = self.net.ports(i)
         for j in seeds:  # seeds named before they start (LoopNet ports)
             self.net.ports(j)
         seed_list = ",".join("%s:%d" % (self.addr(j), self.net.ports(j)[1])
                              for j in seeds)
-        d = tempfile.mkdtemp(dir=self.tmp)
-        args = ["--bind", addr, "--rpc-port", str(rpc), "--meta-port",
+        return ["--bind", self.addr(i), "--rpc-port", str(rpc), "--meta-port",
                 str(meta), "--data-port", str(data), "--metrics-port", "0",
                 "--threads", "2", "--pool-size", "32mb",
-                "--pool-prefault", "false", "--socket",
-                os.path.join(d, "n.sock"), "--discovery-addr", seed_list,
+                "--pool-prefault", "false", "--socket", sock,
+                "--discovery-addr", seed_list,
                 "--cluster-secret-file", self.secret] + list(extra)
+
+    def start(self, i, seeds, extra=()):
+        addr, wrap = self.net.add(i)
+        assert addr == self.addr(i), (addr, self.addr(i))
+        rpc, meta, data = self.net.ports(i)
+        d = tempfile.mkdtemp(dir=self.tmp)
+        args = self.args(i, seeds, os.path.join(d, "n.sock"), extra)
         n = Node(args, tmpdir=d, wrap=wrap)
         self.nodes[i] = n
         self.ids[i] = "%s:%d" % (addr, rpc)

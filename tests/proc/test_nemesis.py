@@ -285,13 +285,9 @@ class Nemesis:
                        check=True, timeout=30)
         try:
             # in the killed node's namespace, which is still there
-            addr = self.cl.addr(i)
             wrap = ("ip", "netns", "exec", "%sn%d" % (self.cl.net.tag, i))
-            rpc, meta, data = self.cl.net.ports(i)
-            cmd = list(wrap) + [PEERCACHED, "--bind", addr, "--rpc-port", str(rpc), "--meta-port",
-                str(meta), "--data-port", str(data), "--metrics-port", "0",
-                "--pool-size", "32mb", "--pool-prefault", "false", "--socket",
-                "", "--cluster-secret-file", self.cl.secret] + self.node_args(i)
+            cmd = list(wrap) + [PEERCACHED] + self.cl.args(
+                i, [i], "", self.node_args(i))
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=60,
                                env=clean_env())
             assert r.returncode != 0 and r.returncode < 128, (r.returncode, r.stderr)
