@@ -42,8 +42,10 @@
  *    a 4 KiB page, 1.6 ms a 512 KiB copy slice, measured); with
  *    session_prefault a step whose pages lie in chunks (WARM_CHUNK) no move
  *    touched yet first has them faulted in by a read of each page on the
- *    offload thread (warm_work), holding the move's region reference, and
- *    starts when that is done; the region's bitmap remembers warm chunks.
+ *    offload thread's bulk lane (warm_work; mapping and unmapping have a
+ *    lane of their own, so no amount of warming delays another client's
+ *    register), holding the move's region reference, and starts when that
+ *    is done; the region's bitmap remembers warm chunks.
  *    A region no move uses is never touched (its memory is not committed).
  *
  * Copies (DESIGN §5): set is one copy, from the region into the publish
@@ -719,7 +721,10 @@ static int warm_start(struct move *m, unsigned from, unsigned to)
 		free(w);
 		return 0;
 	}
-	w->o = (struct rx_offload){.work = warm_work, .done = warm_done};
+	/* its own lane: however much of it clients queue, others' regions
+	 * are still mapped and unmapped at once */
+	w->o = (struct rx_offload){.work = warm_work, .done = warm_done,
+				   .lane = RX_LANE_BULK};
 	w->m = m;
 	w->from = from;
 	w->to = to;

@@ -2,16 +2,22 @@
  * reactor/offload.c — blocking system calls off the reactor threads
  * (rx_offload, reactor/reactor.h).
  *
- * Owns: one worker thread for the process, started on first use and kept
- * for the process's life (idle, it sleeps on a condition variable), and its
- * FIFO of offloads. Some calls a reactor needs may take milliseconds and
- * cannot be made asynchronous with io_uring: mmap and munmap of large
- * shared regions (they wait for the process's mmap lock and tear down page
- * tables), memory registration with a NIC. A reactor hands such a call to
- * the worker and gets its done callback back as a cross-thread message.
+ * Owns: one worker thread per lane for the process, both started on first
+ * use and kept for the process's life (idle, they sleep on a condition
+ * variable), and each lane's FIFO of offloads. Some calls a reactor needs
+ * may take milliseconds and cannot be made asynchronous with io_uring:
+ * mmap and munmap of large shared regions (they wait for the process's
+ * mmap lock and tear down page tables), memory registration with a NIC. A
+ * reactor hands such a call to a worker and gets its done callback back as
+ * a cross-thread message.
+ *
+ * Lanes: RX_LANE_SYSCALL (the default) for those calls, RX_LANE_BULK for
+ * work that may pile up in quantity (faulting in a client's pages before a
+ * copy touches them): a client that queues a great deal of bulk work never
+ * delays another client's region mapping or unmapping behind it.
  *
  * Threading: rx_offload and done run on the reactor's thread; work runs on
- * the worker, one at a time in submission order (the calls it is for
+ * its lane's worker, one at a time in submission order (the system calls
  * serialise on the mmap lock anyway, so more workers would only queue
  * there). The reactor counts its offloads in flight: its loop does not end
  * (shutdown drains them like ops) and rx_reactor_destroy waits for the
@@ -29,15 +35,19 @@
 
 #define LOG_MOD "reactor"
 
-static struct {
-	pthread_once_t once;
+struct lane {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	struct rx_offload *head, *tail;
 	bool started;
+};
+
+static struct {
+	pthread_once_t once;
+	struct lane lane[RX_LANES];
 } w = {.once = PTHREAD_ONCE_INIT,
-       .lock = PTHREAD_MUTEX_INITIALIZER,
-       .cond = PTHREAD_COND_INITIALIZER};
+       .lane = {[0 ... RX_LANES - 1] = {.lock = PTHREAD_MUTEX_INITIALIZER,
+					.cond = PTHREAD_COND_INITIALIZER}}};
 
 static void offload_back(struct rx_reactor *r, void *arg)
 {
@@ -49,16 +59,16 @@ static void offload_back(struct rx_reactor *r, void *arg)
 
 static void *offload_main(void *arg)
 {
-	(void)arg;
-	pthread_mutex_lock(&w.lock);
+	struct lane *l = arg;
+	pthread_mutex_lock(&l->lock);
 	for (;;) {
-		while (!w.head)
-			pthread_cond_wait(&w.cond, &w.lock);
-		struct rx_offload *o = w.head;
-		w.head = o->next_;
-		if (!w.head)
-			w.tail = NULL;
-		pthread_mutex_unlock(&w.lock);
+		while (!l->head)
+			pthread_cond_wait(&l->cond, &l->lock);
+		struct rx_offload *o = l->head;
+		l->head = o->next_;
+		if (!l->head)
+			l->tail = NULL;
+		pthread_mutex_unlock(&l->lock);
 		o->work(o);
 		/* The reactor waits for this done (its offload count): a post
 		 * that cannot allocate is retried, never dropped. */
@@ -66,26 +76,31 @@ static void *offload_main(void *arg)
 			struct timespec ms = {0, 1000000};
 			nanosleep(&ms, NULL);
 		}
-		pthread_mutex_lock(&w.lock);
+		pthread_mutex_lock(&l->lock);
 	}
 	return NULL;
 }
 
 static void offload_start(void)
 {
-	pthread_t t;
-	pthread_attr_t a;
-	pthread_attr_init(&a);
-	pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-	int e = pthread_create(&t, &a, offload_main, NULL);
-	pthread_attr_destroy(&a);
-	if (e) {
-		PC_LOGW(LOG_MOD, "cannot start the offload thread (%s); "
-			"blocking calls stay on the reactors", strerror(e));
-		return;
+	static const char *const names[RX_LANES] = {"pc-offload",
+						    "pc-offload-bulk"};
+	for (unsigned i = 0; i < RX_LANES; i++) {
+		pthread_t t;
+		pthread_attr_t a;
+		pthread_attr_init(&a);
+		pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+		int e = pthread_create(&t, &a, offload_main, &w.lane[i]);
+		pthread_attr_destroy(&a);
+		if (e) {
+			PC_LOGW(LOG_MOD, "cannot start the offload thread %s "
+				"(%s); its calls stay on the reactors",
+				names[i], strerror(e));
+			continue;
+		}
+		pthread_setname_np(t, names[i]);
+		w.lane[i].started = true;
 	}
-	pthread_setname_np(t, "pc-offload");
-	w.started = true;
 }
 
 int rx_offload(struct rx_reactor *r, struct rx_offload *o)
@@ -93,18 +108,20 @@ int rx_offload(struct rx_reactor *r, struct rx_offload *o)
 	if (r->state == RX_DONE)
 		return -ESHUTDOWN; /* destroy may be past its wait */
 	pthread_once(&w.once, offload_start);
-	if (!w.started)
+	PC_ASSERT(o->lane < RX_LANES);
+	struct lane *l = &w.lane[o->lane];
+	if (!l->started)
 		return -EAGAIN;
 	o->r_ = r;
 	o->next_ = NULL;
 	r->offloads++;
-	pthread_mutex_lock(&w.lock);
-	if (w.tail)
-		w.tail->next_ = o;
+	pthread_mutex_lock(&l->lock);
+	if (l->tail)
+		l->tail->next_ = o;
 	else
-		w.head = o;
-	w.tail = o;
-	pthread_cond_signal(&w.cond);
-	pthread_mutex_unlock(&w.lock);
+		l->head = o;
+	l->tail = o;
+	pthread_cond_signal(&l->cond);
+	pthread_mutex_unlock(&l->lock);
 	return 0;
 }

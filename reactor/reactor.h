@@ -141,15 +141,20 @@ int rx_post(struct rx_reactor *target, void (*fn)(struct rx_reactor *r,
 
 /*
  * A blocking system call made off the reactor (reactor/offload.c): work(o)
- * runs on the process's offload thread, then done(r, o) on the reactor that
- * submitted it. Embed it in what it works on; it must stay valid until done
- * runs. For calls that can take milliseconds and have no io_uring form
- * (mmap/munmap of large regions, memory registration), not per-request
- * work. The reactor's shutdown waits for its offloads.
+ * runs on the process's offload thread of its lane, then done(r, o) on the
+ * reactor that submitted it. Embed it in what it works on; it must stay
+ * valid until done runs. For calls that can take milliseconds and have no
+ * io_uring form (mmap/munmap of large regions, memory registration:
+ * RX_LANE_SYSCALL, the default), and for bulk work that must not hold
+ * those up (faulting in pages: RX_LANE_BULK). The reactor's shutdown waits
+ * for its offloads.
  */
+enum rx_lane { RX_LANE_SYSCALL, RX_LANE_BULK, RX_LANES };
+
 struct rx_offload {
 	void (*work)(struct rx_offload *o);                       /* worker */
 	void (*done)(struct rx_reactor *r, struct rx_offload *o); /* reactor */
+	unsigned lane;           /* enum rx_lane; 0 = RX_LANE_SYSCALL */
 	struct rx_reactor *r_;   /* private */
 	struct rx_offload *next_;
 };

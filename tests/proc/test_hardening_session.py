@@ -408,7 +408,11 @@ def test_late_pages_never_land_in_memory_given_up(cluster, give_up):
     """A get waits on a stopped peer; the client gives its region up and
     reuses the memory; when the peer wakes, its pages must not land there."""
     rng = rng_for("late-" + give_up)
-    nodes = cluster(2, "--pool-size", "64mb", "--rpc-timeout", "5s")
+    # A wide request_deadline: the reads must still be waiting when the
+    # peer wakes, however slowly a loaded machine runs this test (with the
+    # default 1 s they timed out first once, and nothing arrived late).
+    nodes = cluster(2, "--pool-size", "64mb", "--rpc-timeout", "5s",
+                    "--request-deadline", "10s")
     target, b = nodes
     remote = produce(b, "b2", rng)
     items = items_at(sorted(remote.items()))

@@ -910,3 +910,67 @@ Test(reactor, offloads_run_off_the_loop_and_shutdown_waits_for_them)
 	cr_assert_eq(rx_reactor_stats(r)->ops_in_use, 0);
 	rx_reactor_destroy(r);
 }
+
+/* A bulk-lane job that will not finish until a system-call-lane job has
+ * come back: with one FIFO for both it would wait forever (the test's
+ * bound, 10 s, then fails it); with a lane each, the syscall job passes. */
+struct gate_off {
+	struct rx_offload o;
+	bool *open;     /* set by the syscall job's done (atomic) */
+	bool waited;    /* the bulk job saw it open */
+	bool done;
+};
+
+static void gate_work(struct rx_offload *o)
+{
+	struct gate_off *g = (struct gate_off *)o;
+	for (unsigned i = 0; i < 10000; i++) {
+		if (__atomic_load_n(g->open, __ATOMIC_ACQUIRE)) {
+			g->waited = true;
+			return;
+		}
+		usleep(1000);
+	}
+}
+
+static void gate_done(struct rx_reactor *r, struct rx_offload *o)
+{
+	struct gate_off *g = (struct gate_off *)o;
+	g->done = true;
+	rx_reactor_stop(r);
+}
+
+static void opener_done(struct rx_reactor *r, struct rx_offload *o)
+{
+	(void)r;
+	struct gate_off *g = (struct gate_off *)o;
+	g->done = true;
+	__atomic_store_n(g->open, true, __ATOMIC_RELEASE);
+}
+
+static void nothing_work(struct rx_offload *o)
+{
+	(void)o;
+}
+
+Test(reactor, offload_lanes_do_not_wait_for_each_other)
+{
+	struct rx_params p;
+	rx_params_default(&p);
+	struct rx_reactor *r = tu_reactor(&p);
+	bool open = false;
+	struct gate_off bulk = {.o = {.work = gate_work, .done = gate_done,
+				      .lane = RX_LANE_BULK},
+				.open = &open};
+	struct gate_off sys = {.o = {.work = nothing_work,
+				     .done = opener_done},
+			       .open = &open};
+	cr_assert_eq(rx_offload(r, &bulk.o), 0);
+	cr_assert_eq(rx_offload(r, &sys.o), 0);
+	tu_run(r, 20000);
+	cr_assert(sys.done, "the system-call lane's job never came back");
+	cr_assert(bulk.done && bulk.waited,
+		  "the bulk job did not see the other lane's job done: the "
+		  "lanes waited for each other");
+	rx_reactor_destroy(r);
+}
