@@ -15,7 +15,7 @@ exercised by test_disk_faults.py.
 
 FAULTS_SEED replays a run; FAULTS_RATE sets the rate (default 0.01),
 ALLOC_FAULTS_RATE the allocation failures' (default 0.001); FAULTS_SECONDS
-the length of each (default 20)."""
+the length of each (default 15)."""
 import os
 import random
 import time
@@ -27,7 +27,7 @@ from test_soak import run_load
 
 SEED = int(os.environ.get("FAULTS_SEED", str(random.SystemRandom().randrange(1 << 30))))
 RATE = float(os.environ.get("FAULTS_RATE", "0.01"))
-SECONDS = float(os.environ.get("FAULTS_SECONDS", "20"))
+SECONDS = float(os.environ.get("FAULTS_SECONDS", "15"))
 
 
 def metrics_retry(node):
