@@ -664,15 +664,20 @@ static int load_report(struct loader *l, const struct pcb_jnode *root,
 
 			if (vn->type != PCB_J_STR)
 				return wrong_type(l, vn, key, "a string");
-			/* later values of a key replace earlier ones */
+			/* later values of a key replace earlier ones; keys
+			 * are compared as kept (cut to the field), so that
+			 * two keys this cuts alike are one, here as when
+			 * the written report is read back */
+			char kept[sizeof(r->settings[0].key)];
+			pcb_copy_utf8(kept, sizeof(kept), key);
 			unsigned i = 0;
-			while (i < r->nsettings && strcmp(r->settings[i].key, key))
+			while (i < r->nsettings && strcmp(r->settings[i].key, kept))
 				i++;
 			if (i < PCB_SETTINGS_MAX) {
 				if (i == r->nsettings) {
 					r->nsettings++;
-					pcb_copy_utf8(r->settings[i].key,
-						      sizeof(r->settings[i].key), key);
+					memcpy(r->settings[i].key, kept,
+					       sizeof(kept));
 				}
 				pcb_copy_utf8(r->settings[i].val,
 					      sizeof(r->settings[i].val),
