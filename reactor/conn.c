@@ -736,11 +736,12 @@ static void conn_on_recv(struct rx_reactor *r, struct rx_op *op,
 		conn_op_done(c, idx, RXC_READING | RXC_CANCEL_SENT);
 		c->recv_op = RX_NO_OP;
 	}
-	if (res > 0 && rx_fault_res(res) < 0) {
+	int injected = res > 0 ? rx_fault_res(res) : res;
+	if (injected < 0 && res > 0) {
 		/* test builds: the completion reports an error instead (its
 		 * buffer goes back; the bytes are lost with the connection) */
 		bufring_return(r, cqe->flags >> IORING_CQE_BUFFER_SHIFT);
-		res = rx_fault_err();
+		res = injected;
 	}
 	if (res > 0 && c->fds_max) {
 		PC_ASSERT(cqe->flags & IORING_CQE_F_BUFFER);
