@@ -15,6 +15,7 @@ extern const struct pc_module pc_mod_rpc_server;
 extern const struct pc_module pc_mod_node;
 extern const struct pc_module pc_mod_transport;
 extern const struct pc_module pc_mod_cluster;
+extern const struct pc_module pc_mod_transport_revoke;
 extern const struct pc_module pc_mod_directory;
 extern const struct pc_module pc_mod_kv;
 extern const struct pc_module pc_mod_slotmap;

@@ -19,8 +19,10 @@
  * being reused until the transfer completes.
  *
  * Keys: the transport chooses them (random, non-zero, never reused while the
- * region lives), so RDMA can hand out its MR's rkey and rotate it; the owner
- * publishes whatever key register returned.
+ * region lives) and they stay the same while the region lives; the owner
+ * publishes whatever key register returned. A key is not an RDMA rkey: the
+ * RDMA transport hands its peers the rkeys behind the keys only when they
+ * connect (authenticated), and replaces them on a revoke.
  *
  * Errors are negative errnos in each operation's res: -EFAULT (no such key,
  * or out of the region's bounds), -EACCES (region not writable, or not
@@ -233,6 +235,17 @@ struct tp_ops {
 	 * soon (from the reactor, never inside this call).
 	 */
 	void (*fail_node)(struct tp_client *tc, const char *node, int err);
+	/*
+	 * Optional (NULL where a peer holds nothing past its connection):
+	 * take back every access to this node's regions that peers were
+	 * granted so far (RDMA: new rkeys, every accepted queue pair closed;
+	 * peers connect and authenticate again, and their operations in
+	 * flight are sent again once). Region keys do not change, so no
+	 * record needs republishing. Run on every reactor when a member
+	 * left (epoch: the membership's); the transport acts once per epoch.
+	 */
+	void (*revoke)(struct tp_node *tn, struct rx_reactor *r,
+		       uint64_t epoch);
 };
 
 /* ------------------------------------------------------- the region table */

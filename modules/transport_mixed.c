@@ -90,7 +90,7 @@ void tp_mixed_node_free(struct tp_node *tn)
 	free(tn);
 }
 
-/* RDMA first (its rkey is the key), then TCP under the same key; only
+/* RDMA first (it chooses the key), then TCP under the same key; only
  * TCP, which pins per transfer, runs the released hook. */
 static int mixed_reg(struct tp_node *tn, const struct tp_region *region,
 		     uint32_t *key)
@@ -111,6 +111,13 @@ static int mixed_dereg(struct tp_node *tn, uint32_t key)
 	int ret = tn->rops->dereg_region(tn->rdma, key);
 	int t = tp_regs_remove(tn->tcp, key);
 	return ret < 0 ? ret : t;
+}
+
+static void mixed_revoke(struct tp_node *tn, struct rx_reactor *r,
+			 uint64_t epoch)
+{
+	if (tn->rops->revoke)
+		tn->rops->revoke(tn->rdma, r, epoch);
 }
 
 static int mixed_reg_local(struct tp_node *tn, void *base, size_t len)
@@ -488,6 +495,7 @@ const struct tp_ops tp_mixed_ops = {
 	.peer_health = mixed_peer_health,
 	.peer_close = mixed_peer_close,
 	.fail_node = mixed_fail_node,
+	.revoke = mixed_revoke,
 };
 
 struct tp_client *tp_mixed_client_new(struct rx_reactor *r,

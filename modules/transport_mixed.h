@@ -3,9 +3,10 @@
  * when it has an RDMA device (protocol = auto or rdma), so that peers
  * without one are still reached (mixed clusters).
  *
- * Owns: the composition only. A region is registered with RDMA first (its
- * MR's rkey is the key) and then in the TCP server's table under that same
- * key, so a record names one key whichever way a peer reads it. A client
+ * Owns: the composition only. A region is registered with RDMA first (it
+ * chooses the key) and then in the TCP server's table under that same key,
+ * so a record names one key whichever way a peer reads it. A revoke is
+ * RDMA's (TCP's peers hold nothing past their connections). A client
  * sends each operation over RDMA unless its peer is known to have no RDMA
  * listener: an RDMA connect that is refused or finds no route marks the
  * peer "TCP" for a while (TP_MIXED_TCP_HOLD_MS) and its operations go

@@ -36,7 +36,9 @@
 
 #define LOG_MOD "rdma"
 
-#define HELLO_MAGIC 0x31524350u /* "PCR1" little-endian */
+/* "PCR2" little-endian: version 2 accepts carry the node's key table
+ * (a version 1 node refuses the hello; its peers read it over TCP). */
+#define HELLO_MAGIC 0x32524350u
 #define HELLO_AUTH 1u
 #define NONCE_BYTES 16
 #define PROOF_BYTES 24
@@ -55,19 +57,47 @@ struct hello {
 };
 _Static_assert(sizeof(struct hello) == 56, "REQ private data is 56 bytes");
 
-/* Accept / reject private data. */
+/* A region's key (what records name) and the rkey of its current MR. */
+struct rkpair {
+	uint32_t key, rkey;
+};
+
+/* Accept / reject private data. A reject carries the header only (up to
+ * the keys); an accept also carries the node's key table: the only place
+ * a peer learns the rkeys of this node's regions. */
 struct welcome {
 	uint32_t magic;
 	int32_t err; /* reject: the reason, a negative errno */
 	uint8_t proof[PC_SHA256_BYTES];
+	uint32_t nkeys;
+	struct rkpair keys[TP_REGIONS_MAX];
 };
+#define WELCOME_HDR offsetof(struct welcome, nkeys)
+_Static_assert(sizeof(struct welcome) <= 196, "REP private data: 196 bytes");
+_Static_assert(WELCOME_HDR <= 148, "REJ private data: 148 bytes");
 
 /* ------------------------------------------------------------------ node */
 
 struct rreg {
 	bool used;
+	uint32_t key;       /* what records name; stable while it lives */
 	struct tp_region r;
-	struct ibv_mr *mr;
+	struct ibv_mr *mr;  /* current: its rkey goes to peers in accepts */
+	struct ibv_mr *old; /* the one before a revoke, until grace ends */
+};
+
+/* A revoke's work off the reactor (the listener's offload): deregister
+ * the MRs whose grace ended, register a fresh MR for each region. */
+struct rrot {
+	struct rx_offload o;
+	bool fresh;                     /* register new MRs (a revoke) */
+	uint64_t epoch;                 /* the revoke's */
+	struct ibv_mr *stale[TP_REGIONS_MAX];
+	struct {
+		uint32_t key;           /* 0: no region in this slot */
+		struct tp_region r;
+		struct ibv_mr *mr;      /* out */
+	} regs[TP_REGIONS_MAX];
 };
 
 struct rlocal {
@@ -77,6 +107,7 @@ struct rlocal {
 
 struct sconn {
 	struct rdma_cm_id *id;
+	bool closing;       /* disconnected by a revoke; dropped on its event */
 	struct sconn *next;
 };
 
@@ -103,6 +134,12 @@ struct tp_node {
 	} seen[SEEN_MAX];
 	unsigned seen_next;
 	unsigned clients;
+	/* revokes (the listener's reactor) */
+	struct rrot rot;
+	bool rot_busy;       /* rot is queued or running */
+	bool grace_due;      /* old MRs wait for a job to deregister them */
+	uint64_t rot_asked;  /* newest epoch a revoke was asked for */
+	struct rx_timer grace;
 	struct tp_rdma_stats st;
 };
 
@@ -122,7 +159,7 @@ struct rop {
 	bool fin, posted, retried;
 	uint8_t moves;      /* times a closing channel passed it on */
 	bool write;
-	uint32_t rkey;
+	uint32_t key;       /* the region's; the channel knows its rkey */
 	uint64_t addr;
 	uint32_t len, hdr_len;
 	uint8_t *hdr, *buf;
@@ -153,6 +190,8 @@ struct rchan {
 	unsigned nwait;
 	struct rx_timer timer;  /* connect step deadline; reaping */
 	struct hello hi;
+	unsigned nkeys;         /* the node's key table, from its accept */
+	struct rkpair keys[TP_REGIONS_MAX];
 	struct rchan *next;     /* the peer's channels, or the reap list */
 };
 
@@ -352,6 +391,22 @@ static int access_of(unsigned a)
 	return acc;
 }
 
+/* The region registered under key, or NULL. Under tn->lock. */
+static struct rreg *reg_find(struct tp_node *tn, uint32_t key)
+{
+	for (unsigned i = 0; i < TP_REGIONS_MAX; i++)
+		if (tn->regs[i].used && tn->regs[i].key == key)
+			return &tn->regs[i];
+	return NULL;
+}
+
+static void mr_drop(struct tp_node *tn, struct ibv_mr *mr, uint32_t key)
+{
+	if (mr && tn->api->dereg_mr(mr))
+		PC_LOGW(LOG_MOD, "dereg_mr of key %08x: %s", key,
+			strerror(errno));
+}
+
 static int rdma_reg(struct tp_node *tn, const struct tp_region *region,
 		    uint32_t *key)
 {
@@ -376,12 +431,19 @@ static int rdma_reg(struct tp_node *tn, const struct tp_region *region,
 			(unsigned long long)region->len, strerror(-err));
 		return err;
 	}
+	/* A random key, not the rkey: records name it, and it stays the same
+	 * when a revoke gives the region a new MR. */
+	uint32_t k = 0;
+	while (!k || reg_find(tn, k))
+		if (pc_random_bytes(&k, sizeof(k)) < 0) {
+			tn->api->dereg_mr(mr);
+			pthread_mutex_unlock(&tn->lock);
+			return -EIO;
+		}
 	struct rreg *g = &tn->regs[slot];
-	g->used = true;
-	g->r = *region;
+	*g = (struct rreg){.used = true, .key = k, .r = *region, .mr = mr};
 	g->r.access = access;
-	g->mr = mr;
-	*key = mr->rkey;
+	*key = k;
 	pthread_mutex_unlock(&tn->lock);
 	return 0;
 }
@@ -389,10 +451,7 @@ static int rdma_reg(struct tp_node *tn, const struct tp_region *region,
 static int rdma_dereg(struct tp_node *tn, uint32_t key)
 {
 	pthread_mutex_lock(&tn->lock);
-	struct rreg *g = NULL;
-	for (unsigned i = 0; i < TP_REGIONS_MAX && !g; i++)
-		if (tn->regs[i].used && tn->regs[i].mr->rkey == key)
-			g = &tn->regs[i];
+	struct rreg *g = reg_find(tn, key);
 	if (!g) {
 		pthread_mutex_unlock(&tn->lock);
 		return -ENOENT;
@@ -402,12 +461,9 @@ static int rdma_dereg(struct tp_node *tn, uint32_t key)
 	 * taken from this MR) then fails with a local protection error
 	 * (-EINVAL): it never writes memory the region no longer owns. */
 	struct tp_region r = g->r;
-	int ret = tn->api->dereg_mr(g->mr);
-	if (ret)
-		PC_LOGW(LOG_MOD, "dereg_mr of key %08x: %s", key,
-			strerror(errno));
-	g->used = false;
-	g->mr = NULL;
+	mr_drop(tn, g->mr, key);
+	mr_drop(tn, g->old, key);
+	*g = (struct rreg){0};
 	pthread_mutex_unlock(&tn->lock);
 	if (r.released)
 		r.released(r.ctx);
@@ -816,6 +872,17 @@ static struct rchan *chan_open(struct tp_client *tc, struct tp_peer *p,
 	return ch;
 }
 
+/* The rkey the node gave ch for its region key: false if it has none. */
+static bool chan_rkey(const struct rchan *ch, uint32_t key, uint32_t *rkey)
+{
+	for (unsigned i = 0; i < ch->nkeys; i++)
+		if (ch->keys[i].key == key) {
+			*rkey = ch->keys[i].rkey;
+			return true;
+		}
+	return false;
+}
+
 /* Post what waits on ch while its send queue has room, in one chain. */
 static void chan_pump(struct rchan *ch)
 {
@@ -834,6 +901,15 @@ static void chan_pump(struct rchan *ch)
 				ch->wq_tail = NULL;
 			ch->nwait--;
 			o->next = NULL;
+			uint32_t rkey;
+			if (!chan_rkey(ch, o->key, &rkey)) {
+				/* No such region on the node (as a wrong
+				 * rkey would be on hardware): nothing to
+				 * post, and the channel stays. */
+				o->ch = NULL;
+				op_end(o, -EFAULT);
+				continue;
+			}
 			ops[n] = o;
 			struct ibv_send_wr *w = &wr[n];
 			memset(w, 0, sizeof(*w));
@@ -851,7 +927,7 @@ static void chan_pump(struct rchan *ch)
 			w->opcode = o->write ? IBV_WR_RDMA_WRITE
 					     : IBV_WR_RDMA_READ;
 			w->wr.rdma.remote_addr = o->addr;
-			w->wr.rdma.rkey = o->rkey;
+			w->wr.rdma.rkey = rkey;
 			w->wr_id = ch->seq + n;
 			if (++ch->since_signal >= sig) {
 				w->send_flags = IBV_SEND_SIGNALED;
@@ -862,6 +938,8 @@ static void chan_pump(struct rchan *ch)
 				wr[n - 1].next = w;
 			n++;
 		}
+		if (!n)
+			continue;
 		/* The chain's last WR is signaled: every WR is covered. */
 		if (!(wr[n - 1].send_flags & IBV_SEND_SIGNALED)) {
 			wr[n - 1].send_flags = IBV_SEND_SIGNALED;
@@ -1119,21 +1197,31 @@ static int chan_connect(struct rchan *ch)
 	return 0;
 }
 
-/* The node's answer: its proof over what we sent, when we have a secret. */
+/* The node's answer: its proof over what we sent, when we have a secret,
+ * and its key table (kept in ch). */
 static int welcome_check(struct rchan *ch, const struct rdma_cm_event *ev)
 {
 	struct tp_node *tn = ch->tc->tn;
-	if (!tn->secret)
-		return 0;
 	const struct welcome *w = ev->param.conn.private_data;
-	if (!w || ev->param.conn.private_data_len < sizeof(*w) ||
-	    w->magic != HELLO_MAGIC)
-		return -EACCES;
-	uint8_t want[PC_SHA256_BYTES];
-	char at[80];
-	sa_text((const struct sockaddr *)&ch->p->sa, at, sizeof(at));
-	proof_of(tn->secret, true, ch->hi.ts_ms, ch->hi.nonce, at, want);
-	return pc_ct_equal(want, w->proof, sizeof(want)) ? 0 : -EACCES;
+	size_t len = w ? ev->param.conn.private_data_len : 0;
+	if (len < WELCOME_HDR + sizeof(w->nkeys) || w->magic != HELLO_MAGIC)
+		return tn->secret ? -EACCES : -EPROTO;
+	if (tn->secret) {
+		uint8_t want[PC_SHA256_BYTES];
+		char at[80];
+		sa_text((const struct sockaddr *)&ch->p->sa, at, sizeof(at));
+		proof_of(tn->secret, true, ch->hi.ts_ms, ch->hi.nonce, at,
+			 want);
+		if (!pc_ct_equal(want, w->proof, sizeof(want)))
+			return -EACCES;
+	}
+	uint32_t n = w->nkeys;
+	if (n > TP_REGIONS_MAX ||
+	    len < WELCOME_HDR + sizeof(w->nkeys) + n * sizeof(w->keys[0]))
+		return -EPROTO;
+	memcpy(ch->keys, w->keys, n * sizeof(w->keys[0]));
+	ch->nkeys = n;
+	return 0;
 }
 
 static int reject_reason(const struct rdma_cm_event *ev)
@@ -1164,9 +1252,10 @@ static void chan_cm_event(struct rchan *ch, const struct rdma_cm_event *ev)
 	case RDMA_CM_EVENT_ESTABLISHED:
 		err = welcome_check(ch, ev);
 		if (err) {
-			PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "%s: the node did not "
-				  "prove the cluster secret; closing",
-				  ch->p->name);
+			PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "%s: %s; closing",
+				  ch->p->name, err == -EACCES
+				  ? "the node did not prove the cluster secret"
+				  : "the node's accept has no valid key table");
 			break;
 		}
 		rx_timer_stop(ch->tc->r, &ch->timer);
@@ -1276,6 +1365,19 @@ static void sconn_drop(struct tp_node *tn, struct sconn *s)
 	free(s);
 }
 
+/* The key table an accept hands out: every region's key and the rkey of
+ * its current MR. */
+static void keys_of(struct tp_node *tn, struct welcome *w)
+{
+	pthread_mutex_lock(&tn->lock);
+	w->nkeys = 0;
+	for (unsigned i = 0; i < TP_REGIONS_MAX; i++)
+		if (tn->regs[i].used)
+			w->keys[w->nkeys++] = (struct rkpair){
+				tn->regs[i].key, tn->regs[i].mr->rkey};
+	pthread_mutex_unlock(&tn->lock);
+}
+
 /* A connect request: accept it with a queue pair on our PD, or refuse. */
 static void node_request(struct tp_node *tn, struct rdma_cm_event *ev,
 			 struct rdma_cm_id **destroy)
@@ -1313,10 +1415,12 @@ static void node_request(struct tp_node *tn, struct rdma_cm_event *ev,
 		if (tn->secret)
 			proof_of(tn->secret, true, h->ts_ms, h->nonce, at,
 				 w.proof);
+		keys_of(tn, &w);
 		struct rdma_conn_param cp;
 		memset(&cp, 0, sizeof(cp));
 		cp.private_data = &w;
-		cp.private_data_len = sizeof(w);
+		cp.private_data_len = (uint8_t)(WELCOME_HDR + sizeof(w.nkeys) +
+						w.nkeys * sizeof(w.keys[0]));
 		cp.responder_resources = (uint8_t)cfg_rd(tn);
 		cp.initiator_depth = 0;
 		cp.rnr_retry_count = 7;
@@ -1332,7 +1436,7 @@ static void node_request(struct tp_node *tn, struct rdma_cm_event *ev,
 			  strerror(-err));
 		w.err = err;
 		memset(w.proof, 0, sizeof(w.proof));
-		tn->api->reject(id, &w, (uint8_t)sizeof(w));
+		tn->api->reject(id, &w, (uint8_t)WELCOME_HDR);
 		*destroy = id; /* after the event is acked */
 		return;
 	}
@@ -1392,7 +1496,7 @@ int tp_rdma_node_listen(struct tp_node *tn, struct rx_reactor *r,
 	if (!ret && !(tn->scq = api->create_cq(tn->ctx, 16, NULL, NULL, 0)))
 		ret = neg_errno(-ENOMEM);
 	if (!ret) {
-		tn->lr = r;
+		__atomic_store_n(&tn->lr, r, __ATOMIC_RELEASE);
 		tn->lw = rx_watch_fd(r, tn->lch->fd, POLLIN, on_node_cm, tn,
 				     &ret);
 	}
@@ -1431,10 +1535,181 @@ void tp_rdma_node_unlisten(struct tp_node *tn)
 		tn->lid = NULL;
 	}
 	cq_destroy(tn, &tn->scq);
+	/* Old MRs stay until tp_rdma_node_free. */
+	if (tn->lr)
+		rx_timer_stop(tn->lr, &tn->grace);
 	if (tn->lch) {
 		api->destroy_event_channel(tn->lch);
 		tn->lch = NULL;
 	}
+}
+
+/* ------------------------------------------------------------- revokes */
+
+/*
+ * A revoke takes back every access to this node's regions that peers got
+ * so far: each region gets a fresh MR (its key stays, its rkey changes),
+ * every accepted queue pair is disconnected (its peer's operations in
+ * flight are flushed and sent again on a new channel, whose accept hands
+ * out the new rkeys), and the old MRs are deregistered after a grace
+ * period (local operations still using their lkeys end first). All of it
+ * runs on the listener's reactor; registration and deregistration, which
+ * can take milliseconds on hardware, on its offload thread.
+ */
+
+static unsigned cfg_grace(const struct tp_node *tn)
+{
+	return tn->cfg.revoke_grace_ms ? tn->cfg.revoke_grace_ms : 10000;
+}
+
+static struct tp_node *rot_node(struct rx_offload *o)
+{
+	return (struct tp_node *)((char *)o - offsetof(struct tp_node, rot));
+}
+
+static void rot_work(struct rx_offload *o)
+{
+	struct tp_node *tn = rot_node(o);
+	struct rrot *j = &tn->rot;
+	for (unsigned i = 0; i < TP_REGIONS_MAX; i++) {
+		mr_drop(tn, j->stale[i], 0);
+		j->stale[i] = NULL;
+	}
+	for (unsigned i = 0; j->fresh && i < TP_REGIONS_MAX; i++) {
+		if (!j->regs[i].key)
+			continue;
+		const struct tp_region *r = &j->regs[i].r;
+		j->regs[i].mr = tn->api->reg_mr(tn->pd, (void *)r->base, r->len,
+						access_of(r->access));
+		if (!j->regs[i].mr)
+			PC_LOGW(LOG_MOD, "revoke: registering region %08x "
+				"again failed (%s); it keeps its rkey",
+				j->regs[i].key, strerror(errno));
+	}
+}
+
+static void rot_next(struct tp_node *tn);
+
+static void rot_done(struct rx_reactor *r, struct rx_offload *o)
+{
+	struct tp_node *tn = rot_node(o);
+	struct rrot *j = &tn->rot;
+	tn->rot_busy = false;
+	if (!j->fresh) {
+		rot_next(tn);
+		return;
+	}
+	unsigned swapped = 0, kept = 0, nspare = 0;
+	struct ibv_mr *spare[TP_REGIONS_MAX];
+	pthread_mutex_lock(&tn->lock);
+	for (unsigned i = 0; i < TP_REGIONS_MAX; i++) {
+		if (!j->regs[i].key)
+			continue;
+		struct rreg *g = reg_find(tn, j->regs[i].key);
+		struct ibv_mr *mr = j->regs[i].mr;
+		if (!mr) {
+			kept++;
+		} else if (!g || g->old) {
+			spare[nspare++] = mr; /* withdrawn (or replaced) since */
+		} else {
+			g->old = g->mr;
+			g->mr = mr;
+			swapped++;
+		}
+	}
+	pthread_mutex_unlock(&tn->lock);
+	for (unsigned i = 0; i < nspare; i++)
+		mr_drop(tn, spare[i], 0);
+	/* Every peer connected so far knew the old rkeys. */
+	unsigned closed = 0;
+	for (struct sconn *s = tn->sconns, *next; s; s = next) {
+		next = s->next;
+		if (s->closing)
+			continue;
+		s->closing = true;
+		closed++;
+		if (tn->api->disconnect(s->id))
+			sconn_drop(tn, s); /* not connected: no event comes */
+	}
+	STAT_ADD(tn, revokes, 1);
+	PC_LOGI(LOG_MOD, "a member left (epoch %llu): peers' RDMA access "
+		"revoked: %u region(s) have new rkeys%s, %u queue pair(s) "
+		"closed (peers connect again); the old rkeys end in %u ms",
+		(unsigned long long)j->epoch, swapped,
+		kept ? ", some kept theirs (registration failed)" : "", closed,
+		cfg_grace(tn));
+	if (swapped && tn->lid)
+		rx_timer_start(r, &tn->grace, RX_MS(cfg_grace(tn)), 0);
+	rot_next(tn);
+}
+
+/* Start what is due: a revoke asked for, or the old MRs' deregistration. */
+static void rot_next(struct tp_node *tn)
+{
+	struct rrot *j = &tn->rot;
+	if (tn->rot_busy || !tn->lid)
+		return;
+	bool revoke = tn->rot_asked > j->epoch;
+	if (!revoke && !tn->grace_due)
+		return;
+	memset(j->stale, 0, sizeof(j->stale));
+	memset(j->regs, 0, sizeof(j->regs));
+	j->fresh = revoke;
+	if (revoke)
+		j->epoch = tn->rot_asked;
+	/* A revoke ends an earlier one's grace now: its old MRs go. */
+	pthread_mutex_lock(&tn->lock);
+	for (unsigned i = 0; i < TP_REGIONS_MAX; i++) {
+		struct rreg *g = &tn->regs[i];
+		if (!g->used)
+			continue;
+		j->stale[i] = g->old;
+		g->old = NULL;
+		if (revoke) {
+			j->regs[i].key = g->key;
+			j->regs[i].r = g->r;
+		}
+	}
+	pthread_mutex_unlock(&tn->lock);
+	tn->grace_due = false;
+	rx_timer_stop(tn->lr, &tn->grace);
+	j->o = (struct rx_offload){.work = rot_work, .done = rot_done};
+	tn->rot_busy = true;
+	if (rx_offload(tn->lr, &j->o) < 0) {
+		/* No offload thread (or stopping): here, then. */
+		rot_work(&j->o);
+		rot_done(tn->lr, &j->o);
+	}
+}
+
+static void grace_fire(struct rx_reactor *r, struct rx_timer *t)
+{
+	struct tp_node *tn = t->arg;
+	(void)r;
+	tn->grace_due = true;
+	rot_next(tn);
+}
+
+/* On every reactor, for each departure; acts on the listener's, once per
+ * epoch. */
+static void rdma_revoke(struct tp_node *tn, struct rx_reactor *r,
+			uint64_t epoch)
+{
+	if (r != __atomic_load_n(&tn->lr, __ATOMIC_ACQUIRE) || !tn->lid ||
+	    epoch <= tn->rot_asked)
+		return;
+	tn->rot_asked = epoch;
+	rot_next(tn);
+}
+
+int tp_rdma_node_rkey(struct tp_node *tn, uint32_t key, uint32_t *rkey)
+{
+	pthread_mutex_lock(&tn->lock);
+	struct rreg *g = reg_find(tn, key);
+	if (g)
+		*rkey = g->mr->rkey;
+	pthread_mutex_unlock(&tn->lock);
+	return g ? 0 : -ENOENT;
 }
 
 /* --------------------------------------------------------------- node */
@@ -1447,6 +1722,7 @@ int tp_rdma_node_new(const struct tp_rdma_cfg *cfg, struct tp_node **out)
 	tn->cfg = *cfg;
 	tn->api = cfg->api;
 	pthread_mutex_init(&tn->lock, NULL);
+	rx_timer_init(&tn->grace, grace_fire, tn);
 	tn->device = strdup(cfg->device ? cfg->device : "");
 	tn->secret = cfg->secret && *cfg->secret ? strdup(cfg->secret) : NULL;
 	tn->cfg.device = tn->device;
@@ -1479,7 +1755,7 @@ void tp_rdma_node_free(struct tp_node *tn)
 	tp_rdma_node_unlisten(tn);
 	for (unsigned i = 0; i < TP_REGIONS_MAX; i++)
 		if (tn->regs[i].used)
-			rdma_dereg(tn, tn->regs[i].mr->rkey);
+			rdma_dereg(tn, tn->regs[i].key);
 	for (unsigned i = 0; i < LOCAL_MAX; i++)
 		if (tn->locals[i].base)
 			tn->api->dereg_mr(tn->locals[i].mr);
@@ -1609,7 +1885,7 @@ static int batch_start(struct tp_client *tc, bool write, void *opsv,
 		struct tp_io io;
 		tp_bcore_io(&b->c, i, &io);
 		struct rop *o = &b->ops[i];
-		*o = (struct rop){.b = b, .write = write, .rkey = io.rkey,
+		*o = (struct rop){.b = b, .write = write, .key = io.rkey,
 				  .addr = io.addr, .len = io.len,
 				  .hdr_len = io.hdr_len, .hdr = io.hdr,
 				  .buf = io.buf, .res = io.res};
@@ -1724,4 +2000,5 @@ const struct tp_ops tp_rdma_ops = {
 	.peer_health = rdma_peer_health,
 	.peer_close = rdma_peer_close,
 	.fail_node = rdma_fail_node,
+	.revoke = rdma_revoke,
 };

@@ -25,6 +25,15 @@
  * destroy the QPs that still hold their operations before done runs: a
  * batch's done means no byte of it can still land.
  *
+ * Keys: a region's key (what records name) is random and stays while the
+ * region lives; the rkey of its MR is handed to a peer only in the accept
+ * of its queue pair (the node's whole key table, at most TP_REGIONS_MAX
+ * entries), and a channel translates keys to rkeys as it posts. An
+ * operation naming a key its node did not hand out fails with -EFAULT
+ * before anything is posted. A revoke (tp_ops.revoke, on a departure)
+ * gives every region a fresh MR, disconnects every accepted queue pair and
+ * deregisters the old MRs after cfg.revoke_grace_ms.
+ *
  * Authentication (cfg.secret set): a connect request carries a timestamp,
  * a fresh nonce and HMAC-SHA256(secret, "peercache-rdma-v1 client" || ts ||
  * nonce || the address dialed, "ip:port"); the node accepts it only within
@@ -63,6 +72,8 @@ struct tp_rdma_cfg {
 	unsigned signal_every;       /* 0: 16 */
 	unsigned rd_atomic;          /* READs in flight per QP; 0: 16 */
 	unsigned max_accepted;       /* peers' QPs held at once; 0: 8192 */
+	unsigned revoke_grace_ms;    /* old MRs live on after a revoke; 0:
+				      * 10000 */
 	const char *secret;          /* cluster_secret, or NULL */
 };
 
@@ -73,6 +84,7 @@ struct tp_rdma_stats {
 	uint64_t reads, read_bytes, writes, write_bytes;
 	uint64_t wc_errors, retried, lazy_mrs, timeouts;
 	uint64_t accepted, refused;  /* connect requests (served side) */
+	uint64_t revokes;            /* peers' access taken back */
 };
 
 extern const struct tp_ops tp_rdma_ops;
@@ -104,6 +116,9 @@ void tp_rdma_node_free(struct tp_node *tn);
 int tp_rdma_reg_local(struct tp_node *tn, void *base, size_t len);
 int tp_rdma_unreg_local(struct tp_node *tn, void *base);
 void tp_rdma_node_stats(const struct tp_node *tn, struct tp_rdma_stats *out);
+/* The rkey peers are handed now for the region registered under key (logs,
+ * tests): 0, or -ENOENT. Any thread. */
+int tp_rdma_node_rkey(struct tp_node *tn, uint32_t key, uint32_t *rkey);
 
 /* A client of node tn on reactor r (its thread); NULL and *err. */
 struct tp_client *tp_rdma_client_new(struct tp_node *tn, struct rx_reactor *r,

@@ -760,6 +760,9 @@ static const struct {
 	   "peers' RDMA connect requests accepted"),
 	RM(refused, "peercache_rdma_refused_total",
 	   "peers' RDMA connect requests refused (secret, protocol)"),
+	RM(revokes, "peercache_rdma_revokes_total",
+	   "times peers' RDMA access was taken back (new rkeys, queue pairs "
+	   "closed) because a member left"),
 };
 
 static double rdma_metric(void *arg)

@@ -14,6 +14,8 @@ const struct pc_module *const pc_node_modules[] = {
 	&pc_mod_node,
 	&pc_mod_transport, /* data port; before cluster (needs its port) */
 	&pc_mod_cluster,   /* membership and the ring */
+	&pc_mod_transport_revoke, /* a departure revokes peers' RDMA
+				   * access (needs the transport and cluster) */
 	&pc_mod_directory, /* records; before kv, which publishes them */
 	&pc_mod_kv,        /* p2p: the pool, moving pages (the "kv" service) */
 	&pc_mod_slotmap,   /* slotmap mode: the slot region; the "kv" service

@@ -1277,6 +1277,17 @@ int rsim_kill(const char *addr)
 	return with_node(addr, kill_node, NULL);
 }
 
+bool rsim_rkey_live(uint32_t rkey)
+{
+	bool live = false;
+	rsim_lock();
+	for (struct sim_pd *p = S.pds; p && !live; p = p->next)
+		for (struct sim_mr *m = p->mrs; m && !live; m = m->next)
+			live = m->mr.rkey == rkey;
+	rsim_unlock();
+	return live;
+}
+
 void rsim_stats(struct rsim_stats *out)
 {
 	rsim_lock();

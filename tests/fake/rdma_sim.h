@@ -122,6 +122,8 @@ int rsim_fail_next(const char *addr, unsigned n, enum ibv_wc_status status);
 int rsim_silence_cm(const char *addr, bool on);
 
 void rsim_stats(struct rsim_stats *out);
+/* Some MR of the fabric has this rkey (a peer could still use it). */
+bool rsim_rkey_live(uint32_t rkey);
 /* What the fabric still holds (live objects of every kind, events got and
  * not acked): the count, and in what a list like "2 QPs, 1 ids". 0 when a
  * user freed everything it made. */

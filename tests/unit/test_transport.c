@@ -81,6 +81,10 @@ struct tfx {
 	struct tp_node *hole_node;
 	/* regions: read-only, writable, and one to deregister */
 	struct treg ro, rw, tmp;
+	/* what reads of the black hole name: ro, or (RDMA, whose client
+	 * knows its peers' keys and fails a key it was not given at once) ro's
+	 * memory registered on the hole node */
+	struct treg hro;
 	/* the scenario */
 	const step_fn *steps;
 	unsigned si;
@@ -379,6 +383,16 @@ static void run(const struct tkind *k, unsigned max_chans,
 	k->setup(f, max_chans);
 	reg_make(f, &f->ro, TP_ACCESS_READ, 1);
 	reg_make(f, &f->rw, TP_ACCESS_READ | TP_ACCESS_WRITE, 2);
+	f->hro = f->ro;
+	if (f->ops == &tp_rdma_ops) {
+		struct tp_region reg = {.base = (uintptr_t)f->ro.mem,
+					.len = REG_BYTES,
+					.access = TP_ACCESS_READ,
+					.pin = t_pin, .unpin = t_unpin,
+					.ctx = &f->hro};
+		cr_assert_eq(f->ops->reg_region(f->hole_node, &reg,
+						&f->hro.key), 0);
+	}
 	f->steps = steps;
 	rx_timer_init(&f->tick, tick, f);
 	next(f);
@@ -659,7 +673,7 @@ static const step_fn writes[] = {writes_go, writes_landed, writes_read_back,
 static void timeout_go(struct tfx *f)
 {
 	for (unsigned i = 0; i < 8; i++)
-		rd_set(f, i, f->hole, &f->ro, 0, 4096, 0);
+		rd_set(f, i, f->hole, &f->hro, 0, 4096, 0);
 	go_reads(f, 8, 300);
 }
 
@@ -689,7 +703,7 @@ static const step_fn timeouts[] = {timeout_go, timeout_check, check_one,
 static void loss_go(struct tfx *f)
 {
 	for (unsigned i = 0; i < 8; i++)
-		rd_set(f, i, f->hole, &f->ro, 0, 4096, 0);
+		rd_set(f, i, f->hole, &f->hro, 0, 4096, 0);
 	rd_set(f, 8, f->ep, &f->ro, 8192, 4096, 0); /* a live one too */
 	go_reads(f, 9, 15000);
 	/* The peer departs mid-batch. */
@@ -716,7 +730,7 @@ static void close_go(struct tfx *f)
 {
 	cr_assert_eq(f->ops->peer_open(f->tc, f->hole, "hole-node", &f->ph), 0);
 	for (unsigned i = 0; i < 8; i++) {
-		rd_set(f, i, "", &f->ro, 0, 4096, 0);
+		rd_set(f, i, "", &f->hro, 0, 4096, 0);
 		f->rd[i].ph = f->ph;
 	}
 	go_reads(f, 8, 15000);
@@ -743,7 +757,7 @@ static void close_check(struct tfx *f)
 	cr_assert_lt(since_ms(f), 10000);
 	/* fail_node on a live peer by ring id: the same, by node name. */
 	for (unsigned i = 0; i < 4; i++) {
-		rd_set(f, i, f->hole, &f->ro, 0, 4096, 0);
+		rd_set(f, i, f->hole, &f->hro, 0, 4096, 0);
 		f->rd[i].node = "hole-node";
 	}
 	go_reads(f, 4, 15000);
@@ -960,7 +974,7 @@ static void cancel_go(struct tfx *f)
 {
 	/* Reads that would never finish. */
 	for (unsigned i = 0; i < 8; i++)
-		rd_set(f, i, f->hole, &f->ro, 0, 4096, 0);
+		rd_set(f, i, f->hole, &f->hro, 0, 4096, 0);
 	f->n = 8;
 	f->t0 = pc_now_ns();
 	cr_assert_eq(f->ops->read_batch(f->tc, f->rd, 8, 15000, cancel_done,

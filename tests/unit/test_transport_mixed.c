@@ -18,6 +18,7 @@
 
 #include "common/settings.h"
 #include "modules/modules.h"
+#include "modules/membership.h"
 #include "modules/transport.h"
 #include "modules/transport_mixed.h"
 #include "modules/transport_tcp.h"
@@ -329,4 +330,104 @@ Test(transport_mixed, writes_land_over_rdma)
 	tu_run(m.r, 20000);
 	cr_assert_geq(sim_posted(), N);
 	finish();
+}
+
+/* ----------------------------------------- a departure revokes RDMA access */
+
+static mb_event_fn leave_fn;
+static void *leave_arg;
+
+static int fake_subscribe(unsigned mask, mb_event_fn fn, void *arg)
+{
+	cr_assert_eq(mask, MB_ON(MB_LEAVE));
+	leave_fn = fn;
+	leave_arg = arg;
+	return 0;
+}
+
+static const struct mb_api fake_mb = {.subscribe = fake_subscribe};
+
+static uint64_t sim_mrs(void)
+{
+	struct rsim_stats st;
+	rsim_stats(&st);
+	return st.mrs_live;
+}
+
+static struct rx_timer rv_poll;
+static uint64_t rv_mrs0;
+
+static void rv_done(void *arg, struct tp_read *reads, unsigned n);
+
+/* The revoke registered the region again (its old MR lives on through
+ * the grace): read once more, over RDMA, with the new rkey. */
+static void rv_poll_fire(struct rx_reactor *r, struct rx_timer *t)
+{
+	if (sim_mrs() != rv_mrs0 + 1)
+		return;
+	rx_timer_stop(r, t);
+	m.posted_before = sim_posted();
+	reads_go(65536, rv_done);
+}
+
+static void rv_done(void *arg, struct tp_read *reads, unsigned n)
+{
+	(void)arg;
+	(void)reads;
+	cr_assert_eq(n, N);
+	switch (m.step++) {
+	case 0:
+		reads_check(0);
+		rv_mrs0 = sim_mrs();
+		leave_fn(m.r, MB_LEAVE, "gone:1", 2, leave_arg);
+		rx_timer_init(&rv_poll, rv_poll_fire, NULL);
+		rx_timer_start(m.r, &rv_poll, RX_MS(1), RX_MS(1));
+		break;
+	case 1:
+		reads_check(65536);
+		cr_assert_geq(sim_posted(), m.posted_before + N);
+		cr_assert_eq(tp_mixed_client_fallbacks(m.st->clients[0]), 0);
+		rx_reactor_stop(m.r);
+		break;
+	}
+}
+
+static void rv_go(struct rx_reactor *r, struct rx_timer *t)
+{
+	(void)r;
+	(void)t;
+	reads_go(0, rv_done);
+}
+
+Test(transport_mixed, a_departure_revokes_rdma_access)
+{
+	rsim_reset();
+	cr_assert_eq(rsim_add_device("sim0", IBV_PORT_ACTIVE), 0);
+	cr_assert_eq(module_init("rdma"), 0);
+	cr_assert_eq(svc_publish_membership(&m.ctx, "cluster", &fake_mb), 0);
+	leave_fn = NULL;
+	cr_assert_eq(pc_mod_transport_revoke.init(&m.ctx), 0);
+	cr_assert_not_null(leave_fn, "the module did not subscribe");
+	start();
+	m.step = 0;
+	struct rx_timer t;
+	rx_timer_init(&t, rv_go, NULL);
+	rx_timer_start(m.r, &t, 0, 0);
+	tu_run(m.r, 20000);
+	cr_assert_eq(m.step, 2);
+	svc_withdraw_membership(&m.ctx);
+	finish();
+}
+
+/* TCP alone has nothing to revoke: the module stays idle. */
+Test(transport_mixed, tcp_needs_no_revoke)
+{
+	rsim_reset();
+	cr_assert_eq(module_init("tcp"), 0);
+	cr_assert_eq(svc_publish_membership(&m.ctx, "cluster", &fake_mb), 0);
+	leave_fn = NULL;
+	cr_assert_eq(pc_mod_transport_revoke.init(&m.ctx), 0);
+	cr_assert_null(leave_fn);
+	svc_withdraw_membership(&m.ctx);
+	module_fini();
 }

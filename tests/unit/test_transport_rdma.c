@@ -36,7 +36,7 @@
 
 /* The node's accept / reject private data (transport_rdma.c's wire
  * format): a reject carries the reason as a negative errno. */
-#define WIRE_MAGIC 0x31524350u
+#define WIRE_MAGIC 0x32524350u
 struct wire_welcome {
 	uint32_t magic;
 	int32_t err;
@@ -49,6 +49,7 @@ struct ropts {
 	const char *cli_secret;
 	bool separate; /* the client on a node of its own (cli_secret) */
 	unsigned max_accepted; /* the serving node's cap on peers' QPs */
+	unsigned revoke_grace_ms;
 };
 
 struct rfx;
@@ -195,6 +196,7 @@ static struct tp_rdma_cfg cfg_of(const struct ropts *o, const char *secret)
 				    .connect_timeout_ms = o->connect_timeout_ms,
 				    .sq_depth = o->sq_depth,
 				    .signal_every = o->signal_every,
+				    .revoke_grace_ms = o->revoke_grace_ms,
 				    .secret = secret};
 }
 
@@ -1031,6 +1033,153 @@ Test(transport_rdma, registered_memory_needs_no_batch_mr)
 	static const step_fn s[] = {lz_go, lz_local, lz_region, lz_plain,
 				    lz_straddle, NULL};
 	struct ropts o = {.max_chans = 2};
+	run(&o, s);
+}
+
+/* ------------------------------------------------ keys and revokes */
+
+/* A key the node never handed out fails at once, before anything is posted,
+ * and the channel stays open for the others. */
+static void uk_go(struct rfx *f)
+{
+	poison(f);
+	rd_many(f, 8, f->dst);
+	f->rd[3].rkey = f->key ^ 0x5a5a5a5au;
+	go(f, 8, 10000);
+}
+
+static void uk_check(struct rfx *f)
+{
+	for (unsigned i = 0; i < 8; i++)
+		if (i != 3)
+			rd_landed(f, i);
+	cr_assert_eq(f->rd[3].res, -EFAULT, "%s", strerror(-f->rd[3].res));
+	for (unsigned i = 0; i < SLOT; i++)
+		cr_assert_eq(f->dst[3 * SLOT + i], POISON);
+	struct tp_rdma_stats s = cli_stats(f);
+	cr_assert_eq(s.wrs_posted - f->st0.wrs_posted, 7);
+	cr_assert_eq(s.wc_errors, 0);
+	cr_assert_eq(s.chans_torn_down, 0);
+	next(f);
+}
+
+Test(transport_rdma, a_key_never_handed_out_fails_before_posting)
+{
+	static const step_fn s[] = {uk_go, uk_check, NULL};
+	struct ropts o = {.max_chans = 1};
+	run(&o, s);
+}
+
+/* A revoke: fresh rkeys behind the same key, every accepted queue pair
+ * closed, reads in flight sent again on new channels and landing whole,
+ * the old MR deregistered once its grace ended. */
+static uint32_t rk_old;
+static uint64_t mrs0, accepted0;
+
+static uint32_t rkey_now(struct rfx *f)
+{
+	uint32_t rk = 0;
+	cr_assert_eq(tp_rdma_node_rkey(f->srv, f->key, &rk), 0);
+	return rk;
+}
+
+static void rv_warm(struct rfx *f)
+{
+	/* The region's MR, the client's channel, and the first accept. */
+	local_dst(f);
+	rd_many(f, 4, f->dst);
+	go(f, 4, 10000);
+}
+
+/* Revoked, the client connected again, and its reads went on there. */
+static bool revoked(struct rfx *f)
+{
+	struct tp_rdma_stats s = srv_stats(f), c = cli_stats(f);
+	return s.revokes > 0 && s.accepted > accepted0 &&
+	       c.retried - f->st0.retried == 64 && c.wrs_posted -
+	       f->st0.wrs_posted == 128;
+}
+
+static void rv_go(struct rfx *f)
+{
+	for (unsigned i = 0; i < 4; i++)
+		rd_landed(f, i);
+	accepted0 = srv_stats(f).accepted;
+	cr_assert_geq(accepted0, 1);
+	rk_old = rkey_now(f);
+	mrs0 = sim_stats().mrs_live;
+	cr_assert(rsim_rkey_live(rk_old));
+	/* The node holds every WR: the revoke meets all 64 in flight. */
+	cr_assert_eq(rsim_silence(f->ep, true), 0);
+	poison(f);
+	rd_many(f, 64, f->dst);
+	go(f, 64, 10000);
+	tp_rdma_ops.revoke(f->srv, f->r, 7);
+	/* Once per epoch: these change nothing. */
+	tp_rdma_ops.revoke(f->srv, f->r, 7);
+	tp_rdma_ops.revoke(f->srv, f->r, 3);
+	wait_for(f, revoked, "the revoke, and the reads sent again");
+}
+
+/* The batch ends (and steps on) once the node answers again. */
+static void rv_unsilence(struct rfx *f)
+{
+	cr_assert_eq(f->done_calls, 1, "the batch ended while held");
+	cr_assert_eq(rsim_silence(f->ep, false), 0);
+}
+
+
+static void rv_landed(struct rfx *f)
+{
+	for (unsigned i = 0; i < 64; i++)
+		rd_landed(f, i);
+	struct tp_rdma_stats s = srv_stats(f), c = cli_stats(f);
+	cr_assert_eq(s.revokes, 1);
+	cr_assert_eq(c.retried - f->st0.retried, 64);
+	cr_assert_gt(s.accepted, accepted0, "the client connected again");
+	cr_assert_geq(c.chans_torn_down, 1, "the old channel closed");
+	uint32_t rk = rkey_now(f);
+	cr_assert_neq(rk, rk_old, "the rkey did not change");
+	cr_assert(rsim_rkey_live(rk));
+	next(f);
+}
+
+static bool old_mr_gone(struct rfx *f)
+{
+	(void)f;
+	return !rsim_rkey_live(rk_old) && sim_stats().mrs_live == mrs0;
+}
+
+static void rv_wait_grace(struct rfx *f)
+{
+	wait_for(f, old_mr_gone, "the old MR's deregistration");
+}
+
+/* Reads after the grace use the new rkey (a channel still holding the old
+ * one would fail with a remote access error). */
+static void rv_after(struct rfx *f)
+{
+	poison(f);
+	rd_many(f, 16, f->dst);
+	go(f, 16, 10000);
+}
+
+static void rv_after_check(struct rfx *f)
+{
+	for (unsigned i = 0; i < 16; i++)
+		rd_landed(f, i);
+	cr_assert_eq(cli_stats(f).wc_errors - f->st0.wc_errors, 0);
+	next(f);
+}
+
+Test(transport_rdma, revoke_rotates_rkeys_under_load)
+{
+	static const step_fn s[] = {rv_warm, rv_go, rv_unsilence, rv_landed,
+				    rv_wait_grace,
+				    rv_after, rv_after_check, NULL};
+	struct ropts o = {.max_chans = 2, .revoke_grace_ms = 300,
+			  .srv_secret = "alpha-secret",
+			  .cli_secret = "alpha-secret"};
 	run(&o, s);
 }
 
