@@ -17,10 +17,14 @@ void *__real_malloc(size_t n);
 void *__real_calloc(size_t n, size_t size);
 void *__real_realloc(void *p, size_t n);
 char *__real_strdup(const char *s);
+char *__real_strndup(const char *s, size_t n);
+int __real_posix_memalign(void **p, size_t align, size_t n);
 void *__wrap_malloc(size_t n);
 void *__wrap_calloc(size_t n, size_t size);
 void *__wrap_realloc(void *p, size_t n);
 char *__wrap_strdup(const char *s);
+char *__wrap_strndup(const char *s, size_t n);
+int __wrap_posix_memalign(void **p, size_t align, size_t n);
 
 static struct {
 	bool armed;      /* atomic */
@@ -59,6 +63,17 @@ void *__wrap_realloc(void *p, size_t n)
 char *__wrap_strdup(const char *s)
 {
 	return fail_now() ? NULL : __real_strdup(s);
+}
+
+char *__wrap_strndup(const char *s, size_t n)
+{
+	return fail_now() ? NULL : __real_strndup(s, n);
+}
+
+int __wrap_posix_memalign(void **p, size_t align, size_t n)
+{
+	/* posix_memalign reports the error instead of setting errno */
+	return fail_now() ? ENOMEM : __real_posix_memalign(p, align, n);
 }
 
 void pc_fault_alloc_arm(void)

@@ -5,7 +5,8 @@
  * ("rate=0.001,seed=7": each allocation fails with probability rate), and
  * the count of failures injected. Compiled in only with
  * PEERCACHE_FAULT_INJECTION (test builds): peercached is then linked with
- * -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=strdup, so only the
+ * -Wl,--wrap= for malloc, calloc, realloc, strdup, strndup and
+ * posix_memalign, so only the
  * allocations the project's own code makes can fail (those inside libc,
  * liburing or msgpack-c's library are not wrapped), and they fail only
  * while armed: from the node's ready line to the start of its stop, so
