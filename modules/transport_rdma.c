@@ -1609,7 +1609,8 @@ static void rot_done(struct rx_reactor *r, struct rx_offload *o)
 		struct ibv_mr *mr = j->regs[i].mr;
 		if (!mr) {
 			kept++;
-		} else if (!g || g->old) {
+		} else if (!g || g->old || g->r.base != j->regs[i].r.base ||
+			   g->r.len != j->regs[i].r.len) {
 			spare[nspare++] = mr; /* withdrawn (or replaced) since */
 		} else {
 			g->old = g->mr;
