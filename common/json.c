@@ -24,6 +24,10 @@ void pc_json_str(struct pc_wbuf *b, const char *s, size_t len)
 			pc_wbuf_printf(b, "\\%c", c);
 		else if (c == '\n')
 			pc_wbuf_append(b, "\\n", 2);
+		else if (c == '\t')
+			pc_wbuf_append(b, "\\t", 2);
+		else if (c == '\r')
+			pc_wbuf_append(b, "\\r", 2);
 		else if (c < 0x20 || c == 0x7f)
 			pc_wbuf_printf(b, "\\u%04x", c);
 		else if (c < 0x80)

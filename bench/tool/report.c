@@ -22,6 +22,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/buf.h"
+#include "common/json.h"
+
 #ifndef PEERCACHE_VERSION
 #define PEERCACHE_VERSION "unknown"
 #endif
@@ -436,37 +439,17 @@ int pcb_report_console(const struct pcb_report *r, FILE *out)
 
 static void json_str(FILE *out, const char *s)
 {
-	const unsigned char *p = (const unsigned char *)s;
-	size_t n = strlen(s);
-
-	fputc('"', out);
-	while (n) {
-		unsigned char ch = *p;
-		size_t k;
-
-		if (ch == '"' || ch == '\\') {
-			fputc('\\', out);
-			fputc(ch, out);
-			k = 1;
-		} else if (ch == '\n') {
-			fputs("\\n", out), k = 1;
-		} else if (ch == '\t') {
-			fputs("\\t", out), k = 1;
-		} else if (ch == '\r') {
-			fputs("\\r", out), k = 1;
-		} else if (ch < 0x20 || ch == 0x7f) {
-			fprintf(out, "\\u%04x", ch), k = 1;
-		} else if (ch < 0x80) {
-			fputc(ch, out), k = 1;
-		} else if ((k = pc_utf8_seq(p, n)) != 0) {
-			fwrite(p, 1, k, out);
-		} else {
-			fputs("\\ufffd", out), k = 1;
-		}
-		p += k;
-		n -= k;
+	struct pc_wbuf b;
+	pc_wbuf_init(&b, 0);
+	pc_json_str(&b, s, strlen(s));
+	if (b.failed) {
+		fprintf(stderr, "peercache-bench: out of memory writing a "
+			"report string\n");
+		fputs("null", out);
+	} else {
+		fwrite(b.data, 1, b.len, out);
 	}
-	fputc('"', out);
+	pc_wbuf_free(&b);
 }
 
 /* lead, then "key": "val" */
