@@ -61,8 +61,6 @@ const struct pc_compat_alias pc_compat_aliases[] = {
 	{"device_names", NULL, 0, PC_COMPAT_ANY, 0, 0, NULL,
 	 "one RDMA rail per node in this version: name the device with "
 	 "device_name (several rails are not supported)"},
-	{"rdma_op_timeout_ms", NULL, 0, PC_COMPAT_INT, 0, INT32_MAX, NULL,
-	 "a page call, RDMA or TCP, is bounded by request_deadline"},
 	{"directory_read_cache_ttl", NULL, 0, PC_COMPAT_SECONDS, 0, 0, NULL,
 	 "no directory read cache here: every read asks the directory, so a "
 	 "read never follows a stale location"},

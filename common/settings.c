@@ -113,6 +113,12 @@ static const struct pc_cfg_key keys[] = {
 	{"gid_index", PC_CFG_INT, "-1", -1, 255, NULL, OFF(gid_index), 0,
 	 "RDMA GID index the device must have (rdma_cm picks the GID of the "
 	 "address it connects from); -1 = no check"},
+	{"rdma_op_timeout_ms", PC_CFG_INT, "5000", 0, 10 * MIN, NULL,
+	 OFF(rdma_op_timeout_ms), 0,
+	 "milliseconds an RDMA operation may stay posted without completing "
+	 "before its queue pair counts as stuck: closed, its operations sent "
+	 "once more on another (the batch's own deadline still bounds the "
+	 "call); 0 = off"},
 	{"vnodes", PC_CFG_INT, "160", 1, 4096, NULL, OFF(vnodes), 0,
 	 "virtual nodes per node on the consistent-hash ring"},
 	{"directory_replicas", PC_CFG_INT, "2", 1, 8, NULL,

@@ -53,6 +53,7 @@ struct pc_settings {
 	char *device_name;        /* RDMA device; "": the first usable */
 	int64_t ib_port;
 	int64_t gid_index;        /* -1: rdma_cm picks the GID */
+	int64_t rdma_op_timeout_ms; /* a stuck RDMA channel; 0: off */
 	/* placement */
 	int64_t vnodes;
 	int64_t directory_replicas;

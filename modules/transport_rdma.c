@@ -12,7 +12,8 @@
  * posted (pump). The channel's fifo holds posted operations in posting
  * order; a signaled completion with wr_id = seq finishes every operation up
  * to seq; a failed one finishes those before it, fails the one it names
- * and tears the channel down (destroy_qp: no byte moves after it). Batches
+ * and tears the channel down (destroy_qp: no byte moves after it); so does
+ * the sweep when the fifo's head stays posted past cfg.op_timeout_ms. Batches
  * end through their timer (0-delay when the last operation finished), so
  * done never runs inside a call of the caller.
  */
@@ -156,6 +157,7 @@ struct rop {
 	struct rchan *ch;
 	struct rop *next;   /* a channel's wait queue */
 	uint64_t seq;
+	uint64_t posted_ns; /* when posted (the reactor's clock) */
 	bool fin, posted, retried;
 	uint8_t moves;      /* times a closing channel passed it on */
 	bool write;
@@ -219,6 +221,7 @@ struct tp_client {
 	struct tp_bcore *batches;
 	struct rchan *reap;     /* dead channels to free */
 	struct rx_timer reaper;
+	struct rx_timer sweep;  /* op_timeout_ms: finds stuck channels */
 	bool stopping;
 };
 
@@ -576,6 +579,7 @@ enum td { TD_FAIL, TD_RETRY, TD_CONNFAIL, TD_ABORT };
 
 static void chan_teardown(struct rchan *ch, enum td mode, int err);
 static void op_place(struct tp_client *tc, struct rop *o, bool may_open);
+static void sweep_arm(struct tp_client *tc);
 
 static void batch_fire(struct rx_reactor *r, struct rx_timer *t);
 
@@ -955,6 +959,7 @@ static void chan_pump(struct rchan *ch)
 		for (unsigned i = 0; i < posted; i++) {
 			struct rop *o = ops[i];
 			o->seq = ch->seq + i;
+			o->posted_ns = rx_now_ns(ch->tc->r);
 			o->posted = true;
 			ch->fifo[(ch->head + ch->nfifo) % sq] = o;
 			ch->nfifo++;
@@ -963,6 +968,8 @@ static void chan_pump(struct rchan *ch)
 		}
 		STAT_ADD(tn, wrs_posted, posted);
 		ch->seq += posted;
+		if (posted)
+			sweep_arm(ch->tc);
 		if (posted < n) {
 			/* Put the rest back, in order. */
 			for (unsigned i = n; i-- > posted;) {
@@ -1151,6 +1158,73 @@ static void on_cq_event(struct rx_watch *w, uint32_t revents, void *arg)
 		}
 		chan_drain(ch);
 	}
+}
+
+/* ------------------------------------------------------ stuck channels */
+
+/*
+ * cfg.op_timeout_ms: a channel whose oldest posted WR has not completed
+ * within it is stuck (a black-holed QP: nothing answers, and no error
+ * comes before the QP's retries run out, seconds on hardware). One timer
+ * per client sweeps the channels every quarter of the timeout while any
+ * of them holds posted work. Posting times grow along a channel's fifo,
+ * so its head is the one to look at: an operation costs one store of the
+ * reactor's cached clock and no timer of its own (a timer per channel
+ * would be re-armed on every completion). An operation is found late 1 to
+ * 1.25 timeouts after it was posted. A stuck channel is torn down like
+ * one with a failed completion (TD_RETRY): its QP is destroyed at once,
+ * its operations are posted once more on another channel, and one that
+ * was already retried ends with -ETIMEDOUT.
+ */
+static void sweep_arm(struct tp_client *tc)
+{
+	uint64_t ns = RX_MS(tc->tn->cfg.op_timeout_ms) / 4;
+	if (!ns || tc->stopping || rx_timer_armed(&tc->sweep))
+		return;
+	rx_timer_start(tc->r, &tc->sweep, PC_MAX(ns, RX_MS(1)), 0);
+}
+
+/* A channel of p whose oldest posted WR is older than limit, or NULL;
+ * *busy becomes true if one holds posted work. */
+static struct rchan *chan_stuck(struct tp_peer *p, uint64_t now,
+				uint64_t limit, bool *busy)
+{
+	for (struct rchan *ch = p->chans; ch; ch = ch->next) {
+		if (ch->state != CH_READY || !ch->nfifo)
+			continue;
+		*busy = true;
+		if (now - ch->fifo[ch->head]->posted_ns >= limit)
+			return ch;
+	}
+	return NULL;
+}
+
+static void op_sweep(struct rx_reactor *r, struct rx_timer *t)
+{
+	struct tp_client *tc = t->arg;
+	struct tp_node *tn = tc->tn;
+	uint64_t now = rx_now_ns(r), limit = RX_MS(tn->cfg.op_timeout_ms);
+	bool busy = false;
+	for (struct tp_peer *p = tc->peers; p; p = p->next) {
+		struct rchan *ch;
+		/* A teardown changes p's channels (a retry may open one):
+		 * look again from the start. */
+		while ((ch = chan_stuck(p, now, limit, &busy))) {
+			const struct rop *o = ch->fifo[ch->head];
+			PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "%s: an RDMA %s of %u "
+				  "bytes posted %llu ms ago has not completed "
+				  "(rdma_op_timeout_ms %u); closing its channel",
+				  p->name, o->write ? "write" : "read", o->len,
+				  (unsigned long long)((now - o->posted_ns) /
+						       RX_MS(1)),
+				  tn->cfg.op_timeout_ms);
+			STAT_ADD(tn, op_timeouts, 1);
+			p->last_err = -ETIMEDOUT;
+			chan_teardown(ch, TD_RETRY, -ETIMEDOUT);
+		}
+	}
+	if (busy)
+		sweep_arm(tc);
 }
 
 /* ------------------------------------------------------ rdma_cm (client) */
@@ -1793,6 +1867,7 @@ struct tp_client *tp_rdma_client_new(struct tp_node *tn, struct rx_reactor *r,
 	tc->tn = tn;
 	tc->r = r;
 	rx_timer_init(&tc->reaper, chan_reap, tc);
+	rx_timer_init(&tc->sweep, op_sweep, tc);
 	int ret = 0;
 	if (!(tc->cch = api->create_comp_channel(tn->ctx)))
 		ret = neg_errno(-ENOMEM);
@@ -1822,6 +1897,7 @@ void tp_rdma_client_stop(struct tp_client *tc)
 	tc->stopping = true;
 	for (struct tp_peer *p = tc->peers; p; p = p->next)
 		peer_fail(tc, p, -ESHUTDOWN);
+	rx_timer_stop(tc->r, &tc->sweep);
 	/* Nothing needs the channels' events any more; the loop must not
 	 * wait for the watches. */
 	if (tc->cw)
@@ -1839,6 +1915,7 @@ void tp_rdma_client_free(struct tp_client *tc)
 	for (struct tp_peer *p = tc->peers; p; p = p->next)
 		peer_fail(tc, p, -ESHUTDOWN);
 	rx_timer_stop(tc->r, &tc->reaper);
+	rx_timer_stop(tc->r, &tc->sweep);
 	if (tc->cw)
 		rx_watch_cancel(tc->cw);
 	if (tc->ew)

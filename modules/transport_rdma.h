@@ -21,7 +21,10 @@
  * Failures: a failed completion tears its channel down (the QP is
  * destroyed at once, so nothing lands later); the operation that failed
  * reports the mapped errno, those flushed behind it are posted again once
- * on another channel. A timeout, a cancel, peer_close and fail_node also
+ * on another channel. A channel whose oldest posted WR has not completed
+ * within cfg.op_timeout_ms is stuck: it is torn down the same way, its
+ * operations posted once more elsewhere (one that times out again ends
+ * with -ETIMEDOUT). A timeout, a cancel, peer_close and fail_node also
  * destroy the QPs that still hold their operations before done runs: a
  * batch's done means no byte of it can still land.
  *
@@ -75,6 +78,9 @@ struct tp_rdma_cfg {
 	unsigned revoke_grace_ms;    /* old MRs live on after a revoke; 0:
 				      * 10000 */
 	const char *secret;          /* cluster_secret, or NULL */
+	/* A WR posted this long ago and not completed: its channel is stuck
+	 * (torn down, its operations retried once elsewhere); 0: off. */
+	unsigned op_timeout_ms;
 };
 
 /* Counters (any thread may read; relaxed). */
@@ -85,6 +91,7 @@ struct tp_rdma_stats {
 	uint64_t wc_errors, retried, lazy_mrs, timeouts;
 	uint64_t accepted, refused;  /* connect requests (served side) */
 	uint64_t revokes;            /* peers' access taken back */
+	uint64_t op_timeouts;        /* channels closed by op_timeout_ms */
 };
 
 extern const struct tp_ops tp_rdma_ops;

@@ -30,6 +30,7 @@ void tp_rdma_cfg_of(const struct pc_settings *s, const struct rv_api *api,
 		.connect_timeout_ms = (unsigned)PC_MIN(s->rpc_timeout_ms, 5000),
 		.max_accepted = (unsigned)s->data_max_connections,
 		.secret = *s->cluster_secret ? s->cluster_secret : NULL,
+		.op_timeout_ms = (unsigned)s->rdma_op_timeout_ms,
 	};
 }
 

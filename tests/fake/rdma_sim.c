@@ -776,7 +776,7 @@ static bool qp_step(struct sim_qp *q, uint64_t now, uint64_t *next)
 		return false;
 	}
 	struct sim_node *n = rsim_node_find(&q->node);
-	if (n && n->silent)
+	if ((n && n->silent) || q->silent)
 		return false;
 	if (n && n->fail_n) {
 		n->fail_n--;
@@ -1228,6 +1228,19 @@ int rsim_silence(const char *addr, bool on)
 	return with_node(addr, set_silent, &on);
 }
 
+static void silence_qps(struct sim_node *n, void *arg)
+{
+	(void)arg;
+	for (struct sim_qp *q = S.qps; q; q = q->next)
+		if (q->linked && key_eq(&q->node, &n->key))
+			q->silent = true;
+}
+
+int rsim_silence_qps(const char *addr)
+{
+	return with_node(addr, silence_qps, NULL);
+}
+
 static void set_silent_cm(struct sim_node *n, void *arg)
 {
 	n->silent_cm = *(bool *)arg;
@@ -1263,6 +1276,9 @@ static void kill_node(struct sim_node *n, void *arg)
 	(void)arg;
 	uint64_t due = rsim_now_ns() + KILL_DELAY_NS;
 	n->silent = false; /* the black hole ends: held WRs retry out */
+	for (struct sim_qp *q = S.qps; q; q = q->next)
+		if (key_eq(&q->node, &n->key))
+			q->silent = false;
 	for (struct sim_id *i = S.ids; i; i = i->next)
 		if (i->st == ID_LISTEN && !i->dead &&
 		    rsim_key_overlaps(&i->src, &n->key))

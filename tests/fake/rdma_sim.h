@@ -114,6 +114,10 @@ int rsim_add_device(const char *name, int port_state);
 int rsim_set_delay(const char *addr, unsigned min_us, unsigned max_us);
 /* The node's WRs never complete (held) until unsilenced or killed. */
 int rsim_silence(const char *addr, bool on);
+/* The QPs connected through the node now (both sides) hold their WRs
+ * for good, as rsim_silence does, until destroyed or the node is killed;
+ * QPs connected later are not affected (a black hole on some paths). */
+int rsim_silence_qps(const char *addr);
 /* The node dies (see above). */
 int rsim_kill(const char *addr);
 /* The next n WRs on its connections fail with status (then flush). */

@@ -133,6 +133,7 @@ struct sim_qp {
 	bool linked;             /* was connected to a peer */
 	bool ready;              /* RTS */
 	bool error;
+	bool silent;             /* rsim_silence_qps: its WRs are held */
 	uint64_t posted, polled; /* WR seqs: slots used = posted - polled */
 	unsigned max_wr, max_sge;
 	struct sim_wr *head, *tail;

@@ -31,6 +31,7 @@ Test(settings, defaults_follow_the_design)
 	cr_assert_eq(s.vnodes, 160);
 	cr_assert_eq(s.directory_replicas, 2);
 	cr_assert_eq(s.max_channels_per_peer, 16);
+	cr_assert_eq(s.rdma_op_timeout_ms, 5000, "the original's 5 s");
 	cr_assert_eq(s.max_masters, 3);
 	cr_assert_str_eq(s.discovery_addr, "");
 	cr_assert(s.metrics_enabled);
@@ -66,6 +67,28 @@ Test(settings, file_then_env_then_args)
 	pc_settings_free(&s);
 	unlink(path);
 	free(path);
+}
+
+/* The original's environment variable is this key's: same name, same
+ * unit (milliseconds); 0 turns the RDMA operation timeout off. */
+Test(settings, rdma_op_timeout_from_the_original_environment)
+{
+	char *argv[] = {"peercached", NULL};
+	char *envp[] = {"PEERCACHE_RDMA_OP_TIMEOUT_MS=2000", NULL};
+	struct pc_settings s;
+	cr_assert_eq(pc_settings_load(&s, 1, argv, envp, err, sizeof(err)), 0,
+		     "%s", err);
+	cr_assert_eq(s.rdma_op_timeout_ms, 2000);
+	pc_settings_free(&s);
+	char *off[] = {"peercached", "--rdma-op-timeout-ms", "0", NULL};
+	cr_assert_eq(pc_settings_load(&s, 3, off, envp, err, sizeof(err)), 0,
+		     "%s", err);
+	cr_assert_eq(s.rdma_op_timeout_ms, 0, "command line wins; 0 = off");
+	pc_settings_free(&s);
+	char *bad[] = {"PEERCACHE_RDMA_OP_TIMEOUT_MS=soon", NULL};
+	cr_assert_lt(pc_settings_load(&s, 1, argv, bad, err, sizeof(err)), 0);
+	cr_assert(strstr(err, "rdma_op_timeout_ms: 'soon'"), "%s", err);
+	pc_settings_free(&s);
 }
 
 Test(settings, bad_values_name_the_key_and_what_is_allowed)

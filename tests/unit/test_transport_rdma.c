@@ -3,8 +3,8 @@
  * (modules/transport_rdma.h) does that the shared conformance suite
  * (test_transport.c) does not reach: selective signaling and send-queue
  * accounting, completion errors in the middle of a batch, a peer that stops
- * answering, connect timeouts, the connect-time authentication in both
- * directions, that a cancelled or timed-out batch never lands, per-batch
+ * answering, connect timeouts, the per-operation timeout (a black-holed
+ * queue pair), the connect-time authentication in both directions, that a cancelled or timed-out batch never lands, per-batch
  * memory registration, and device probing.
  *
  * Owns: the fixtures. Every case runs against the verbs simulation
@@ -50,6 +50,7 @@ struct ropts {
 	bool separate; /* the client on a node of its own (cli_secret) */
 	unsigned max_accepted; /* the serving node's cap on peers' QPs */
 	unsigned revoke_grace_ms;
+	unsigned op_timeout_ms;
 };
 
 struct rfx;
@@ -197,6 +198,7 @@ static struct tp_rdma_cfg cfg_of(const struct ropts *o, const char *secret)
 				    .sq_depth = o->sq_depth,
 				    .signal_every = o->signal_every,
 				    .revoke_grace_ms = o->revoke_grace_ms,
+				    .op_timeout_ms = o->op_timeout_ms,
 				    .secret = secret};
 }
 
@@ -811,6 +813,108 @@ Test(transport_rdma, timed_out_batch_never_lands)
 {
 	static const step_fn s[] = {tmo_go, tmo_check, NULL};
 	struct ropts o = {.max_chans = 2};
+	run(&o, s);
+}
+
+/* ------------------------------ the per-operation timeout (stuck QPs) */
+
+#define OP_TIMEOUT_MS 200
+
+/* One channel, connected by a first batch; then the sim black-holes it
+ * (but not the QPs connected later). The next batch's reads are posted on
+ * it and never complete: after op_timeout_ms the channel is closed and
+ * the reads go on a new one. The batch's own timeout is far beyond the
+ * case's watchdog: only the op timeout can end it in time. */
+static void stuck_warm(struct rfx *f)
+{
+	rd_many(f, 8, f->dst);
+	go(f, 8, 10000);
+}
+
+static void stuck_go(struct rfx *f)
+{
+	for (unsigned i = 0; i < 8; i++)
+		rd_landed(f, i);
+	cr_assert_eq(cli_stats(f).chans_opened, 1);
+	cr_assert_eq(rsim_silence_qps(f->ep), 0);
+	memset(f->dst, 0, (size_t)OPS_MAX * SLOT);
+	rd_many(f, 8, f->dst);
+	go(f, 8, 60000);
+}
+
+static void stuck_check(struct rfx *f)
+{
+	for (unsigned i = 0; i < 8; i++)
+		rd_landed(f, i);
+	struct tp_rdma_stats s = cli_stats(f);
+	cr_assert_geq(s.op_timeouts - f->st0.op_timeouts, 1);
+	cr_assert_eq(s.timeouts, 0, "the batch timed out");
+	cr_assert_geq(s.retried - f->st0.retried, 8);
+	cr_assert_geq(s.chans_opened, 2);
+	/* The stuck QP's WRs never ran: dropped with it (or flushed by the
+	 * disconnect just before). */
+	struct rsim_stats st = sim_stats();
+	cr_assert_geq(st.wrs_dropped - f->sim0.wrs_dropped + st.flushes -
+		      f->sim0.flushes, 8, "the stuck QP's WRs ran");
+	next(f);
+}
+
+Test(transport_rdma, op_timeout_moves_reads_off_a_stuck_channel)
+{
+	static const step_fn s[] = {stuck_warm, stuck_go, stuck_check, NULL};
+	struct ropts o = {.max_chans = 1, .op_timeout_ms = OP_TIMEOUT_MS};
+	run(&o, s);
+}
+
+/* Every QP to the node is black-holed: each read times out on its first
+ * channel and on its retry, and ends with -ETIMEDOUT at about twice the
+ * op timeout, not at the batch's 60 s. Nothing lands afterwards (the
+ * node answers again once done ran: done_poison). */
+static void dark_go(struct rfx *f)
+{
+	cr_assert_eq(tp_rdma_ops.peer_open(f->tc, f->ep, "n1", &f->ph), 0);
+	cr_assert_eq(rsim_silence(f->ep, true), 0);
+	f->want = -ETIMEDOUT;
+	go_poison(f, 8, 60000);
+}
+
+static void dark_check(struct rfx *f)
+{
+	struct tp_rdma_stats s = cli_stats(f);
+	cr_assert_eq(s.timeouts, 0, "the batch timed out");
+	cr_assert_geq(s.op_timeouts, 2, "%llu op timeouts",
+		      (unsigned long long)s.op_timeouts);
+	cr_assert_eq(s.retried, 8, "each read is posted once more, once");
+	struct tp_peer_info pi;
+	tp_rdma_ops.peer_health(f->tc, f->ph, &pi);
+	cr_assert_eq(pi.err, -ETIMEDOUT);
+	cr_assert_eq(pi.inflight, 0);
+	next(f);
+}
+
+Test(transport_rdma, op_timeout_twice_ends_the_read)
+{
+	static const step_fn s[] = {dark_go, ended_check, dark_check, NULL};
+	struct ropts o = {.max_chans = 1, .op_timeout_ms = OP_TIMEOUT_MS};
+	run(&o, s);
+}
+
+/* op_timeout_ms 0: no operation timeout; the batch's own bounds it, and
+ * its stuck channel is not replaced. */
+static void nooptmo_check(struct rfx *f)
+{
+	struct tp_rdma_stats s = cli_stats(f);
+	cr_assert_eq(s.timeouts, 1);
+	cr_assert_eq(s.op_timeouts, 0);
+	cr_assert_eq(s.retried, 0);
+	cr_assert_eq(s.chans_opened, 1);
+	ended_check(f);
+}
+
+Test(transport_rdma, op_timeout_off)
+{
+	static const step_fn s[] = {tmo_go, nooptmo_check, NULL};
+	struct ropts o = {.max_chans = 1, .op_timeout_ms = 0};
 	run(&o, s);
 }
 
