@@ -29,6 +29,12 @@ static int real_query_port(struct ibv_context *ctx, uint8_t port,
 	return ibv_query_port(ctx, port, attr);
 }
 
+static int real_query_device(struct ibv_context *ctx,
+			     struct ibv_device_attr *attr)
+{
+	return ibv_query_device(ctx, attr);
+}
+
 static struct ibv_mr *real_reg_mr(struct ibv_pd *pd, void *addr, size_t len,
 				  int access)
 {
@@ -56,6 +62,7 @@ const struct rv_api rv_real = {
 	.close_device = ibv_close_device,
 	.query_port = real_query_port,
 	.query_gid = ibv_query_gid,
+	.query_device = real_query_device,
 	.alloc_pd = ibv_alloc_pd,
 	.dealloc_pd = ibv_dealloc_pd,
 	.reg_mr = real_reg_mr,

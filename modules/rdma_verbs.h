@@ -48,8 +48,9 @@
  *    succeeds. destroy_qp: once it returns, the QP moves no more bytes.
  *
  * Errors follow the libraries: NULL or -1 with errno, except post_send,
- * req_notify_cq and modify_qp, which return an errno value, and poll_cq,
- * which returns the completions found or a negative value.
+ * req_notify_cq, modify_qp, query_port and query_device, which return an
+ * errno value, and poll_cq, which returns the completions found or a
+ * negative value.
  */
 #ifndef PC_MODULES_RDMA_VERBS_H
 #define PC_MODULES_RDMA_VERBS_H
@@ -73,6 +74,11 @@ struct rv_api {
 			  struct ibv_port_attr *attr);
 	int (*query_gid)(struct ibv_context *ctx, uint8_t port, int index,
 			 union ibv_gid *gid);
+	/* The device's limits (max_qp_wr, max_sge, max_sge_rd, max_cqe,
+	 * max_qp_rd_atom, max_qp_init_rd_atom are the ones read); QPs, CQs
+	 * and connect/accept parameters beyond them fail with EINVAL. */
+	int (*query_device)(struct ibv_context *ctx,
+			    struct ibv_device_attr *attr);
 
 	/* protection domains and memory regions */
 	struct ibv_pd *(*alloc_pd)(struct ibv_context *ctx);

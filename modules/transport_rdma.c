@@ -314,9 +314,10 @@ static void proof_of(const char *secret, bool server, uint64_t ts,
 
 /* ---------------------------------------------------------------- probe */
 
-/* Whether ctx's port (cfg->ib_port) is usable; why says what was found. */
+/* Whether ctx's port (cfg->ib_port) is usable and the device can carry
+ * our READs; why says what was found, *da gets the device's limits. */
 static bool dev_usable(const struct tp_rdma_cfg *cfg, struct ibv_context *ctx,
-		       char *why, size_t whylen)
+		       char *why, size_t whylen, struct ibv_device_attr *da)
 {
 	const struct rv_api *api = cfg->api;
 	const char *name = api->get_device_name(ctx->device);
@@ -338,6 +339,26 @@ static bool dev_usable(const struct tp_rdma_cfg *cfg, struct ibv_context *ctx,
 			 cfg->gid_index, cfg->ib_port);
 		return false;
 	}
+	memset(da, 0, sizeof(*da));
+	int err = api->query_device(ctx, da);
+	if (err) {
+		snprintf(why, whylen, "%s: query_device: %s", name,
+			 strerror(err));
+		return false;
+	}
+	/* A READ scatters a page's header and payload: two SGEs (max_sge_rd
+	 * 0: the driver does not say, max_sge holds). */
+	if (da->max_sge < 2 || (da->max_sge_rd && da->max_sge_rd < 2)) {
+		snprintf(why, whylen, "%s: %d SGEs per WR (%d for READs), "
+			 "2 needed", name, da->max_sge, da->max_sge_rd);
+		return false;
+	}
+	if (da->max_qp_rd_atom < 1 || da->max_qp_init_rd_atom < 1) {
+		snprintf(why, whylen, "%s: no RDMA READ in flight allowed "
+			 "(max_qp_rd_atom %d, max_qp_init_rd_atom %d)", name,
+			 da->max_qp_rd_atom, da->max_qp_init_rd_atom);
+		return false;
+	}
 	snprintf(why, whylen, "%s port %u active", name, cfg->ib_port);
 	return true;
 }
@@ -345,10 +366,10 @@ static bool dev_usable(const struct tp_rdma_cfg *cfg, struct ibv_context *ctx,
 /*
  * The usable devices rdma_cm knows (only the one cfg names, if any): how
  * many, and in *out the first one's context (rdma_cm's own, the one its
- * ids use). why says what was found.
+ * ids use) and in *da its limits. why says what was found.
  */
 static int dev_open(const struct tp_rdma_cfg *cfg, struct ibv_context **out,
-		    char *why, size_t whylen)
+		    struct ibv_device_attr *da, char *why, size_t whylen)
 {
 	int n = 0;
 	struct ibv_context **list = cfg->api->get_devices(&n);
@@ -363,11 +384,14 @@ static int dev_open(const struct tp_rdma_cfg *cfg, struct ibv_context **out,
 		if (named && strcmp(cfg->device, name))
 			continue;
 		char one[160];
-		if (dev_usable(cfg, list[i], one, sizeof(one))) {
+		struct ibv_device_attr a;
+		if (dev_usable(cfg, list[i], one, sizeof(one), &a)) {
 			if (!found) {
 				snprintf(why, whylen, "%s", one);
 				if (out)
 					*out = list[i];
+				if (da)
+					*da = a;
 			}
 			found++;
 		} else if (!found) {
@@ -381,7 +405,7 @@ static int dev_open(const struct tp_rdma_cfg *cfg, struct ibv_context **out,
 
 int tp_rdma_probe(const struct tp_rdma_cfg *cfg, char *why, size_t whylen)
 {
-	return dev_open(cfg, NULL, why, whylen);
+	return dev_open(cfg, NULL, NULL, why, whylen);
 }
 
 /* ------------------------------------------------------------- regions */
@@ -1789,6 +1813,32 @@ int tp_rdma_node_rkey(struct tp_node *tn, uint32_t key, uint32_t *rkey)
 
 /* --------------------------------------------------------------- node */
 
+/*
+ * What the QPs ask for, within the device's limits (queried once): the
+ * send queue within max_qp_wr (and its CQ, one entry more, within
+ * max_cqe); READs in flight within both max_qp_init_rd_atom (what a QP
+ * may issue: connect's initiator_depth) and max_qp_rd_atom (what it may
+ * serve: accept's responder_resources), one value for both roles since
+ * a node is both. Said once if anything was cut.
+ */
+static void dev_limit(struct tp_node *tn, const struct ibv_device_attr *da)
+{
+	unsigned sq = cfg_sq(tn), rd = cfg_rd(tn);
+	long sq_max = PC_MIN((long)da->max_qp_wr, (long)da->max_cqe - 1);
+	/* dev_usable saw both READ limits >= 1 */
+	long rd_max = PC_MIN(da->max_qp_rd_atom, da->max_qp_init_rd_atom);
+	tn->cfg.sq_depth = (unsigned)PC_MAX(1, PC_MIN((long)sq, sq_max));
+	tn->cfg.rd_atomic = (unsigned)PC_MIN((long)rd, rd_max);
+	if (tn->cfg.sq_depth < sq || tn->cfg.rd_atomic < rd)
+		PC_LOGW(LOG_MOD, "the device's limits cut what a queue pair "
+			"asks for: send queue %u WRs (of %u; max_qp_wr %d, "
+			"max_cqe %d), READs in flight %u (of %u; "
+			"max_qp_rd_atom %d, max_qp_init_rd_atom %d)",
+			tn->cfg.sq_depth, sq, da->max_qp_wr, da->max_cqe,
+			tn->cfg.rd_atomic, rd, da->max_qp_rd_atom,
+			da->max_qp_init_rd_atom);
+}
+
 int tp_rdma_node_new(const struct tp_rdma_cfg *cfg, struct tp_node **out)
 {
 	struct tp_node *tn = calloc(1, sizeof(*tn));
@@ -1807,11 +1857,13 @@ int tp_rdma_node_new(const struct tp_rdma_cfg *cfg, struct tp_node **out)
 		return -ENOMEM;
 	}
 	char why[200];
-	if (!dev_open(&tn->cfg, &tn->ctx, why, sizeof(why))) {
+	struct ibv_device_attr da;
+	if (!dev_open(&tn->cfg, &tn->ctx, &da, why, sizeof(why))) {
 		PC_LOGE(LOG_MOD, "no usable RDMA device: %s", why);
 		tp_rdma_node_free(tn);
 		return -ENODEV;
 	}
+	dev_limit(tn, &da);
 	if (!(tn->pd = tn->api->alloc_pd(tn->ctx))) {
 		int err = neg_errno(-ENOMEM);
 		tp_rdma_node_free(tn);

@@ -362,6 +362,54 @@ static int sim_query_gid(struct ibv_context *ctx, uint8_t port, int index,
 	return 0;
 }
 
+static int sim_query_device(struct ibv_context *ctx,
+			    struct ibv_device_attr *attr)
+{
+	struct sim_ctx *c = (struct sim_ctx *)ctx;
+	memset(attr, 0, sizeof(*attr));
+	rsim_lock();
+	const struct rsim_limits *l = &c->dev->lim;
+	snprintf(attr->fw_ver, sizeof(attr->fw_ver), "sim");
+	attr->node_guid = 0x5153494d00000000ull + c->dev->idx;
+	attr->max_mr_size = 1ull << 40;
+	attr->page_size_cap = 0xfffff000u;
+	attr->max_qp = 65536;
+	attr->max_qp_wr = (int)l->max_qp_wr;
+	attr->max_sge = (int)l->max_sge;
+	attr->max_sge_rd = (int)l->max_sge_rd;
+	attr->max_cq = 65536;
+	attr->max_cqe = (int)l->max_cqe;
+	attr->max_mr = 1 << 20;
+	attr->max_pd = 1 << 16;
+	attr->max_qp_rd_atom = (int)l->max_qp_rd_atom;
+	attr->max_qp_init_rd_atom = (int)l->max_qp_init_rd_atom;
+	attr->phys_port_cnt = 1;
+	rsim_unlock();
+	return 0;
+}
+
+int rsim_set_limits(const char *dev, const struct rsim_limits *lim)
+{
+	int ret = -ENODEV;
+	rsim_lock();
+	for (unsigned i = 0; i < S.ndevs; i++) {
+		struct rsim_limits *l = &S.devs[i]->lim;
+		if (strcmp(S.devs[i]->dev.name, dev))
+			continue;
+#define KEEP(f) l->f = lim->f ? lim->f : l->f
+		KEEP(max_qp_wr);
+		KEEP(max_sge);
+		KEEP(max_sge_rd);
+		KEEP(max_cqe);
+		KEEP(max_qp_rd_atom);
+		KEEP(max_qp_init_rd_atom);
+#undef KEEP
+		ret = 0;
+	}
+	rsim_unlock();
+	return ret;
+}
+
 /* -------------------------------------------------------- PDs and MRs */
 
 static struct ibv_pd *sim_alloc_pd(struct ibv_context *ctx)
@@ -503,7 +551,11 @@ static struct ibv_cq *sim_create_cq(struct ibv_context *ctx, int cqe,
 				    struct ibv_comp_channel *chan,
 				    int comp_vector)
 {
-	if (cqe < 1 || cqe > CQE_MAX || comp_vector != 0) {
+	struct sim_ctx *sc = (struct sim_ctx *)ctx;
+	rsim_lock();
+	unsigned max_cqe = sc->dev->lim.max_cqe;
+	rsim_unlock();
+	if (cqe < 1 || (unsigned)cqe > max_cqe || comp_vector != 0) {
 		errno = EINVAL;
 		return NULL;
 	}
@@ -871,7 +923,9 @@ static int sim_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr,
 	for (; wr; wr = wr->next) {
 		if ((wr->opcode != IBV_WR_RDMA_READ &&
 		     wr->opcode != IBV_WR_RDMA_WRITE) ||
-		    wr->num_sge < 0 || (unsigned)wr->num_sge > q->max_sge) {
+		    wr->num_sge < 0 || (unsigned)wr->num_sge > q->max_sge ||
+		    (wr->opcode == IBV_WR_RDMA_READ &&
+		     (unsigned)wr->num_sge > q->max_sge_rd)) {
 			ret = EINVAL;
 			break;
 		}
@@ -942,11 +996,21 @@ static int sim_create_qp(struct rdma_cm_id *cmid, struct ibv_pd *pd,
 	if (!q)
 		return rsim_fail(ENOMEM);
 	rsim_lock();
-	if (!id->id.verbs || pd->context != id->id.verbs || id->qp) {
+	const struct rsim_limits *lim =
+		id->id.verbs ? &((struct sim_ctx *)id->id.verbs)->dev->lim
+			     : NULL;
+	S.st.qp_send_wr_max = SIM_MAX(S.st.qp_send_wr_max,
+				     attr->cap.max_send_wr);
+	S.st.qp_send_sge_max = SIM_MAX(S.st.qp_send_sge_max,
+				      attr->cap.max_send_sge);
+	if (!id->id.verbs || pd->context != id->id.verbs || id->qp ||
+	    attr->cap.max_send_wr > lim->max_qp_wr ||
+	    attr->cap.max_send_sge > lim->max_sge) {
 		rsim_unlock();
 		free(q);
 		return rsim_fail(EINVAL);
 	}
+	q->max_sge_rd = lim->max_sge_rd;
 	do
 		q->qp.qp_num = S.qpn_next++ & 0xffffff;
 	while (q->qp.qp_num < 2);
@@ -1032,6 +1096,7 @@ static const struct rv_api sim_api = {
 	.close_device = sim_close_device,
 	.query_port = sim_query_port,
 	.query_gid = sim_query_gid,
+	.query_device = sim_query_device,
 	.alloc_pd = sim_alloc_pd,
 	.dealloc_pd = sim_dealloc_pd,
 	.reg_mr = sim_reg_mr,
@@ -1169,6 +1234,8 @@ int rsim_add_device(const char *name, int port_state)
 		d->dev.node_type = IBV_NODE_CA;
 		d->dev.transport_type = IBV_TRANSPORT_IB;
 		d->port_state = port_state;
+		d->lim = (struct rsim_limits){WR_MAX, SGE_MAX, SGE_MAX,
+					      CQE_MAX, 16, 16};
 		d->idx = S.ndevs;
 		d->cm_ctx = ctx_new(d, true);
 		if (!d->cm_ctx) {

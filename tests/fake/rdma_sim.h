@@ -92,6 +92,11 @@ struct rsim_stats {
 	uint64_t contexts_open;  /* by open_device, not yet closed */
 	uint64_t events_unacked; /* rdma_cm events got and not acked */
 	uint64_t cq_events_unacked; /* completion events got and not acked */
+	/* the most asked for so far (device limits: rsim_set_limits) */
+	uint64_t qp_send_wr_max;  /* max_send_wr of a created QP */
+	uint64_t qp_send_sge_max; /* max_send_sge of a created QP */
+	uint64_t init_depth_max;  /* initiator_depth given to connect */
+	uint64_t resp_res_max;    /* responder_resources given to accept */
 };
 
 /* The table (name "sim"). */
@@ -105,6 +110,22 @@ int rsim_reset(void);
 /* A device (name unique, < 64 chars) with port 1 in port_state
  * (IBV_PORT_ACTIVE or IBV_PORT_DOWN). 0, -EINVAL, -EEXIST, -ENOSPC. */
 int rsim_add_device(const char *name, int port_state);
+
+/*
+ * Limits a device reports (query_device) and enforces, as hardware does:
+ * create_qp with more than max_qp_wr send WRs or max_sge send SGEs,
+ * create_cq with more than max_cqe entries, connect with initiator_depth
+ * above max_qp_init_rd_atom and accept with responder_resources above
+ * max_qp_rd_atom fail with EINVAL; a READ WR with more than max_sge_rd
+ * SGEs fails post_send with EINVAL. Defaults: 16384 WRs, 16 SGEs (READs
+ * too), 65536 CQEs, 16 READs in flight each way.
+ */
+struct rsim_limits {
+	unsigned max_qp_wr, max_sge, max_sge_rd, max_cqe;
+	unsigned max_qp_rd_atom, max_qp_init_rd_atom;
+};
+/* Set dev's limits (a 0 field keeps the current value): 0, -ENODEV. */
+int rsim_set_limits(const char *dev, const struct rsim_limits *lim);
 
 /* Faults of the node listening at addr ("a.b.c.d:port"); each returns 0 or
  * -EINVAL for an address it cannot parse. They may be set before the

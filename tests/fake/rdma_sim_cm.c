@@ -414,7 +414,10 @@ int rsim_cm_connect(struct rdma_cm_id *cmid, struct rdma_conn_param *param)
 	if (len > CONN_PDATA_MAX || (len && !param->private_data))
 		return rsim_fail(EINVAL);
 	rsim_lock();
-	if (id->st != ID_ROUTE || !id->qp) {
+	unsigned depth = param ? param->initiator_depth : 0;
+	S.st.init_depth_max = SIM_MAX(S.st.init_depth_max, depth);
+	if (id->st != ID_ROUTE || !id->qp ||
+	    depth > rsim_id_lim(id)->max_qp_init_rd_atom) {
 		rsim_unlock();
 		return rsim_fail(EINVAL);
 	}
@@ -458,7 +461,10 @@ int rsim_cm_accept(struct rdma_cm_id *cmid, struct rdma_conn_param *param)
 	if (len > ACCEPT_PDATA_MAX || (len && !param->private_data))
 		return rsim_fail(EINVAL);
 	rsim_lock();
-	if (id->st != ID_REQ || !id->qp) {
+	unsigned res = param ? param->responder_resources : 0;
+	S.st.resp_res_max = SIM_MAX(S.st.resp_res_max, res);
+	if (id->st != ID_REQ || !id->qp ||
+	    res > rsim_id_lim(id)->max_qp_rd_atom) {
 		rsim_unlock();
 		return rsim_fail(EINVAL);
 	}

@@ -32,6 +32,8 @@
 			*pp_ = (x)->next;                                   \
 	} while (0)
 
+#define SIM_MAX(a, b) ((a) > (b) ? (a) : (b))
+
 struct skey { /* an IPv4 address, host order */
 	uint32_t ip;
 	uint16_t port;
@@ -42,6 +44,7 @@ struct sim_ctx;
 struct sim_dev {
 	struct ibv_device dev;   /* first: handed out */
 	struct sim_ctx *cm_ctx;  /* rdma_cm's own context of the device */
+	struct rsim_limits lim;
 	int port_state;
 	unsigned idx;
 };
@@ -134,6 +137,7 @@ struct sim_qp {
 	bool ready;              /* RTS */
 	bool error;
 	bool silent;             /* rsim_silence_qps: its WRs are held */
+	unsigned max_sge_rd;     /* the device's */
 	uint64_t posted, polled; /* WR seqs: slots used = posted - polled */
 	unsigned max_wr, max_sge;
 	struct sim_wr *head, *tail;
@@ -217,6 +221,12 @@ struct rsim_state {
 /* The fabric (defined in rdma_sim.c); S is the short name both files use. */
 extern struct rsim_state rsim_fabric;
 #define S rsim_fabric
+
+/* The limits of the device id is on (id->id.verbs set). */
+static inline const struct rsim_limits *rsim_id_lim(const struct sim_id *id)
+{
+	return &((const struct sim_ctx *)id->id.verbs)->dev->lim;
+}
 
 /* ------------------------------------------------ rdma_sim.c: the fabric */
 

@@ -51,6 +51,7 @@ struct ropts {
 	unsigned max_accepted; /* the serving node's cap on peers' QPs */
 	unsigned revoke_grace_ms;
 	unsigned op_timeout_ms;
+	struct rsim_limits lim; /* the device's (0: the sim's default) */
 };
 
 struct rfx;
@@ -206,6 +207,7 @@ static void setup(struct rfx *f)
 {
 	cr_assert_eq(rsim_reset(), 0);
 	cr_assert_eq(rsim_add_device("sim0", IBV_PORT_ACTIVE), 0);
+	cr_assert_eq(rsim_set_limits("sim0", &f->o.lim), 0);
 	W = *rsim_api();
 	W.poll_cq = w_poll_cq;
 	W.get_cm_event = w_get_cm_event;
@@ -816,6 +818,46 @@ Test(transport_rdma, timed_out_batch_never_lands)
 	run(&o, s);
 }
 
+/* ------------------------------------------------------ device limits */
+
+/* A device with a small send queue and few READs in flight: the QPs are
+ * made within its limits (the sim refuses anything beyond them), and a
+ * batch 8 times the send queue goes through it. */
+static void lim_go(struct rfx *f)
+{
+	rd_many(f, 64, f->dst);
+	go(f, 64, 10000);
+}
+
+static void lim_check(struct rfx *f)
+{
+	for (unsigned i = 0; i < 64; i++)
+		rd_landed(f, i);
+	struct rsim_stats st = sim_stats();
+	cr_assert_eq(st.qp_send_wr_max, 8, "a QP asked for %llu send WRs",
+		     (unsigned long long)st.qp_send_wr_max);
+	cr_assert_eq(st.init_depth_max, 2, "initiator_depth %llu",
+		     (unsigned long long)st.init_depth_max);
+	cr_assert_eq(st.resp_res_max, 2, "responder_resources %llu",
+		     (unsigned long long)st.resp_res_max);
+	struct tp_rdma_stats s = cli_stats(f);
+	cr_assert_eq(s.chans_opened, 1);
+	cr_assert_eq(s.chans_failed, 0);
+	cr_assert_eq(s.wrs_posted, 64);
+	cr_assert_eq(s.post_failures, 0, "posted beyond the send queue");
+	next(f);
+}
+
+Test(transport_rdma, device_limits_cut_the_queue_pairs)
+{
+	static const step_fn s[] = {lim_go, lim_check, NULL};
+	struct ropts o = {.max_chans = 1,
+			  .lim = {.max_qp_wr = 8, .max_cqe = 4096,
+				  .max_qp_rd_atom = 4,
+				  .max_qp_init_rd_atom = 2}};
+	run(&o, s);
+}
+
 /* ------------------------------ the per-operation timeout (stuck QPs) */
 
 #define OP_TIMEOUT_MS 200
@@ -1361,6 +1403,29 @@ Test(transport_rdma_probe, named_device)
 	cr_assert_eq(tp_rdma_node_new(&cfg, &tn), 0);
 	tp_rdma_node_free(tn);
 	fabric_clean();
+	cr_assert_eq(rsim_reset(), 0);
+}
+
+/* A device that cannot scatter a READ into a page's header and payload
+ * (two SGEs) is not usable: probing says why, a node refuses it. */
+Test(transport_rdma_probe, too_few_sges)
+{
+	cr_assert_eq(rsim_reset(), 0);
+	cr_assert_eq(rsim_add_device("sim0", IBV_PORT_ACTIVE), 0);
+	struct tp_rdma_cfg cfg = probe_cfg();
+	cr_assert_eq(rsim_set_limits("sim0", &(struct rsim_limits){
+						     .max_sge_rd = 1}), 0);
+	probe_says(&cfg, 0, "2 needed");
+	node_refused(&cfg);
+	cr_assert_eq(rsim_reset(), 0);
+	cr_assert_eq(rsim_add_device("sim0", IBV_PORT_ACTIVE), 0);
+	cr_assert_eq(rsim_set_limits("sim0", &(struct rsim_limits){
+						     .max_sge = 1}), 0);
+	probe_says(&cfg, 0, "1 SGEs per WR");
+	node_refused(&cfg);
+	/* A second device that can is used instead. */
+	cr_assert_eq(rsim_add_device("sim1", IBV_PORT_ACTIVE), 0);
+	probe_says(&cfg, 1, "sim1 port 1 active");
 	cr_assert_eq(rsim_reset(), 0);
 }
 
