@@ -14,12 +14,13 @@
  * ibv_pd, ibv_mr, ibv_cq, ibv_qp, ibv_comp_channel, rdma_event_channel,
  * rdma_cm_id, rdma_cm_event). Besides calling the table, the transport
  * reads only these fields of them: ibv_context.device (its name through
- * get_device_name), ibv_mr.lkey / .rkey, ibv_qp.qp_num, ibv_comp_channel.fd,
- * rdma_event_channel.fd, rdma_cm_id.verbs / .qp / .context /
- * .route.addr.src_addr (the address a connect request came to),
- * rdma_cm_event.event / .id / .listen_id / .status /
- * .param.conn.private_data / .param.conn.private_data_len, and every field
- * of struct ibv_wc. An implementation must keep those true; it may leave the
+ * get_device_name), ibv_context.async_fd, ibv_mr.lkey / .rkey,
+ * ibv_qp.qp_num, ibv_comp_channel.fd, rdma_event_channel.fd,
+ * rdma_cm_id.verbs / .qp / .context / .route.addr.src_addr (the address a
+ * connect request came to), rdma_cm_event.event / .id / .listen_id /
+ * .status / .param.conn.private_data / .param.conn.private_data_len, every
+ * field of struct ibv_wc, and struct ibv_async_event's event_type and
+ * element (qp, port_num). An implementation must keep those true; it may leave the
  * rest zero.
  *
  * Semantics an implementation must keep (they are the hardware's, and the
@@ -79,6 +80,13 @@ struct rv_api {
 	 * and connect/accept parameters beyond them fail with EINVAL. */
 	int (*query_device)(struct ibv_context *ctx,
 			    struct ibv_device_attr *attr);
+	/* Asynchronous events of ctx (port changes, fatal QP errors), read
+	 * from ctx->async_fd: get fails with EAGAIN when the fd is
+	 * non-blocking and none waits; each event got must be acked (a QP is
+	 * destroyed only once its events are). */
+	int (*get_async_event)(struct ibv_context *ctx,
+			       struct ibv_async_event *ev);
+	void (*ack_async_event)(struct ibv_async_event *ev);
 
 	/* protection domains and memory regions */
 	struct ibv_pd *(*alloc_pd)(struct ibv_context *ctx);

@@ -126,6 +126,7 @@ struct tp_node {
 	struct rdma_event_channel *lch;
 	struct rdma_cm_id *lid;
 	struct rx_watch *lw;
+	struct rx_watch *aw;   /* the device's async events */
 	struct ibv_cq *scq;
 	struct sconn *sconns;
 	unsigned nsconns;      /* accepted and not yet dropped */
@@ -1570,6 +1571,72 @@ static void on_node_cm(struct rx_watch *w, uint32_t revents, void *arg)
 	}
 }
 
+/* ------------------------------------------------------ device events */
+
+/* A QP's affiliated errors: the QP is in the error state for good. */
+static bool qp_fatal(enum ibv_event_type t)
+{
+	return t == IBV_EVENT_QP_FATAL || t == IBV_EVENT_QP_REQ_ERR ||
+	       t == IBV_EVENT_QP_ACCESS_ERR;
+}
+
+static bool port_event(enum ibv_event_type t)
+{
+	return t == IBV_EVENT_PORT_ACTIVE || t == IBV_EVENT_PORT_ERR ||
+	       t == IBV_EVENT_LID_CHANGE || t == IBV_EVENT_PKEY_CHANGE ||
+	       t == IBV_EVENT_GID_CHANGE || t == IBV_EVENT_SM_CHANGE ||
+	       t == IBV_EVENT_CLIENT_REREGISTER;
+}
+
+/*
+ * The device's asynchronous events (its context's async_fd, watched on
+ * the listener's reactor): each is counted, logged (rate limited) and
+ * acked. A fatal error of a QP this node accepted drops that QP once the
+ * event is acked (a QP is destroyed only after its events are): its peer
+ * sees a disconnect and opens another. A fatal error of one of our own
+ * channels' QPs is left to that channel, which may live on another
+ * reactor: its WRs complete in error and tear it down. Port and device
+ * events only say what happened: channels fail on their completions or
+ * rdma_cm events, and a port that comes back serves the next connect.
+ */
+static void on_async_event(struct rx_watch *w, uint32_t revents, void *arg)
+{
+	struct tp_node *tn = arg;
+	(void)w;
+	(void)revents;
+	struct ibv_async_event ev;
+	while (tn->api->get_async_event(tn->ctx, &ev) == 0) {
+		enum ibv_event_type t = ev.event_type;
+		struct sconn *drop = NULL;
+		STAT_ADD(tn, async_events, 1);
+		if (qp_fatal(t)) {
+			for (drop = tn->sconns; drop; drop = drop->next)
+				if (drop->id->qp == ev.element.qp)
+					break;
+			PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "device event: %s on %s",
+				  ibv_event_type_str(t),
+				  drop ? "a peer's queue pair; dropping it"
+				       : "one of this node's channels");
+		} else if (t == IBV_EVENT_DEVICE_FATAL) {
+			PC_LOG_RL(PC_LOG_ERROR, LOG_MOD, "device event: %s: "
+				  "RDMA operations will fail until the node is "
+				  "restarted on a working device",
+				  ibv_event_type_str(t));
+		} else if (port_event(t)) {
+			PC_LOG_RL(t == IBV_EVENT_PORT_ERR ? PC_LOG_WARN
+							  : PC_LOG_INFO,
+				  LOG_MOD, "device event: port %d: %s",
+				  ev.element.port_num, ibv_event_type_str(t));
+		} else {
+			PC_LOG_RL(PC_LOG_INFO, LOG_MOD, "device event: %s",
+				  ibv_event_type_str(t));
+		}
+		tn->api->ack_async_event(&ev);
+		if (drop)
+			sconn_drop(tn, drop);
+	}
+}
+
 int tp_rdma_node_listen(struct tp_node *tn, struct rx_reactor *r,
 			const char *host, uint16_t port, const char *endpoint,
 			uint16_t *bound)
@@ -1598,6 +1665,12 @@ int tp_rdma_node_listen(struct tp_node *tn, struct rx_reactor *r,
 		tn->lw = rx_watch_fd(r, tn->lch->fd, POLLIN, on_node_cm, tn,
 				     &ret);
 	}
+	if (!ret && tn->ctx->async_fd >= 0) {
+		ret = set_nonblock(tn->ctx->async_fd);
+		if (!ret)
+			tn->aw = rx_watch_fd(r, tn->ctx->async_fd, POLLIN,
+					     on_async_event, tn, &ret);
+	}
 	if (ret < 0) {
 		tp_rdma_node_unlisten(tn);
 		return ret;
@@ -1616,6 +1689,14 @@ void tp_rdma_node_unlisten(struct tp_node *tn)
 	if (tn->lw) {
 		rx_watch_cancel(tn->lw);
 		tn->lw = NULL;
+	}
+	if (tn->aw) {
+		rx_watch_cancel(tn->aw);
+		tn->aw = NULL;
+		/* Ack what was raised meanwhile: its QPs can then go. */
+		struct ibv_async_event aev;
+		while (api->get_async_event(tn->ctx, &aev) == 0)
+			api->ack_async_event(&aev);
 	}
 	/* Ack whatever is queued, so that no id waits on an event. */
 	struct rdma_cm_event *ev;

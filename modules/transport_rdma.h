@@ -53,6 +53,10 @@
  * stats.lazy_mrs): correct for any memory, slow, so callers land pages in
  * registered memory.
  *
+ * Device events: the listener's reactor also reads the device's
+ * asynchronous events; each is logged (rate limited) and counted, and a
+ * fatal error of a queue pair the node accepted drops that queue pair.
+ *
  * Threading: a node's region table has its own lock (any thread); its
  * listener runs on one reactor; a client is used on its reactor only.
  */
@@ -92,6 +96,7 @@ struct tp_rdma_stats {
 	uint64_t accepted, refused;  /* connect requests (served side) */
 	uint64_t revokes;            /* peers' access taken back */
 	uint64_t op_timeouts;        /* channels closed by op_timeout_ms */
+	uint64_t async_events;       /* the device's, read by the listener */
 };
 
 extern const struct tp_ops tp_rdma_ops;

@@ -763,6 +763,9 @@ static const struct {
 	RM(revokes, "peercache_rdma_revokes_total",
 	   "times peers' RDMA access was taken back (new rkeys, queue pairs "
 	   "closed) because a member left"),
+	RM(async_events, "peercache_rdma_async_events_total",
+	   "the RDMA device's asynchronous events (port changes, fatal "
+	   "errors)"),
 	RM(op_timeouts, "peercache_rdma_op_timeouts_total",
 	   "RDMA operations not completed within rdma_op_timeout_ms (each "
 	   "closed its channel)"),

@@ -287,7 +287,11 @@ static struct sim_ctx *ctx_new(struct sim_dev *d, bool cm)
 		return NULL;
 	c->ctx.device = &d->dev;
 	c->ctx.cmd_fd = -1;
-	c->ctx.async_fd = -1;
+	c->ctx.async_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (c->ctx.async_fd < 0) {
+		free(c);
+		return NULL;
+	}
 	c->ctx.num_comp_vectors = 1;
 	c->dev = d;
 	c->cm = cm;
@@ -319,7 +323,7 @@ static int sim_close_device(struct ibv_context *ctx)
 	if (!e) {
 		UNLINK(S.ctxs, c);
 		S.st.contexts_open--;
-		free(c);
+		rsim_ctx_free(c);
 	}
 	rsim_unlock();
 	return e ? rsim_fail(e) : 0;
@@ -1058,6 +1062,7 @@ static void sim_destroy_qp(struct rdma_cm_id *cmid)
 		free(wr_pop(q));
 		S.st.wrs_dropped++;
 	}
+	rsim_aev_purge((struct sim_ctx *)q->qp.context, &q->qp);
 	if (q->peer) {
 		q->peer->peer = NULL;
 		q->peer->gone_ns = rsim_now_ns();
@@ -1097,6 +1102,8 @@ static const struct rv_api sim_api = {
 	.query_port = sim_query_port,
 	.query_gid = sim_query_gid,
 	.query_device = sim_query_device,
+	.get_async_event = rsim_get_async_event,
+	.ack_async_event = rsim_ack_async_event,
 	.alloc_pd = sim_alloc_pd,
 	.dealloc_pd = sim_dealloc_pd,
 	.reg_mr = sim_reg_mr,
@@ -1200,7 +1207,7 @@ int rsim_reset(void)
 	while (S.ctxs) {
 		struct sim_ctx *c = S.ctxs;
 		S.ctxs = c->next;
-		free(c);
+		rsim_ctx_free(c);
 	}
 	for (unsigned i = 0; i < S.ndevs; i++)
 		free(S.devs[i]);
@@ -1400,6 +1407,7 @@ uint64_t rsim_leftovers(char *what, size_t len)
 		{"opened contexts", st.contexts_open},
 		{"rdma_cm events unacked", st.events_unacked},
 		{"CQ events unacked", st.cq_events_unacked},
+		{"async events unacked", st.async_events_unacked},
 	};
 	uint64_t total = 0;
 	size_t at = 0;

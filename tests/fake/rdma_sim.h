@@ -92,6 +92,7 @@ struct rsim_stats {
 	uint64_t contexts_open;  /* by open_device, not yet closed */
 	uint64_t events_unacked; /* rdma_cm events got and not acked */
 	uint64_t cq_events_unacked; /* completion events got and not acked */
+	uint64_t async_events_unacked; /* asynchronous events got, not acked */
 	/* the most asked for so far (device limits: rsim_set_limits) */
 	uint64_t qp_send_wr_max;  /* max_send_wr of a created QP */
 	uint64_t qp_send_sge_max; /* max_send_sge of a created QP */
@@ -145,6 +146,19 @@ int rsim_kill(const char *addr);
 int rsim_fail_next(const char *addr, unsigned n, enum ibv_wc_status status);
 /* Connect requests to it are never answered (no event at all). */
 int rsim_silence_cm(const char *addr, bool on);
+
+/*
+ * Asynchronous events (ibv_get_async_event on a context's async_fd, an
+ * eventfd, non-blocking from the start, readable while events wait), on
+ * rdma_cm's context of the device. rsim_async_port: a port event on port
+ * 1 of dev (IBV_EVENT_PORT_ERR takes the port down, IBV_EVENT_PORT_ACTIVE
+ * brings it up; others change nothing): 0 or -ENODEV. rsim_async_qp: the
+ * QPs the node at addr accepted (its side of each connection) go to the
+ * error state and each gets event type: how many. Events of
+ * a QP not got yet are dropped when it is destroyed, as uverbs does.
+ */
+int rsim_async_port(const char *dev, enum ibv_event_type type);
+int rsim_async_qp(const char *addr, enum ibv_event_type type);
 
 void rsim_stats(struct rsim_stats *out);
 /* Some MR of the fabric has this rkey (a peer could still use it). */

@@ -49,11 +49,18 @@ struct sim_dev {
 	unsigned idx;
 };
 
+struct sim_aev { /* an asynchronous event queued on a context */
+	struct ibv_async_event ev;
+	struct sim_aev *next;
+};
+
 struct sim_ctx {
-	struct ibv_context ctx;  /* first */
+	struct ibv_context ctx;  /* first; ctx.async_fd: an eventfd */
 	struct sim_dev *dev;
 	bool cm;                 /* rdma_cm's (not closable) */
 	unsigned users;          /* PDs, CQs, comp channels on it */
+	struct sim_aev *aev_head, *aev_tail; /* not got yet */
+	bool afd_up;
 	struct sim_ctx *next;
 };
 
@@ -252,6 +259,17 @@ struct sim_node *rsim_node_find(const struct skey *k);
 struct sim_dev *rsim_dev_active(void);
 /* q is in the error state: its WRs flush (the worker makes them). */
 void rsim_qp_err(struct sim_qp *q);
+
+/* ------------------------------ rdma_sim_async.c: asynchronous events */
+
+/* Drop c's queued events of qp (all of them if qp is NULL): the QP is
+ * destroyed, or the context freed (then its fd is closed too). */
+void rsim_aev_purge(struct sim_ctx *c, const struct ibv_qp *qp);
+void rsim_ctx_free(struct sim_ctx *c);
+/* The entries of the table. */
+int rsim_get_async_event(struct ibv_context *ctx,
+			 struct ibv_async_event *ev);
+void rsim_ack_async_event(struct ibv_async_event *ev);
 
 /* --------------------------------------------- rdma_sim_cm.c: rdma_cm */
 

@@ -885,6 +885,65 @@ Test(rdma_sim, devices_ports_and_addresses)
 	cr_assert_eq(rsim_reset(), 0);
 }
 
+Test(rdma_sim, device_limits_and_async_events)
+{
+	fabric();
+	int n = 0;
+	struct ibv_context **l = V->get_devices(&n);
+	cr_assert_eq(n, 1);
+	struct ibv_context *ctx = l[0];
+	struct ibv_device_attr da;
+	cr_assert_eq(V->query_device(ctx, &da), 0);
+	cr_assert_eq(da.max_qp_wr, 16384);
+	cr_assert_eq(da.max_sge, 16);
+	cr_assert_eq(da.max_qp_init_rd_atom, 16);
+	struct rsim_limits lim = {.max_qp_wr = 8, .max_qp_init_rd_atom = 2};
+	cr_assert_eq(rsim_set_limits("sim0", &lim), 0);
+	cr_assert_eq(rsim_set_limits("sim9", &lim), -ENODEV);
+	cr_assert_eq(V->query_device(ctx, &da), 0);
+	cr_assert_eq(da.max_qp_wr, 8);
+	cr_assert_eq(da.max_sge, 16, "a 0 field keeps its value");
+	cr_assert_eq(da.max_qp_init_rd_atom, 2);
+	struct pair p;
+	connect_pair(&p, 8, 64);
+
+	/* Nothing yet: EAGAIN, the fd is not readable. */
+	struct ibv_async_event ev;
+	cr_assert_eq(V->get_async_event(ctx, &ev), -1);
+	cr_assert_eq(errno, EAGAIN);
+	cr_assert_not(readable(ctx->async_fd, 0));
+	/* A port event; PORT_ERR takes the port down. */
+	cr_assert_eq(rsim_async_port("sim0", IBV_EVENT_PORT_ERR), 0);
+	cr_assert(readable(ctx->async_fd, 0));
+	cr_assert_eq(V->get_async_event(ctx, &ev), 0);
+	cr_assert_eq(ev.event_type, IBV_EVENT_PORT_ERR);
+	cr_assert_eq(ev.element.port_num, 1);
+	V->ack_async_event(&ev);
+	struct ibv_port_attr pa;
+	cr_assert_eq(V->query_port(ctx, 1, &pa), 0);
+	cr_assert_eq(pa.state, IBV_PORT_DOWN);
+	/* A QP event hits the accepted side only. */
+	cr_assert_eq(rsim_async_qp(p.addr, IBV_EVENT_QP_FATAL), 1);
+	cr_assert_eq(V->get_async_event(ctx, &ev), 0);
+	cr_assert_eq(ev.event_type, IBV_EVENT_QP_FATAL);
+	cr_assert_eq(ev.element.qp, p.s.id->qp);
+	struct rsim_stats st;
+	rsim_stats(&st);
+	cr_assert_eq(st.async_events_unacked, 1);
+	V->ack_async_event(&ev);
+	cr_assert_not(readable(ctx->async_fd, 0));
+	/* One not got yet goes with its QP. */
+	cr_assert_eq(rsim_async_qp(p.addr, IBV_EVENT_QP_REQ_ERR), 1);
+	cr_assert(readable(ctx->async_fd, 0));
+	pair_free(&p);
+	cr_assert_not(readable(ctx->async_fd, 0));
+	cr_assert_eq(V->get_async_event(ctx, &ev), -1);
+	rsim_stats(&st);
+	cr_assert_eq(st.async_events_unacked, 0);
+	V->free_devices(l);
+	cr_assert_eq(rsim_reset(), 0);
+}
+
 Test(rdma_sim, reset_leaves_nothing)
 {
 	fabric();

@@ -858,6 +858,59 @@ Test(transport_rdma, device_limits_cut_the_queue_pairs)
 	run(&o, s);
 }
 
+/* ------------------------------------------------------ device events */
+
+/* The device reports a fatal error of the queue pair the node accepted
+ * (and a port event): the node reads both, drops that QP, and its peer's
+ * channel closes on the disconnect; the next batch opens another. */
+static void ae_warm(struct rfx *f)
+{
+	rd_many(f, 4, f->dst);
+	go(f, 4, 10000);
+}
+
+static bool ae_dropped(struct rfx *f)
+{
+	return srv_stats(f).async_events >= 2 &&
+	       cli_stats(f).chans_torn_down >= 1;
+}
+
+static void ae_fatal(struct rfx *f)
+{
+	for (unsigned i = 0; i < 4; i++)
+		rd_landed(f, i);
+	cr_assert_eq(srv_stats(f).accepted, 1);
+	cr_assert_eq(cli_stats(f).chans_torn_down, 0);
+	cr_assert_eq(rsim_async_port("sim0", IBV_EVENT_GID_CHANGE), 0);
+	cr_assert_eq(rsim_async_qp(f->ep, IBV_EVENT_QP_FATAL), 1);
+	wait_for(f, ae_dropped, "the node to drop the failed queue pair");
+}
+
+static void ae_again(struct rfx *f)
+{
+	memset(f->dst, 0, (size_t)OPS_MAX * SLOT);
+	rd_many(f, 4, f->dst);
+	go(f, 4, 10000);
+}
+
+static void ae_check(struct rfx *f)
+{
+	for (unsigned i = 0; i < 4; i++)
+		rd_landed(f, i);
+	cr_assert_eq(srv_stats(f).accepted, 2);
+	cr_assert_eq(cli_stats(f).chans_opened, 2);
+	cr_assert_eq(srv_stats(f).async_events, 2);
+	next(f);
+}
+
+Test(transport_rdma, device_event_drops_a_failed_queue_pair)
+{
+	static const step_fn s[] = {ae_warm, ae_fatal, ae_again, ae_check,
+				    NULL};
+	struct ropts o = {.max_chans = 1};
+	run(&o, s);
+}
+
 /* ------------------------------ the per-operation timeout (stuck QPs) */
 
 #define OP_TIMEOUT_MS 200
