@@ -643,8 +643,9 @@ static bool chunk_warm(const struct region *rg, uint64_t c, bool write)
 
 /* A step whose pages lie in chunks not warm yet: faulted in on the offload
  * thread, then started (warm_done). The move's region reference keeps the
- * region mapped meanwhile (detached at worst: then the reads find node
- * memory, harmlessly). */
+ * region mapped meanwhile (detached at worst: then the touches find node
+ * memory, harmlessly; a get's touch of the client's memory just before the
+ * swap changes no byte of it either). */
 struct warm_job {
 	struct rx_offload o;
 	struct move *m;
