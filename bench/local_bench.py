@@ -43,7 +43,14 @@ prefault], AFTER_ARGS [unset; more peercached options for the "after"
 node only — with BASE_BUILD set to the same tree this compares a setting
 with its default side by side, e.g. "--reactor-nice -5" or
 "--copy-slice-bytes 256kb"], BASE_ARGS [unset; the same for the "base"
-node, e.g. "--session-prefault false" to compare with a default off]. JSON of every run goes to $BUILD/bench-results/local-<ts>.json.
+node, e.g. "--session-prefault false" to compare with a default off], TOUCH_DST [0; 1:
+the clients also write the half of their region their gets land in before
+the load, as memory a client already uses], STALL_DETAIL [0; 1: nodes log
+at debug level, where this tree's detector logs every stall with its CPU
+time and page faults, and each run counts them by callback kind: stalls,
+those over 1 ms of CPU, their page faults; a tree without those lines
+gives only its rate-limited ones]. JSON of every run goes to
+$BUILD/bench-results/local-<ts>.json.
 """
 import ctypes
 import json
@@ -75,7 +82,28 @@ PROBES = int(os.environ.get("PROBES", "6"))
 WAIT_PREFAULT = os.environ.get("WAIT_PREFAULT", "1") != "0"
 AFTER_ARGS = os.environ.get("AFTER_ARGS", "").split()
 BASE_ARGS = os.environ.get("BASE_ARGS", "").split()
+TOUCH_DST = os.environ.get("TOUCH_DST", "0") == "1"
+STALL_DETAIL = os.environ.get("STALL_DETAIL", "0") == "1"
 CLK = os.sysconf("SC_CLK_TCK")
+
+
+# A stall line of a node at log level debug (every stall, with CPU time and
+# page faults, in trees whose detector logs them; reactor/stall.c).
+STALL_RE = re.compile(r"\[r\d+/stall\] r\d+: (\w+ .*?)(?: on conn \d+)? ran ([\d.]+) ms"
+                      r"(?:, ([\d.]+) ms of it on the CPU[^,]*, (\d+) page faults)?")
+
+
+def stall_kinds(text):
+    """{callback kind: [stalls, of them > 1 ms of CPU, their page faults]}
+    from a node's debug log (STALL_DETAIL)."""
+    out = {}
+    for m in STALL_RE.finditer(text):
+        k = out.setdefault(m.group(1), [0, 0, 0])
+        k[0] += 1
+        if m.group(3) and float(m.group(3)) > 1.0:
+            k[1] += 1
+            k[2] += int(m.group(4))
+    return out
 
 
 def log(msg):
@@ -92,6 +120,8 @@ def shim_main(sock, ident, duration, out):
     rid, addr = c.region_create(2 * BATCH * PAGE)
     for i in range(BATCH):
         ctypes.memset(addr + i * PAGE, (ident * 31 + i) & 0xff, PAGE)
+    if TOUCH_DST:  # the get half too, as memory a client already uses
+        ctypes.memset(addr + BATCH * PAGE, 0, BATCH * PAGE)
     src = [i * PAGE for i in range(BATCH)]
     dst = [(BATCH + i) * PAGE for i in range(BATCH)]
     lens = [PAGE] * BATCH
@@ -148,7 +178,7 @@ class Node:
     def reactor_cpu(self):
         """{thread name: CPU seconds} of the reactor threads, and
         {"preempted": involuntary context switches of them all}."""
-        out = {"preempted": 0}
+        out = {"preempted": 0, "minflt": 0}
         tdir = "/proc/%d/task" % self.proc.pid
         for tid in os.listdir(tdir):
             try:
@@ -160,6 +190,7 @@ class Node:
             if re.fullmatch(r"pc-r\d+", name):
                 fields = st[st.rindex(")") + 2:].split()
                 out[name] = (int(fields[11]) + int(fields[12])) / CLK
+                out["minflt"] += int(fields[7]) + int(fields[9])
                 with open(os.path.join(tdir, tid, "status")) as f:
                     for line in f:
                         if line.startswith("nonvoluntary_ctxt_switches:"):
@@ -226,6 +257,8 @@ def one_run(build, name):
     # through from preemptions, in each tree that has that setting.
     extra = ["--reactor-stall-cpu-clock", "true"] if has_cpu_clock(build) else []
     extra += AFTER_ARGS if name == "after" else BASE_ARGS
+    if STALL_DETAIL:
+        extra += ["--log-level", "debug"]
     node = Node(build, name, extra)
     try:
         m0 = node.metrics()
@@ -248,6 +281,7 @@ def one_run(build, name):
         m1 = node.metrics()
         res = [json.load(open(o)) for o in outs]
         preempted = cpu1.pop("preempted") - cpu0.pop("preempted")
+        minflt = cpu1.pop("minflt") - cpu0.pop("minflt")
         busy = {k: cpu1.get(k, 0) - cpu0.get(k, 0) for k in cpu1}
         total = sum(busy.values()) or 1e-9
         flat = [x for l in lat for x in l]
@@ -272,6 +306,7 @@ def one_run(build, name):
             "slow_replies": sum(1 for x in flat if x > 1e-3),
             "replies": len(flat),
             "preempted": preempted,
+            "reactor_faults": minflt,
             "stalls": stalls,
             "stalls_cpu": stalls_cpu,
             "stalls_blocked": stalls_blocked,
@@ -280,6 +315,7 @@ def one_run(build, name):
             "gbps": sum(r["bytes"] for r in res) / DURATION / 1e9,
             "fails": sum(r["fails"] for r in res),
             "load": os.getloadavg()[0],
+            "stall_kinds": stall_kinds(node.text()) if STALL_DETAIL else None,
         }
     finally:
         node.stop()
@@ -317,6 +353,7 @@ def main():
             ("stalls_cpu", "of them > 1 ms of reactor CPU (not preempted)"),
             ("stalls_blocked", "of the rest, slept in the kernel (a lock)"),
             ("preempted", "reactor threads preempted (involuntary switches)"),
+            ("reactor_faults", "page faults of the reactor threads"),
             ("callback_max_ms", "longest callback (ms)"),
             ("gbps", "client set+get GB/s"),
             ("fails", "failed pages"),
@@ -326,6 +363,18 @@ def main():
     print("|---|%s" % ("---|" * len(trees)))
     for key, label in cols:
         print("| %s | %s |" % (label, " | ".join(summary(runs[n], key) for n, _ in trees)))
+    if STALL_DETAIL:
+        for n, _ in trees:
+            tot = {}
+            for r in runs[n]:
+                for k, v in (r["stall_kinds"] or {}).items():
+                    t = tot.setdefault(k, [0, 0, 0])
+                    for i in range(3):
+                        t[i] += v[i]
+            print("\n%s, over %d runs: callback | stalls | > 1 ms of CPU | "
+                  "their page faults" % (n, len(runs[n])))
+            for k, v in sorted(tot.items(), key=lambda kv: -kv[1][1]):
+                print("  %s | %d | %d | %d" % (k, v[0], v[1], v[2]))
     out = os.path.join(BUILD, "bench-results")
     os.makedirs(out, exist_ok=True)
     path = os.path.join(out, "local-%s.json" % time.strftime("%Y%m%d-%H%M%S"))

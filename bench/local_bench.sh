@@ -8,7 +8,7 @@
 # once into $BUILD/bench-base-<rev>/ from a git worktree of this repository;
 # or BASE_BUILD, an existing build tree. RUNS [3], DURATION [6], SHIMS [2],
 # BATCH [32], PAGE_MB [4], PROBES [6], PEERCACHE_BUILD_DIR [build], WAIT_PREFAULT,
-# AFTER_ARGS (see local_bench.py).
+# AFTER_ARGS, BASE_ARGS, TOUCH_DST, STALL_DETAIL (see local_bench.py).
 set -euo pipefail
 BENCH_NAME=local_bench
 # shellcheck source-path=SCRIPTDIR source=lib.sh

@@ -41,11 +41,17 @@
  *    (and, in a guest with shadow paging, an exit to the hypervisor: ~13 us
  *    a 4 KiB page, 1.6 ms a 512 KiB copy slice, measured); with
  *    session_prefault a step whose pages lie in chunks (WARM_CHUNK) no move
- *    touched yet first has them faulted in by a read of each page on the
- *    offload thread's bulk lane (warm_work; mapping and unmapping have a
- *    lane of their own, so no amount of warming delays another client's
- *    register), holding the move's region reference, and starts when that
- *    is done; the region's bitmap remembers warm chunks.
+ *    touched yet first has them faulted in on the offload thread's bulk
+ *    lane (warm_work; mapping and unmapping have a lane of their own, so no
+ *    amount of warming delays another client's register), holding the
+ *    move's region reference, and starts when that is done. A set only
+ *    reads the region: a read of each page. A get writes into it, and the
+ *    first write to a page that was only read is a second exit of the same
+ *    cost (a page the client never wrote, read-faulted in, then written:
+ *    ~8 us a page with no guest page fault, measured), so a get's chunks
+ *    are touched by a write that changes nothing (an atomic add of 0, safe
+ *    against the client's own stores). The region's two bitmaps remember
+ *    the chunks warm for reading and for writing.
  *    A region no move uses is never touched (its memory is not committed).
  *
  * Copies (DESIGN §5): set is one copy, from the region into the publish
@@ -89,8 +95,10 @@ struct region {
 	unsigned refs;      /* moves using it */
 	uint8_t *base;
 	uint64_t size;
-	uint64_t *warm;     /* a bit per WARM_CHUNK already faulted in; NULL:
-			     * session_prefault off (or no memory for it) */
+	uint64_t *warm;     /* a bit per WARM_CHUNK already faulted in for
+			     * reading; NULL: session_prefault off (or no
+			     * memory for it). One allocation with warm_wr */
+	uint64_t *warm_wr;  /* ... and touched by a write (implies warm) */
 };
 
 struct session {
@@ -303,6 +311,13 @@ static int check_fd(int fd, uint64_t size, bool *sealed, char *why,
 	return 0;
 }
 
+/* Words of one warm bitmap of a region of size bytes. */
+static uint64_t warm_words(uint64_t size)
+{
+	return (size + (uint64_t)WARM_CHUNK * 64 - 1) /
+	       ((uint64_t)WARM_CHUNK * 64);
+}
+
 /*
  * session.register's mmap, on the offload thread: mapping waits for the
  * process's mmap lock, which page faults elsewhere (the pool's prefault, a
@@ -318,7 +333,7 @@ struct map_job {
 	uint64_t size;
 	bool sealed;
 	void *base;
-	uint64_t *warm; /* the region's warm bitmap (session_prefault) */
+	uint64_t *warm; /* the region's warm bitmaps (session_prefault) */
 	int err;
 	bool local;  /* reg_local took it */
 };
@@ -335,10 +350,10 @@ static void map_work(struct rx_offload *o)
 	if (!mj->err && g.tp && g.tp->ops->reg_local)
 		mj->local = g.tp->ops->reg_local(g.tp->node, mj->base,
 						 mj->size) == 0;
-	/* Without memory for the bitmap the region is simply not warmed. */
+	/* Without memory for the bitmaps the region is simply not warmed:
+	 * two of them, for reading and for writing, in one allocation. */
 	if (!mj->err && g.prefault)
-		mj->warm = calloc((mj->size + (uint64_t)WARM_CHUNK * 64 - 1) /
-				  ((uint64_t)WARM_CHUNK * 64), sizeof(uint64_t));
+		mj->warm = calloc(2 * warm_words(mj->size), sizeof(uint64_t));
 }
 
 static void register_refused(struct rpc_call *call, const char *why)
@@ -370,7 +385,10 @@ static void map_done(struct rx_reactor *r, struct rx_offload *o)
 	} else {
 		*slot = (struct region){.id = slot->id, .live = true,
 					.local = mj->local, .base = mj->base,
-					.size = mj->size, .warm = mj->warm};
+					.size = mj->size, .warm = mj->warm,
+					.warm_wr = mj->warm
+						? mj->warm + warm_words(mj->size)
+						: NULL};
 		met_gauge_add(g.regions, 1);
 		met_gauge_add(g.region_bytes, (int64_t)mj->size);
 		PC_LOGD(LOG_MOD, "%s: region %u of %llu bytes mapped%s",
@@ -616,15 +634,18 @@ static void chunks_of(uint64_t off, uint64_t len, uint64_t *c0, uint64_t *c1)
 	*c1 = (off + (len ? len : 1) - 1) / WARM_CHUNK;
 }
 
-static bool chunk_warm(const struct region *rg, uint64_t c)
+/* Chunk c is warm for what the move does to it (write: a get). */
+static bool chunk_warm(const struct region *rg, uint64_t c, bool write)
 {
-	return rg->warm[c / 64] >> (c % 64) & 1;
+	const uint64_t *bits = write ? rg->warm_wr : rg->warm;
+	return bits[c / 64] >> (c % 64) & 1;
 }
 
 /* A step whose pages lie in chunks not warm yet: faulted in on the offload
  * thread, then started (warm_done). The move's region reference keeps the
- * region mapped meanwhile (detached at worst: then the reads find node
- * memory, harmlessly). */
+ * region mapped meanwhile (detached at worst: then the touches find node
+ * memory, harmlessly; a get's touch of the client's memory just before the
+ * swap changes no byte of it either). */
 struct warm_job {
 	struct rx_offload o;
 	struct move *m;
@@ -632,6 +653,7 @@ struct warm_job {
 	uint8_t *base;
 	uint64_t size;
 	unsigned n;      /* chunks */
+	bool write;      /* a get's: touched by a write, not a read */
 	uint64_t bytes;  /* in them */
 	int res;         /* 0, or -EFAULT: the client cut its memory short */
 	uint64_t chunk[];
@@ -639,6 +661,11 @@ struct warm_job {
 
 static size_t g_page; /* the system's page size */
 
+/* A read of each page, or for a get an atomic add of 0 to its first byte:
+ * a write access (the page's first, for the kernel and a hypervisor alike)
+ * that leaves the byte as it is even when the client stores to it at the
+ * same moment (the chunk may hold the client's live data beside the get's
+ * pages). */
 static void warm_touch(void *arg)
 {
 	const struct warm_job *w = arg;
@@ -646,8 +673,13 @@ static void warm_touch(void *arg)
 	for (unsigned i = 0; i < w->n; i++) {
 		uint64_t a = w->chunk[i] * WARM_CHUNK;
 		uint64_t b = PC_MIN(a + WARM_CHUNK, w->size);
-		for (uint64_t o = a; o < b; o += g_page)
-			sink += *(volatile const uint8_t *)(w->base + o);
+		for (uint64_t o = a; o < b; o += g_page) {
+			if (w->write)
+				__atomic_fetch_add(w->base + o, 0,
+						   __ATOMIC_RELAXED);
+			else
+				sink += *(volatile const uint8_t *)(w->base + o);
+		}
 	}
 	(void)sink;
 }
@@ -667,8 +699,12 @@ static void warm_done(struct rx_reactor *r, struct rx_offload *o)
 	struct move *m = w->m;
 	struct region *rg = m->rg;
 	if (w->res == 0 && rg->warm) {
-		for (unsigned i = 0; i < w->n; i++)
-			rg->warm[w->chunk[i] / 64] |= 1ull << (w->chunk[i] % 64);
+		for (unsigned i = 0; i < w->n; i++) {
+			uint64_t bit = 1ull << (w->chunk[i] % 64);
+			rg->warm[w->chunk[i] / 64] |= bit;
+			if (w->write)
+				rg->warm_wr[w->chunk[i] / 64] |= bit;
+		}
 		met_add(g.warm_bytes, w->bytes);
 	}
 	PC_DASSERT(m->pending > 0);
@@ -706,7 +742,7 @@ static int warm_start(struct move *m, unsigned from, unsigned to)
 		chunks_of((uint64_t)((uint8_t *)m->it[i].data - rg->base),
 			  m->it[i].len, &c0, &c1);
 		for (uint64_t c = c0; c <= c1; c++) {
-			bool seen = chunk_warm(rg, c);
+			bool seen = chunk_warm(rg, c, !m->set);
 			/* items of a step are often neighbours: skip repeats */
 			for (unsigned k = n; !seen && k-- > 0;)
 				seen = w->chunk[k] == c;
@@ -731,6 +767,7 @@ static int warm_start(struct move *m, unsigned from, unsigned to)
 	w->base = rg->base;
 	w->size = rg->size;
 	w->n = n;
+	w->write = !m->set;
 	w->res = 0;
 	if (rx_offload(m->r, &w->o) < 0) {
 		free(w);

@@ -36,6 +36,7 @@ static struct {
 static _Thread_local const char *t_tag;
 static _Thread_local uint64_t t_cpu0;   /* thread CPU time at begin */
 static _Thread_local long t_sleeps0;    /* voluntary switches at begin */
+static _Thread_local long t_flt0;       /* minor + major page faults at begin */
 static _Thread_local uint64_t t_stalls, t_stalls_cpu, t_stalls_blocked;
 
 static double busy_fn(void *arg)
@@ -50,15 +51,22 @@ static double max_fn(void *arg)
 	return (double)__atomic_load_n(v, __ATOMIC_RELAXED) / 1e9;
 }
 
-/* The thread's CPU time, and how often it slept (voluntary context
+/* The thread's CPU time, how often it slept (voluntary context
  * switches: a wait in the kernel — a lock, a page being migrated — that a
- * callback never asks for). Two system calls: getrusage's times lag by up
+ * callback never asks for) and its page faults (minor and major: a first
+ * touch the guest kernel sees; a hypervisor's own faults show as CPU time
+ * with none). Two system calls: getrusage's times lag by up
  * to a scheduler tick (the running slice is not added), which would make
  * short callbacks look like 4 ms of CPU; the CPU clock is exact. */
-static uint64_t cpu_now_ns(long *sleeps)
+static uint64_t cpu_now_ns(long *sleeps, long *faults)
 {
 	struct rusage ru;
-	*sleeps = getrusage(RUSAGE_THREAD, &ru) == 0 ? ru.ru_nvcsw : 0;
+	if (getrusage(RUSAGE_THREAD, &ru) == 0) {
+		*sleeps = ru.ru_nvcsw;
+		*faults = ru.ru_minflt + ru.ru_majflt;
+	} else {
+		*sleeps = *faults = 0;
+	}
 	struct timespec ts;
 	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
@@ -129,7 +137,7 @@ uint64_t rx_stall_begin(void)
 {
 	t_tag = NULL;
 	if (g.cpu_clock)
-		t_cpu0 = cpu_now_ns(&t_sleeps0);
+		t_cpu0 = cpu_now_ns(&t_sleeps0, &t_flt0);
 	return pc_now_ns();
 }
 
@@ -146,14 +154,15 @@ void rx_stall_end(struct rx_reactor *r, uint64_t t0, const char *kind,
 	if (id < g.n)
 		met_inc(g.stalls[id]);
 	const char *tag = t_tag;
-	char conn[32] = "", cpu[80] = "";
+	char conn[32] = "", cpu[112] = "";
 	if (conn_id)
 		snprintf(conn, sizeof(conn), " on conn %llu",
 			 (unsigned long long)conn_id);
 	if (g.cpu_clock) {
-		long sleeps;
-		uint64_t c = cpu_now_ns(&sleeps) - t_cpu0;
+		long sleeps, faults;
+		uint64_t c = cpu_now_ns(&sleeps, &faults) - t_cpu0;
 		sleeps -= t_sleeps0;
+		faults -= t_flt0;
 		bool work = c > g.threshold_ns;
 		t_stalls_cpu += work;
 		t_stalls_blocked += !work && sleeps > 0;
@@ -164,8 +173,16 @@ void rx_stall_end(struct rx_reactor *r, uint64_t t0, const char *kind,
 		char why[40] = " (preempted)";
 		if (sleeps > 0)
 			snprintf(why, sizeof(why), " (slept %ld times)", sleeps);
-		snprintf(cpu, sizeof(cpu), ", %.2f ms of it on the CPU%s",
-			 (double)c / 1e6, work && !sleeps ? "" : why);
+		snprintf(cpu, sizeof(cpu), ", %.2f ms of it on the CPU%s, "
+			 "%ld page faults", (double)c / 1e6,
+			 work && !sleeps ? "" : why, faults);
+	}
+	if (PC_LOG_ENABLED(PC_LOG_DEBUG)) { /* every stall, for diagnosis */
+		pc_log(PC_LOG_DEBUG, LOG_MOD,
+		       "r%u: %s %s%s%s%s ran %.2f ms%s", id, kind, what,
+		       tag ? " " : "", tag ? tag : "", conn, (double)ns / 1e6,
+		       cpu);
+		return;
 	}
 	PC_LOG_RL(PC_LOG_WARN, LOG_MOD,
 		  "r%u: %s %s%s%s%s ran %.2f ms%s (reactor_stall_threshold "

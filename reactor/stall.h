@@ -13,7 +13,8 @@
  *  - a callback (completion dispatch, timer, cross-thread message) that ran
  *    longer than the threshold is counted once and logged rate-limited, with
  *    its kind, the op type or timer, the connection id when it has one, and
- *    the tag (e.g. the RPC method) set while it ran;
+ *    the tag (e.g. the RPC method) set while it ran; at log level debug
+ *    every stall is logged, none suppressed (to classify them);
  *  - the busy time of a loop pass (everything except the wait in the
  *    kernel) is observed once per pass; without rx_stall_setup (unit tests)
  *    stalls are still logged with the default threshold, and nothing is
@@ -33,7 +34,8 @@
  * detection off; the iteration histogram is still kept). cpu_clock: also
  * read the thread's CPU clock and sleep count around each callback (two
  * system calls, ~1-3 µs per callback), so a stall says whether the
- * reactor worked that long (peercache_reactor_stalls_cpu_total), slept in
+ * reactor worked that long (peercache_reactor_stalls_cpu_total) and took
+ * page faults meanwhile (its log line counts them), slept in
  * the kernel — waited for a lock such as the mmap lock
  * (peercache_reactor_stalls_blocked_total) — or was preempted (neither).
  * Main thread, before met_start(); 0 or -ENOMEM. */

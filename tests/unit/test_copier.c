@@ -6,10 +6,12 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "common/checksum.h"
+#include "common/log.h"
 #include "common/util.h"
 #include "modules/copier.h"
 #include "reactor/stall.h"
@@ -317,4 +319,68 @@ Test(stall, cpu_clock_tells_work_from_sleep)
 		     "that slept");
 	cr_assert_eq(kinds[2][0], kinds[1][0], "the sleep is not work");
 	rx_reactor_destroy(r);
+}
+
+/* At log level debug every stall is logged, none suppressed, and a line
+ * with the CPU clock counts the page faults the callback took: three
+ * callbacks of 2 ms of CPU that each touch 16 fresh pages are three lines,
+ * each with at least 16 faults (the rate-limited warning would give one). */
+#define TOUCH_PAGES 16
+
+static void faulting_spin_cb(struct rx_reactor *r, struct rx_timer *t)
+{
+	(void)r;
+	(void)t;
+	long pg = sysconf(_SC_PAGESIZE);
+	uint8_t *m = mmap(NULL, (size_t)pg * TOUCH_PAGES,
+			  PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+			  -1, 0);
+	cr_assert(m != MAP_FAILED);
+	for (int i = 0; i < TOUCH_PAGES; i++)
+		m[(long)i * pg] = 1;
+	munmap(m, (size_t)pg * TOUCH_PAGES);
+	struct timespec ts;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	uint64_t end = (uint64_t)ts.tv_sec * 1000000000ull +
+		       (uint64_t)ts.tv_nsec + RX_MS(2);
+	uint64_t ns;
+	do {
+		clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+		ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	} while (ns < end);
+}
+
+Test(stall, debug_level_logs_every_stall_with_its_page_faults)
+{
+	cr_assert_eq(rx_stall_setup(1, RX_MS(1), true), 0);
+	int pfd[2];
+	cr_assert_eq(pipe(pfd), 0);
+	pc_log_set_fd(pfd[1]);
+	pc_log_set_level(PC_LOG_DEBUG);
+	struct rx_reactor *r = tu_reactor(NULL);
+	struct rx_timer a[3], d;
+	for (int i = 0; i < 3; i++) {
+		rx_timer_init(&a[i], faulting_spin_cb, NULL);
+		rx_timer_start(r, &a[i], RX_MS(5) * (uint64_t)i, 0);
+	}
+	rx_timer_init(&d, kinds_done, NULL);
+	rx_timer_start(r, &d, RX_MS(30), 0);
+	tu_run(r, 20000);
+	rx_reactor_destroy(r);
+	pc_log_set_fd(2);
+	close(pfd[1]);
+	static char logs[16384];
+	ssize_t n = read(pfd[0], logs, sizeof(logs) - 1);
+	close(pfd[0]);
+	logs[n > 0 ? n : 0] = '\0';
+	int lines = 0;
+	for (const char *p = logs; (p = strstr(p, " page faults")) != NULL;
+	     p++) {
+		const char *q = p;
+		while (q > logs && q[-1] >= '0' && q[-1] <= '9')
+			q--;
+		cr_assert_geq(atol(q), TOUCH_PAGES, "faults counted: %s", logs);
+		lines++;
+	}
+	cr_assert_eq(lines, 3, "one line per stall, none suppressed: %s", logs);
 }
