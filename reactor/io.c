@@ -176,6 +176,11 @@ static int file_submit(struct rx_reactor *r, uint32_t idx)
 		break;
 	case RX_FILE_WRITE:
 		io_uring_prep_write(sqe, op->u.file.fd, p, n, off);
+		/* To the kernel's workers: a write's inline issue (O_DIRECT,
+		 * or a buffered write that must wait) holds the loop's
+		 * submit, and every reply queued with it, for its duration;
+		 * a write has no one waiting for its latency. */
+		io_uring_sqe_set_flags(sqe, IOSQE_ASYNC);
 		break;
 	default:
 		io_uring_prep_fsync(sqe, op->u.file.fd,
