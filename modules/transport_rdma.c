@@ -46,6 +46,10 @@
 #define SKEW_MS 60000
 #define SEEN_MAX 1024
 #define LOCAL_MAX 256 /* local registrations (client regions) */
+/* Accepted queue pairs a revoke disconnects per loop pass (each one a
+ * system call or two): thousands of peers' channels must not hold the
+ * listener's reactor for more than a slice. */
+#define CLOSE_SLICE 16
 #define STAT_ADD(tn, f, n) __atomic_add_fetch(&(tn)->st.f, (n), __ATOMIC_RELAXED)
 
 /* Connect request private data (56 bytes: the most an RC REQ carries). */
@@ -108,6 +112,7 @@ struct rlocal {
 
 struct sconn {
 	struct rdma_cm_id *id;
+	uint64_t gen;       /* tn->revoke_gen when accepted */
 	bool closing;       /* disconnected by a revoke; dropped on its event */
 	struct sconn *next;
 };
@@ -141,7 +146,9 @@ struct tp_node {
 	bool rot_busy;       /* rot is queued or running */
 	bool grace_due;      /* old MRs wait for a job to deregister them */
 	uint64_t rot_asked;  /* newest epoch a revoke was asked for */
+	uint64_t revoke_gen; /* revokes done: sconns of an older gen go */
 	struct rx_timer grace;
+	struct rx_timer closer; /* disconnects them, CLOSE_SLICE a pass */
 	struct tp_rdma_stats st;
 };
 
@@ -1541,6 +1548,8 @@ static void node_request(struct tp_node *tn, struct rdma_cm_event *ev,
 	}
 	STAT_ADD(tn, accepted, 1);
 	tn->nsconns++;
+	s->gen = tn->revoke_gen; /* keys_of ran on this reactor, after any
+				  * revoke's swap */
 	s->id = id;
 	id->context = s;
 	s->next = tn->sconns;
@@ -1715,8 +1724,10 @@ void tp_rdma_node_unlisten(struct tp_node *tn)
 	}
 	cq_destroy(tn, &tn->scq);
 	/* Old MRs stay until tp_rdma_node_free. */
-	if (tn->lr)
+	if (tn->lr) {
 		rx_timer_stop(tn->lr, &tn->grace);
+		rx_timer_stop(tn->lr, &tn->closer);
+	}
 	if (tn->lch) {
 		api->destroy_event_channel(tn->lch);
 		tn->lch = NULL;
@@ -1769,6 +1780,28 @@ static void rot_work(struct rx_offload *o)
 
 static void rot_next(struct tp_node *tn);
 
+/* Disconnect up to CLOSE_SLICE queue pairs accepted before the last
+ * revoke; again next pass while some are left. Each is dropped on its
+ * DISCONNECTED event. */
+static void close_pass(struct rx_reactor *r, struct rx_timer *t)
+{
+	struct tp_node *tn = t->arg;
+	unsigned n = 0;
+	for (struct sconn *s = tn->sconns, *next; s; s = next) {
+		next = s->next;
+		if (s->closing || s->gen >= tn->revoke_gen)
+			continue;
+		if (n == CLOSE_SLICE) {
+			rx_timer_start(r, t, 0, 0);
+			return;
+		}
+		n++;
+		s->closing = true;
+		if (tn->api->disconnect(s->id))
+			sconn_drop(tn, s); /* not connected: no event comes */
+	}
+}
+
 static void rot_done(struct rx_reactor *r, struct rx_offload *o)
 {
 	struct tp_node *tn = rot_node(o);
@@ -1800,21 +1833,17 @@ static void rot_done(struct rx_reactor *r, struct rx_offload *o)
 	pthread_mutex_unlock(&tn->lock);
 	for (unsigned i = 0; i < nspare; i++)
 		mr_drop(tn, spare[i], 0);
-	/* Every peer connected so far knew the old rkeys. */
+	/* Every peer connected so far knew the old rkeys: their queue pairs
+	 * close, a slice a pass (close_pass). */
+	tn->revoke_gen++;
 	unsigned closed = 0;
-	for (struct sconn *s = tn->sconns, *next; s; s = next) {
-		next = s->next;
-		if (s->closing)
-			continue;
-		s->closing = true;
-		closed++;
-		if (tn->api->disconnect(s->id))
-			sconn_drop(tn, s); /* not connected: no event comes */
-	}
+	for (const struct sconn *s = tn->sconns; s; s = s->next)
+		closed += !s->closing;
+	close_pass(r, &tn->closer);
 	STAT_ADD(tn, revokes, 1);
 	PC_LOGI(LOG_MOD, "a member left (epoch %llu): peers' RDMA access "
 		"revoked: %u region(s) have new rkeys%s, %u queue pair(s) "
-		"closed (peers connect again); the old rkeys end in %u ms",
+		"closing (peers connect again); the old rkeys end in %u ms",
 		(unsigned long long)j->epoch, swapped,
 		kept ? ", some kept theirs (registration failed)" : "", closed,
 		cfg_grace(tn));
@@ -1929,6 +1958,7 @@ int tp_rdma_node_new(const struct tp_rdma_cfg *cfg, struct tp_node **out)
 	tn->api = cfg->api;
 	pthread_mutex_init(&tn->lock, NULL);
 	rx_timer_init(&tn->grace, grace_fire, tn);
+	rx_timer_init(&tn->closer, close_pass, tn);
 	tn->device = strdup(cfg->device ? cfg->device : "");
 	tn->secret = cfg->secret && *cfg->secret ? strdup(cfg->secret) : NULL;
 	tn->cfg.device = tn->device;

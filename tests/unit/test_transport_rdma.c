@@ -1274,6 +1274,8 @@ Test(transport_rdma, a_key_never_handed_out_fails_before_posting)
  * the old MR deregistered once its grace ended. */
 static uint32_t rk_old;
 static uint64_t mrs0, accepted0;
+static unsigned rv_n;     /* reads held when the revoke comes */
+static unsigned rv_qps;   /* queue pairs accepted by then, at least */
 
 static uint32_t rkey_now(struct rfx *f)
 {
@@ -1295,24 +1297,35 @@ static bool revoked(struct rfx *f)
 {
 	struct tp_rdma_stats s = srv_stats(f), c = cli_stats(f);
 	return s.revokes > 0 && s.accepted > accepted0 &&
-	       c.retried - f->st0.retried == 64 && c.wrs_posted -
-	       f->st0.wrs_posted == 128;
+	       c.retried - f->st0.retried == rv_n && c.wrs_posted -
+	       f->st0.wrs_posted == 2 * rv_n;
+}
+
+/* Every read is posted, on at least rv_qps accepted queue pairs. */
+static bool rv_ready(struct rfx *f)
+{
+	return all_posted(f) && srv_stats(f).accepted >= rv_qps;
 }
 
 static void rv_go(struct rfx *f)
 {
 	for (unsigned i = 0; i < 4; i++)
 		rd_landed(f, i);
-	accepted0 = srv_stats(f).accepted;
-	cr_assert_geq(accepted0, 1);
+	cr_assert_geq(srv_stats(f).accepted, 1);
 	rk_old = rkey_now(f);
 	mrs0 = sim_stats().mrs_live;
 	cr_assert(rsim_rkey_live(rk_old));
-	/* The node holds every WR: the revoke meets all 64 in flight. */
+	/* The node holds every WR: the revoke meets all rv_n in flight. */
 	cr_assert_eq(rsim_silence(f->ep, true), 0);
 	poison(f);
-	rd_many(f, 64, f->dst);
-	go(f, 64, 10000);
+	rd_many(f, rv_n, f->dst);
+	go(f, rv_n, 10000);
+	wait_for(f, rv_ready, "every read posted");
+}
+
+static void rv_revoke(struct rfx *f)
+{
+	accepted0 = srv_stats(f).accepted;
 	tp_rdma_ops.revoke(f->srv, f->r, 7);
 	/* Once per epoch: these change nothing. */
 	tp_rdma_ops.revoke(f->srv, f->r, 7);
@@ -1330,11 +1343,11 @@ static void rv_unsilence(struct rfx *f)
 
 static void rv_landed(struct rfx *f)
 {
-	for (unsigned i = 0; i < 64; i++)
+	for (unsigned i = 0; i < rv_n; i++)
 		rd_landed(f, i);
 	struct tp_rdma_stats s = srv_stats(f), c = cli_stats(f);
 	cr_assert_eq(s.revokes, 1);
-	cr_assert_eq(c.retried - f->st0.retried, 64);
+	cr_assert_eq(c.retried - f->st0.retried, rv_n);
 	cr_assert_gt(s.accepted, accepted0, "the client connected again");
 	cr_assert_geq(c.chans_torn_down, 1, "the old channel closed");
 	uint32_t rk = rkey_now(f);
@@ -1371,15 +1384,31 @@ static void rv_after_check(struct rfx *f)
 	next(f);
 }
 
+static const step_fn rv_steps[] = {rv_warm, rv_go, rv_revoke, rv_unsilence,
+				   rv_landed, rv_wait_grace, rv_after,
+				   rv_after_check, NULL};
+
 Test(transport_rdma, revoke_rotates_rkeys_under_load)
 {
-	static const step_fn s[] = {rv_warm, rv_go, rv_unsilence, rv_landed,
-				    rv_wait_grace,
-				    rv_after, rv_after_check, NULL};
 	struct ropts o = {.max_chans = 2, .revoke_grace_ms = 300,
 			  .srv_secret = "alpha-secret",
 			  .cli_secret = "alpha-secret"};
-	run(&o, s);
+	rv_n = 64;
+	rv_qps = 1;
+	run(&o, rv_steps);
+}
+
+/* More accepted queue pairs than a revoke disconnects in one loop pass
+ * (16): the rest go in the passes after, and every held read is sent
+ * again. */
+Test(transport_rdma, revoke_closes_many_queue_pairs_in_slices)
+{
+	struct ropts o = {.max_chans = 40, .revoke_grace_ms = 300,
+			  .srv_secret = "alpha-secret",
+			  .cli_secret = "alpha-secret"};
+	rv_n = 160;
+	rv_qps = 40;
+	run(&o, rv_steps);
 }
 
 /* ------------------------------------------------------- device probing */
