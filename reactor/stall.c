@@ -177,17 +177,16 @@ void rx_stall_end(struct rx_reactor *r, uint64_t t0, const char *kind,
 			 "%ld page faults", (double)c / 1e6,
 			 work && !sleeps ? "" : why, faults);
 	}
-	if (PC_LOG_ENABLED(PC_LOG_DEBUG)) { /* every stall, for diagnosis */
-		pc_log(PC_LOG_DEBUG, LOG_MOD,
-		       "r%u: %s %s%s%s%s ran %.2f ms%s", id, kind, what,
-		       tag ? " " : "", tag ? tag : "", conn, (double)ns / 1e6,
-		       cpu);
-		return;
-	}
-	PC_LOG_RL(PC_LOG_WARN, LOG_MOD,
-		  "r%u: %s %s%s%s%s ran %.2f ms%s (reactor_stall_threshold "
-		  "%.2f ms)", id, kind, what, tag ? " " : "", tag ? tag : "",
-		  conn, (double)ns / 1e6, cpu, (double)g.threshold_ns / 1e6);
+	char line[384];
+	snprintf(line, sizeof(line), "r%u: %s %s%s%s%s ran %.2f ms%s", id,
+		 kind, what, tag ? " " : "", tag ? tag : "", conn,
+		 (double)ns / 1e6, cpu);
+	if (PC_LOG_ENABLED(PC_LOG_DEBUG)) /* every stall, for diagnosis */
+		pc_log(PC_LOG_DEBUG, LOG_MOD, "%s", line);
+	else
+		PC_LOG_RL(PC_LOG_WARN, LOG_MOD,
+			  "%s (reactor_stall_threshold %.2f ms)", line,
+			  (double)g.threshold_ns / 1e6);
 }
 
 void rx_stall_pass(struct rx_reactor *r, uint64_t top, uint64_t pre,
