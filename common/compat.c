@@ -58,9 +58,6 @@ const struct pc_compat_alias pc_compat_aliases[] = {
 	{"write_policy", NULL, 0, PC_COMPAT_CHOICE, 0, 0, "local,storage,both",
 	 "hybrid mode is not in this version: pages are published in the "
 	 "writer's own node (the original's 'local')"},
-	{"device_names", NULL, 0, PC_COMPAT_ANY, 0, 0, NULL,
-	 "one RDMA rail per node in this version: name the device with "
-	 "device_name (several rails are not supported)"},
 	{"directory_read_cache_ttl", NULL, 0, PC_COMPAT_SECONDS, 0, 0, NULL,
 	 "no directory read cache here: every read asks the directory, so a "
 	 "read never follows a stale location"},

@@ -108,6 +108,11 @@ static const struct pc_cfg_key keys[] = {
 	{"device_name", PC_CFG_STRING, "", 0, 63, NULL, OFF(device_name), 0,
 	 "RDMA device (as ibv_devices names it); empty = the first one with "
 	 "ib_port active"},
+	{"device_names", PC_CFG_STRING, "", 0, 255, NULL, OFF(device_names), 0,
+	 "RDMA devices, comma-separated, one rail each (at most 8; each "
+	 "device's network address is where peers reach its rail); a batch "
+	 "is striped over the rails both nodes have; overrides device_name; "
+	 "empty = one rail (device_name)"},
 	{"ib_port", PC_CFG_INT, "1", 1, 255, NULL, OFF(ib_port), 0,
 	 "RDMA device port"},
 	{"gid_index", PC_CFG_INT, "-1", -1, 255, NULL, OFF(gid_index), 0,
@@ -700,6 +705,43 @@ static int slot_classes_derive(struct pc_settings *s, char *err,
 	return 0;
 }
 
+/* device_names: names, none twice, at most 8 (TP_RDMA_RAILS_MAX). */
+static int device_names_check(const char *list, char *err, size_t errlen)
+{
+	char seen[8][64];
+	unsigned n = 0;
+	for (const char *p = list; *p;) {
+		size_t len = strcspn(p, ",");
+		const char *b = p, *e = p + len;
+		while (b < e && *b == ' ')
+			b++;
+		while (e > b && e[-1] == ' ')
+			e--;
+		p += len + (p[len] == ',');
+		if (b == e) {
+			snprintf(err, errlen, "device_names: '%s' has an empty "
+				 "name", list);
+			return -EINVAL;
+		}
+		if ((size_t)(e - b) >= sizeof(seen[0]) || n == 8) {
+			snprintf(err, errlen, "device_names: '%s': %s", list,
+				 n == 8 ? "at most 8 devices (rails)"
+					: "a name is too long");
+			return -EINVAL;
+		}
+		snprintf(seen[n], sizeof(seen[n]), "%.*s", (int)(e - b), b);
+		for (unsigned i = 0; i < n; i++)
+			if (strcmp(seen[i], seen[n]) == 0) {
+				snprintf(err, errlen, "device_names: '%s' "
+					 "lists %s twice (one rail per device)",
+					 list, seen[n]);
+				return -EINVAL;
+			}
+		n++;
+	}
+	return 0;
+}
+
 int pc_settings_validate(struct pc_settings *s, char *err, size_t errlen)
 {
 	if (!pc_is_pow2((uint64_t)s->reactor_sq_entries)) {
@@ -733,6 +775,9 @@ int pc_settings_validate(struct pc_settings *s, char *err, size_t errlen)
 			 s->metrics_bind);
 		return -EINVAL;
 	}
+	ret = device_names_check(s->device_names, err, errlen);
+	if (ret < 0)
+		return ret;
 	if (*s->discovery_addr && *s->peers) {
 		snprintf(err, errlen, "peers and discovery_addr are both set: "
 			 "membership is either the static peers list or what "

@@ -51,6 +51,8 @@ struct pc_settings {
 	char *discovery_addr;
 	int protocol;             /* enum pc_protocol */
 	char *device_name;        /* RDMA device; "": the first usable */
+	char *device_names;       /* RDMA devices, one rail each (comma
+				   * list; overrides device_name) */
 	int64_t ib_port;
 	int64_t gid_index;        /* -1: rdma_cm picks the GID */
 	int64_t rdma_op_timeout_ms; /* a stuck RDMA channel; 0: off */

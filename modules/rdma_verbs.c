@@ -7,6 +7,15 @@
  */
 #include "modules/rdma_verbs.h"
 
+#include <dirent.h>
+#include <errno.h>
+#include <ifaddrs.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
 static int real_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
 			  struct ibv_send_wr **bad)
 {
@@ -49,6 +58,88 @@ static uint16_t real_get_src_port(struct rdma_cm_id *id)
 static void real_destroy_event_channel(struct rdma_event_channel *ch)
 {
 	rdma_destroy_event_channel(ch);
+}
+
+/* The first address of family on network device name (IPv6 link-local
+ * ones skipped): 0, ENOENT or getifaddrs' errno. */
+static int ifaddr_of(const char *name, int family,
+		     struct sockaddr_storage *out)
+{
+	struct ifaddrs *all;
+	if (getifaddrs(&all))
+		return errno;
+	int ret = ENOENT;
+	for (struct ifaddrs *a = all; a && ret; a = a->ifa_next) {
+		if (!a->ifa_addr || a->ifa_addr->sa_family != family ||
+		    strcmp(a->ifa_name, name))
+			continue;
+		size_t len = sizeof(struct sockaddr_in);
+		if (family == AF_INET6) {
+			const struct sockaddr_in6 *in6 =
+				(const void *)a->ifa_addr;
+			if (IN6_IS_ADDR_LINKLOCAL(&in6->sin6_addr))
+				continue;
+			len = sizeof(*in6);
+		}
+		memset(out, 0, sizeof(*out));
+		memcpy(out, a->ifa_addr, len);
+		ret = 0;
+	}
+	freeifaddrs(all);
+	return ret;
+}
+
+/* One line of file path, without its newline: true if there was one. */
+static bool read_line(const char *path, char *out, size_t len)
+{
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return false;
+	bool ok = fgets(out, (int)len, f) != NULL;
+	fclose(f);
+	if (ok)
+		out[strcspn(out, "\n")] = '\0';
+	return ok && *out;
+}
+
+int rv_netdev_addr(const char *sysfs, const char *dev, unsigned port,
+		   int family, struct sockaddr_storage *out)
+{
+	char path[PATH_MAX], name[64];
+	int ret = ENOENT;
+	if (!dev || !*dev || strchr(dev, '/'))
+		return EINVAL;
+	/* RoCE: each GID's network device (unused entries cannot be
+	 * read; the table ends where the files do). */
+	for (unsigned i = 0; i < 256 && ret; i++) {
+		snprintf(path, sizeof(path),
+			 "%s/class/infiniband/%s/ports/%u/gid_attrs/ndevs/%u",
+			 sysfs, dev, port, i);
+		errno = 0;
+		if (read_line(path, name, sizeof(name)))
+			ret = ifaddr_of(name, family, out);
+		else if (errno == ENOENT)
+			break;
+	}
+	if (!ret)
+		return 0;
+	/* IPoIB: the device's own network interfaces. */
+	snprintf(path, sizeof(path), "%s/class/infiniband/%s/device/net",
+		 sysfs, dev);
+	DIR *d = opendir(path);
+	for (struct dirent *e; d && ret && (e = readdir(d));)
+		if (e->d_name[0] != '.')
+			ret = ifaddr_of(e->d_name, family, out);
+	if (d)
+		closedir(d);
+	return ret;
+}
+
+static int real_device_addr(struct ibv_context *ctx, uint8_t port,
+			    int family, struct sockaddr_storage *out)
+{
+	return rv_netdev_addr("/sys", ibv_get_device_name(ctx->device), port,
+			      family, out);
 }
 
 const struct rv_api rv_real = {
@@ -96,4 +187,5 @@ const struct rv_api rv_real = {
 	.get_cm_event = rdma_get_cm_event,
 	.ack_cm_event = rdma_ack_cm_event,
 	.get_src_port = real_get_src_port,
+	.device_addr = real_device_addr,
 };

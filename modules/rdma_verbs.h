@@ -140,9 +140,26 @@ struct rv_api {
 	/* The local port an id is bound to, in network byte order
 	 * (rdma_get_src_port). */
 	uint16_t (*get_src_port)(struct rdma_cm_id *id);
+
+	/* An address of family (AF_INET, AF_INET6) on the network device of
+	 * ctx's port (port 0 in *out): where the device's rail listens and
+	 * connects from. 0 or an errno value (ENOENT: none). */
+	int (*device_addr)(struct ibv_context *ctx, uint8_t port, int family,
+			   struct sockaddr_storage *out);
 };
 
 /* The real libibverbs and librdmacm. */
 extern const struct rv_api rv_real;
+
+/*
+ * rv_real's device_addr, with the sysfs root as a parameter (tests point it
+ * at a tree of their own): the network devices of device dev's port are
+ * read from <sysfs>/class/infiniband/<dev>/ports/<port>/gid_attrs/ndevs/<i>
+ * (RoCE) or the entries of <sysfs>/class/infiniband/<dev>/device/net
+ * (IPoIB), and the first address of family on one of them (getifaddrs; IPv6 link-local
+ * ones skipped) is the answer. 0 or an errno value.
+ */
+int rv_netdev_addr(const char *sysfs, const char *dev, unsigned port,
+		   int family, struct sockaddr_storage *out);
 
 #endif /* PC_MODULES_RDMA_VERBS_H */

@@ -46,6 +46,9 @@
 #define SKEW_MS 60000
 #define SEEN_MAX 1024
 #define LOCAL_MAX 256 /* local registrations (client regions) */
+/* A rail a connect to failed is left alone this long (its operations go
+ * on the other rails meanwhile). */
+#define RAIL_HOLD_MS 10000
 /* Accepted queue pairs a revoke disconnects per loop pass (each one a
  * system call or two): thousands of peers' channels must not hold the
  * listener's reactor for more than a slice. */
@@ -67,28 +70,46 @@ struct rkpair {
 	uint32_t key, rkey;
 };
 
-/* Accept / reject private data. A reject carries the header only (up to
- * the keys); an accept also carries the node's key table: the only place
- * a peer learns the rkeys of this node's regions. */
+/*
+ * Accept / reject private data. A reject carries the header only (up to
+ * nkeys); an accept also carries, in body, the node's key table for the
+ * rail the queue pair is on (nkeys struct rkpair: the only place a peer
+ * learns the rkeys of this node's regions), then, when the node has more
+ * than one rail, its other rails' addresses (struct rails_tail). An older
+ * peer reads the keys and ignores the rest.
+ */
 struct welcome {
 	uint32_t magic;
 	int32_t err; /* reject: the reason, a negative errno */
 	uint8_t proof[PC_SHA256_BYTES];
 	uint32_t nkeys;
-	struct rkpair keys[TP_REGIONS_MAX];
+	uint8_t body[152];
 };
 #define WELCOME_HDR offsetof(struct welcome, nkeys)
-_Static_assert(sizeof(struct welcome) <= 196, "REP private data: 196 bytes");
+_Static_assert(sizeof(struct welcome) == 196, "REP private data: 196 bytes");
 _Static_assert(WELCOME_HDR <= 148, "REJ private data: 148 bytes");
+_Static_assert(TP_REGIONS_MAX * sizeof(struct rkpair) <= 152,
+	       "a welcome holds a full key table");
+
+/* After the keys: rails 1..n of the node, each listening at one address
+ * (4 bytes for IPv4, 16 for IPv6) and port. */
+struct rails_tail {
+	uint8_t n;     /* rails after rail 0 (the address dialed) */
+	uint8_t v6;    /* 1: the addresses are IPv6 */
+	uint16_t port; /* network order */
+	uint8_t addr[];
+};
+#define RAILS_MAX TP_RDMA_RAILS_MAX
 
 /* ------------------------------------------------------------------ node */
 
+/* A region's MRs: one per rail (each device has its own PD). */
 struct rreg {
 	bool used;
 	uint32_t key;       /* what records name; stable while it lives */
 	struct tp_region r;
-	struct ibv_mr *mr;  /* current: its rkey goes to peers in accepts */
-	struct ibv_mr *old; /* the one before a revoke, until grace ends */
+	struct ibv_mr *mr[RAILS_MAX];  /* current: rkeys go out in accepts */
+	struct ibv_mr *old[RAILS_MAX]; /* before a revoke, until grace ends */
 };
 
 /* A revoke's work off the reactor (the listener's offload): deregister
@@ -97,17 +118,37 @@ struct rrot {
 	struct rx_offload o;
 	bool fresh;                     /* register new MRs (a revoke) */
 	uint64_t epoch;                 /* the revoke's */
-	struct ibv_mr *stale[TP_REGIONS_MAX];
+	struct ibv_mr *stale[TP_REGIONS_MAX][RAILS_MAX];
 	struct {
 		uint32_t key;           /* 0: no region in this slot */
 		struct tp_region r;
-		struct ibv_mr *mr;      /* out */
+		struct ibv_mr *mr[RAILS_MAX]; /* out */
 	} regs[TP_REGIONS_MAX];
 };
 
 struct rlocal {
 	void *base;
-	struct ibv_mr *mr;
+	size_t len;
+	struct ibv_mr *mr[RAILS_MAX];
+};
+
+/*
+ * A rail: one device of the node (device_names lists several; rail 0 is
+ * the first, or the only one). Each has its own context, PD and MRs of
+ * every region; peers reach rail k > 0 at its own address, which an
+ * accept lists.
+ */
+struct rail {
+	struct tp_node *tn;
+	unsigned idx;
+	char name[64];
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+	struct sockaddr_storage sa; /* rails > 0: its network address */
+	struct rdma_cm_id *lid;     /* its listener (rail 0's, or its own) */
+	bool offered;               /* listed in accepts (rails > 0) */
+	struct rx_watch *aw;        /* the device's async events */
+	struct ibv_cq *scq;         /* accepted QPs' (they post nothing) */
 };
 
 struct sconn {
@@ -119,20 +160,19 @@ struct sconn {
 
 struct tp_node {
 	struct tp_rdma_cfg cfg;
-	char *device, *secret;
+	char *device, *devices, *secret;
 	const struct rv_api *api;
-	struct ibv_context *ctx;
-	struct ibv_pd *pd;
-	pthread_mutex_t lock; /* regs, locals */
+	struct rail rails[RAILS_MAX];
+	unsigned nrails;
+	struct rails_tail *tail; /* what accepts list (NULL: one rail) */
+	size_t tail_len;
+	pthread_mutex_t lock; /* regs, locals, tail_len */
 	struct rreg regs[TP_REGIONS_MAX];
 	struct rlocal locals[LOCAL_MAX];
 	/* the listener (its reactor only) */
 	struct rx_reactor *lr;
-	struct rdma_event_channel *lch;
-	struct rdma_cm_id *lid;
+	struct rdma_event_channel *lch; /* every rail's listener */
 	struct rx_watch *lw;
-	struct rx_watch *aw;   /* the device's async events */
-	struct ibv_cq *scq;
 	struct sconn *sconns;
 	unsigned nsconns;      /* accepted and not yet dropped */
 	struct {
@@ -168,6 +208,7 @@ struct rop {
 	uint64_t posted_ns; /* when posted (the reactor's clock) */
 	bool fin, posted, retried;
 	uint8_t moves;      /* times a closing channel passed it on */
+	int8_t lk_dev;      /* the rail lkey_hdr/lkey_buf are of (-1: none) */
 	bool write;
 	uint32_t key;       /* the region's; the channel knows its rkey */
 	uint64_t addr;
@@ -177,10 +218,16 @@ struct rop {
 	int *res;
 };
 
+/* A registration made for one batch, on one rail. */
+struct bmr {
+	struct ibv_mr *mr;
+	unsigned dev;
+};
+
 struct rbatch {
 	struct tp_bcore c; /* first: the list holds &c */
 	struct tp_client *tc;
-	struct ibv_mr **mrs; /* registered for this batch */
+	struct bmr *mrs; /* registered for this batch */
 	unsigned nmrs, capmrs;
 	struct rop ops[];
 };
@@ -189,6 +236,9 @@ _Static_assert(offsetof(struct rbatch, c) == 0, "a batch is its core");
 struct rchan {
 	struct tp_client *tc;
 	struct tp_peer *p;
+	unsigned rail;          /* the peer's rail it goes to */
+	unsigned dev;           /* our rail it is on (known once resolved) */
+	struct sockaddr_storage dst; /* the address dialed */
 	int state;
 	struct rdma_cm_id *id;
 	struct ibv_cq *cq;
@@ -216,15 +266,28 @@ struct tp_peer {
 	struct rchan *chans;
 	unsigned nchans;
 	unsigned inflight;
+	/* Its rails (an accept lists those after rail 0, which is sa):
+	 * 1 until one did. */
+	unsigned nrails;
+	struct sockaddr_storage rsa[RAILS_MAX];
+	uint64_t rail_hold[RAILS_MAX]; /* a connect failed: unused until */
 	struct tp_peer *next;
+};
+
+/* A completion channel's watch: which client, which rail. */
+struct ccw {
+	struct tp_client *tc;
+	unsigned dev;
 };
 
 struct tp_client {
 	struct tp_node *tn;
 	struct rx_reactor *r;
-	struct ibv_comp_channel *cch;
+	struct ibv_comp_channel *cch[RAILS_MAX]; /* one per rail */
+	struct ccw ccw[RAILS_MAX];
+	struct rx_watch *cw[RAILS_MAX];
 	struct rdma_event_channel *ech;
-	struct rx_watch *cw, *ew;
+	struct rx_watch *ew;
 	struct tp_peer *peers;
 	struct tp_bcore *batches;
 	struct rchan *reap;     /* dead channels to free */
@@ -277,6 +340,14 @@ static uint64_t wall_ms(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static void sa_set_port(struct sockaddr_storage *ss, uint16_t port)
+{
+	if (ss->ss_family == AF_INET)
+		((struct sockaddr_in *)ss)->sin_port = htons(port);
+	else if (ss->ss_family == AF_INET6)
+		((struct sockaddr_in6 *)ss)->sin6_port = htons(port);
 }
 
 /* ---------------------------------------------------------- the proofs */
@@ -371,49 +442,128 @@ static bool dev_usable(const struct tp_rdma_cfg *cfg, struct ibv_context *ctx,
 	return true;
 }
 
+/* The limits of two devices a node uses together: the smaller of each. */
+static void da_min(struct ibv_device_attr *a, const struct ibv_device_attr *b)
+{
+	a->max_qp_wr = PC_MIN(a->max_qp_wr, b->max_qp_wr);
+	a->max_cqe = PC_MIN(a->max_cqe, b->max_cqe);
+	a->max_sge = PC_MIN(a->max_sge, b->max_sge);
+	a->max_sge_rd = PC_MIN(a->max_sge_rd, b->max_sge_rd);
+	a->max_qp_rd_atom = PC_MIN(a->max_qp_rd_atom, b->max_qp_rd_atom);
+	a->max_qp_init_rd_atom = PC_MIN(a->max_qp_init_rd_atom,
+					b->max_qp_init_rd_atom);
+}
+
+/* The next name of a comma list at *p ("" at its end); spaces trimmed. */
+static bool list_next(const char **p, char *out, size_t len)
+{
+	while (**p == ' ' || **p == ',')
+		(*p)++;
+	if (!**p)
+		return false;
+	size_t n = strcspn(*p, ",");
+	const char *e = *p + n;
+	while (e > *p && e[-1] == ' ')
+		e--;
+	snprintf(out, len, "%.*s", (int)(e - *p), *p);
+	*p += n;
+	return true;
+}
+
 /*
- * The usable devices rdma_cm knows (only the one cfg names, if any): how
- * many, and in *out the first one's context (rdma_cm's own, the one its
- * ids use) and in *da its limits. why says what was found.
+ * The usable devices rdma_cm knows: those cfg->devices lists, in its order
+ * (duplicates and unusable ones left out), else the one cfg->device names,
+ * else the first usable. Up to max of their contexts (rdma_cm's own, the
+ * ones its ids use) in out, their smallest limits in *da; returns how many
+ * were found. why says what was found and what was left out.
  */
 static int dev_open(const struct tp_rdma_cfg *cfg, struct ibv_context **out,
-		    struct ibv_device_attr *da, char *why, size_t whylen)
+		    unsigned max, struct ibv_device_attr *da, char *why,
+		    size_t whylen)
 {
 	int n = 0;
 	struct ibv_context **list = cfg->api->get_devices(&n);
-	bool named = cfg->device && *cfg->device;
+	bool listed = cfg->devices && *cfg->devices;
+	bool named = !listed && cfg->device && *cfg->device;
+	char one[160], left[200] = "";
 	snprintf(why, whylen, "%s", n > 0 ? "no device matches"
 					  : "no RDMA device seen by rdma_cm");
 	if (named && n > 0)
 		snprintf(why, whylen, "no RDMA device named %s", cfg->device);
-	int found = 0;
-	for (int i = 0; list && i < n; i++) {
-		const char *name = cfg->api->get_device_name(list[i]->device);
-		if (named && strcmp(cfg->device, name))
-			continue;
-		char one[160];
-		struct ibv_device_attr a;
-		if (dev_usable(cfg, list[i], one, sizeof(one), &a)) {
-			if (!found) {
-				snprintf(why, whylen, "%s", one);
-				if (out)
-					*out = list[i];
-				if (da)
-					*da = a;
+	unsigned found = 0;
+	const char *lp = cfg->devices;
+	char want[64];
+	struct ibv_context *got[RAILS_MAX]; /* what is found, in order */
+	for (int i = 0; list && (listed || i < n); i++) {
+		struct ibv_context *ctx = NULL;
+		if (listed) {
+			/* The next listed name, whichever its place. */
+			if (!list_next(&lp, want, sizeof(want)))
+				break;
+			bool dup = false;
+			for (unsigned j = 0; j < PC_MIN(found, RAILS_MAX); j++)
+				dup |= !strcmp(want, cfg->api->get_device_name(
+							     got[j]->device));
+			for (int j = 0; j < n && !ctx && !dup; j++)
+				if (!strcmp(want, cfg->api->get_device_name(
+							  list[j]->device)))
+					ctx = list[j];
+			if (!ctx) {
+				size_t l = strlen(left);
+				snprintf(left + l, sizeof(left) - l, "%s%s: %s",
+					 l ? "; " : "", want,
+					 dup ? "listed twice" : "not seen");
+				continue;
 			}
-			found++;
-		} else if (!found) {
-			snprintf(why, whylen, "%s", one);
+		} else {
+			ctx = list[i];
+			const char *name = cfg->api->get_device_name(
+				ctx->device);
+			if (named && strcmp(cfg->device, name))
+				continue;
 		}
+		struct ibv_device_attr a;
+		if (!dev_usable(cfg, ctx, one, sizeof(one), &a)) {
+			if (!found && !listed)
+				snprintf(why, whylen, "%s", one);
+			if (listed) {
+				size_t l = strlen(left);
+				snprintf(left + l, sizeof(left) - l, "%s%s",
+					 l ? "; " : "", one);
+			}
+			continue;
+		}
+		if (found < RAILS_MAX)
+			got[found] = ctx;
+		if (found < max && out) {
+			out[found] = ctx;
+			if (!found && da)
+				*da = a;
+			else if (da)
+				da_min(da, &a);
+		}
+		if (!found)
+			snprintf(why, whylen, "%s", one);
+		found++;
+		if (!listed && !out)
+			continue; /* a probe counts them all */
+		if (!listed)
+			break;
 	}
+	if (found > 1)
+		snprintf(why + strlen(why), whylen - strlen(why),
+			 " and %u more rail(s)", found - 1);
+	if (*left)
+		snprintf(why + strlen(why), whylen - strlen(why),
+			 "%s(left out: %s)", found ? " " : "; ", left);
 	if (list)
 		cfg->api->free_devices(list);
-	return found;
+	return (int)PC_MIN(found, max ? max : found);
 }
 
 int tp_rdma_probe(const struct tp_rdma_cfg *cfg, char *why, size_t whylen)
 {
-	return dev_open(cfg, NULL, NULL, why, whylen);
+	return dev_open(cfg, NULL, 0, NULL, why, whylen);
 }
 
 /* ------------------------------------------------------------- regions */
@@ -424,6 +574,15 @@ static int access_of(unsigned a)
 	if (a & TP_ACCESS_WRITE)
 		acc |= IBV_ACCESS_REMOTE_WRITE;
 	return acc;
+}
+
+/* The rail whose device ctx is (rdma_cm's context), or -1. */
+static int rail_of(const struct tp_node *tn, const struct ibv_context *ctx)
+{
+	for (unsigned i = 0; i < tn->nrails; i++)
+		if (tn->rails[i].ctx == ctx)
+			return (int)i;
+	return -1;
 }
 
 /* The region registered under key, or NULL. Under tn->lock. */
@@ -442,6 +601,38 @@ static void mr_drop(struct tp_node *tn, struct ibv_mr *mr, uint32_t key)
 			strerror(errno));
 }
 
+/* Every rail's MR of a set (NULL ones skipped), then none. */
+static void mrs_drop(struct tp_node *tn, struct ibv_mr **mrs, uint32_t key)
+{
+	for (unsigned i = 0; i < RAILS_MAX; i++) {
+		mr_drop(tn, mrs[i], key);
+		mrs[i] = NULL;
+	}
+}
+
+/* An MR of [base, base+len) on every rail, in mrs: 0 or -errno (none
+ * left registered). */
+static int mrs_reg(struct tp_node *tn, void *base, size_t len, int access,
+		   struct ibv_mr **mrs)
+{
+	for (unsigned i = 0; i < tn->nrails; i++) {
+		mrs[i] = tn->api->reg_mr(tn->rails[i].pd, base, len, access);
+		if (!mrs[i]) {
+			int err = neg_errno(-ENOMEM);
+			mrs_drop(tn, mrs, 0);
+			return err;
+		}
+	}
+	return 0;
+}
+
+/* Bytes of a welcome's body that nkeys keys and the node's rail list take
+ * (under tn->lock). */
+static size_t body_len(const struct tp_node *tn, unsigned nkeys)
+{
+	return nkeys * sizeof(struct rkpair) + tn->tail_len;
+}
+
 static int rdma_reg(struct tp_node *tn, const struct tp_region *region,
 		    uint32_t *key)
 {
@@ -450,17 +641,29 @@ static int rdma_reg(struct tp_node *tn, const struct tp_region *region,
 	unsigned access = region->access ? region->access : TP_ACCESS_READ;
 	pthread_mutex_lock(&tn->lock);
 	int slot = -1;
-	for (unsigned i = 0; i < TP_REGIONS_MAX && slot < 0; i++)
-		if (!tn->regs[i].used)
+	unsigned used = 0;
+	for (unsigned i = 0; i < TP_REGIONS_MAX; i++) {
+		used += tn->regs[i].used;
+		if (!tn->regs[i].used && slot < 0)
 			slot = (int)i;
+	}
+	if (slot >= 0 && body_len(tn, used + 1) > sizeof(((struct welcome *)
+							   0)->body)) {
+		/* The accept could not hand its rkey out. */
+		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "a region more (%u) and the "
+			  "addresses of %u rail(s) do not fit in an RDMA "
+			  "accept's private data; region refused", used + 1,
+			  tn->nrails);
+		slot = -1;
+	}
 	if (slot < 0) {
 		pthread_mutex_unlock(&tn->lock);
 		return -ENOSPC;
 	}
-	struct ibv_mr *mr = tn->api->reg_mr(tn->pd, (void *)region->base,
-					    region->len, access_of(access));
-	if (!mr) {
-		int err = neg_errno(-ENOMEM);
+	struct ibv_mr *mrs[RAILS_MAX] = {0};
+	int err = mrs_reg(tn, (void *)region->base, region->len,
+			  access_of(access), mrs);
+	if (err) {
 		pthread_mutex_unlock(&tn->lock);
 		PC_LOGW(LOG_MOD, "registering %llu bytes failed: %s",
 			(unsigned long long)region->len, strerror(-err));
@@ -471,12 +674,13 @@ static int rdma_reg(struct tp_node *tn, const struct tp_region *region,
 	uint32_t k = 0;
 	while (!k || reg_find(tn, k))
 		if (pc_random_bytes(&k, sizeof(k)) < 0) {
-			tn->api->dereg_mr(mr);
+			mrs_drop(tn, mrs, 0);
 			pthread_mutex_unlock(&tn->lock);
 			return -EIO;
 		}
 	struct rreg *g = &tn->regs[slot];
-	*g = (struct rreg){.used = true, .key = k, .r = *region, .mr = mr};
+	*g = (struct rreg){.used = true, .key = k, .r = *region};
+	memcpy(g->mr, mrs, sizeof(mrs));
 	g->r.access = access;
 	*key = k;
 	pthread_mutex_unlock(&tn->lock);
@@ -496,8 +700,8 @@ static int rdma_dereg(struct tp_node *tn, uint32_t key)
 	 * taken from this MR) then fails with a local protection error
 	 * (-EINVAL): it never writes memory the region no longer owns. */
 	struct tp_region r = g->r;
-	mr_drop(tn, g->mr, key);
-	mr_drop(tn, g->old, key);
+	mrs_drop(tn, g->mr, key);
+	mrs_drop(tn, g->old, key);
 	*g = (struct rreg){0};
 	pthread_mutex_unlock(&tn->lock);
 	if (r.released)
@@ -512,16 +716,14 @@ int tp_rdma_reg_local(struct tp_node *tn, void *base, size_t len)
 	pthread_mutex_lock(&tn->lock);
 	int ret = -ENOSPC;
 	for (unsigned i = 0; i < LOCAL_MAX; i++) {
-		if (tn->locals[i].base)
+		struct rlocal *l = &tn->locals[i];
+		if (l->base)
 			continue;
-		struct ibv_mr *mr = tn->api->reg_mr(tn->pd, base, len,
-						    IBV_ACCESS_LOCAL_WRITE);
-		if (!mr) {
-			ret = neg_errno(-ENOMEM);
-			break;
+		ret = mrs_reg(tn, base, len, IBV_ACCESS_LOCAL_WRITE, l->mr);
+		if (!ret) {
+			l->base = base;
+			l->len = len;
 		}
-		tn->locals[i] = (struct rlocal){base, mr};
-		ret = 0;
 		break;
 	}
 	pthread_mutex_unlock(&tn->lock);
@@ -534,8 +736,8 @@ int tp_rdma_unreg_local(struct tp_node *tn, void *base)
 	int ret = -ENOENT;
 	for (unsigned i = 0; i < LOCAL_MAX; i++)
 		if (tn->locals[i].base == base) {
-			tn->api->dereg_mr(tn->locals[i].mr);
-			tn->locals[i] = (struct rlocal){NULL, NULL};
+			mrs_drop(tn, tn->locals[i].mr, 0);
+			tn->locals[i] = (struct rlocal){0};
 			ret = 0;
 			break;
 		}
@@ -543,49 +745,55 @@ int tp_rdma_unreg_local(struct tp_node *tn, void *base)
 	return ret;
 }
 
-/* The lkey of an MR of the node's tables covering [p, p+len), or 0. */
-static uint32_t table_lkey(struct tp_node *tn, const void *p, size_t len)
+/* Whether [a, a+len) lies in [base, base+blen). */
+static bool covers(uintptr_t base, size_t blen, uintptr_t a, size_t len)
+{
+	return a >= base && a - base <= blen && len <= blen - (a - base);
+}
+
+/* The lkey, on rail dev, of an MR of the node's tables covering
+ * [p, p+len), or 0. */
+static uint32_t table_lkey(struct tp_node *tn, unsigned dev, const void *p,
+			   size_t len)
 {
 	uintptr_t a = (uintptr_t)p;
 	uint32_t lkey = 0;
 	pthread_mutex_lock(&tn->lock);
 	for (unsigned i = 0; i < TP_REGIONS_MAX && !lkey; i++) {
 		const struct rreg *g = &tn->regs[i];
-		if (g->used && a >= g->r.base && a - g->r.base <= g->r.len &&
-		    len <= g->r.len - (a - g->r.base))
-			lkey = g->mr->lkey;
+		if (g->used && covers(g->r.base, g->r.len, a, len))
+			lkey = g->mr[dev]->lkey;
 	}
 	for (unsigned i = 0; i < LOCAL_MAX && !lkey; i++) {
 		const struct rlocal *l = &tn->locals[i];
-		uintptr_t b = (uintptr_t)(l->base);
-		if (l->base && a >= b && a - b <= l->mr->length &&
-		    len <= l->mr->length - (a - b))
-			lkey = l->mr->lkey;
+		if (l->base && covers((uintptr_t)l->base, l->len, a, len))
+			lkey = l->mr[dev]->lkey;
 	}
 	pthread_mutex_unlock(&tn->lock);
 	return lkey;
 }
 
-/* The lkey for [p, p+len) of batch b: the tables', one of the batch's own
- * registrations, or a new one for the batch. 0 and -errno in *err. */
-static uint32_t lkey_of(struct rbatch *b, const void *p, size_t len, int *err)
+/* The lkey on rail dev for [p, p+len) of batch b: the tables', one of the
+ * batch's own registrations, or a new one for the batch. 0 and -errno in
+ * *err. */
+static uint32_t lkey_of(struct rbatch *b, unsigned dev, const void *p,
+			size_t len, int *err)
 {
 	struct tp_node *tn = b->tc->tn;
 	if (!len)
 		return 0;
-	uint32_t k = table_lkey(tn, p, len);
+	uint32_t k = table_lkey(tn, dev, p, len);
 	if (k)
 		return k;
-	uintptr_t a = (uintptr_t)p;
 	for (unsigned i = 0; i < b->nmrs; i++) {
-		uintptr_t m = (uintptr_t)b->mrs[i]->addr;
-		if (a >= m && a - m <= b->mrs[i]->length &&
-		    len <= b->mrs[i]->length - (a - m))
-			return b->mrs[i]->lkey;
+		const struct ibv_mr *m = b->mrs[i].mr;
+		if (b->mrs[i].dev == dev &&
+		    covers((uintptr_t)m->addr, m->length, (uintptr_t)p, len))
+			return m->lkey;
 	}
 	if (b->nmrs == b->capmrs) {
 		unsigned cap = b->capmrs ? b->capmrs * 2 : 4;
-		struct ibv_mr **m = realloc(b->mrs, cap * sizeof(*m));
+		struct bmr *m = realloc(b->mrs, cap * sizeof(*m));
 		if (!m) {
 			*err = -ENOMEM;
 			return 0;
@@ -593,15 +801,30 @@ static uint32_t lkey_of(struct rbatch *b, const void *p, size_t len, int *err)
 		b->mrs = m;
 		b->capmrs = cap;
 	}
-	struct ibv_mr *mr = tn->api->reg_mr(tn->pd, (void *)p, len,
+	struct ibv_mr *mr = tn->api->reg_mr(tn->rails[dev].pd, (void *)p, len,
 					    IBV_ACCESS_LOCAL_WRITE);
 	if (!mr) {
 		*err = neg_errno(-ENOMEM);
 		return 0;
 	}
 	STAT_ADD(tn, lazy_mrs, 1);
-	b->mrs[b->nmrs++] = mr;
+	b->mrs[b->nmrs++] = (struct bmr){mr, dev};
 	return mr->lkey;
+}
+
+/* Give o the lkeys of rail dev (once per rail it is posted on): 0 or
+ * -errno. */
+static int op_lkeys(struct rop *o, unsigned dev)
+{
+	if (o->lk_dev == (int8_t)dev)
+		return 0;
+	int err = 0;
+	o->lkey_hdr = lkey_of(o->b, dev, o->hdr, o->hdr_len, &err);
+	if (!err)
+		o->lkey_buf = lkey_of(o->b, dev, o->buf, o->len - o->hdr_len,
+				      &err);
+	o->lk_dev = err ? -1 : (int8_t)dev;
+	return err;
 }
 
 /* ----------------------------------------------------------- batches */
@@ -626,6 +849,8 @@ static void op_end(struct rop *o, int res)
 	*o->res = tp_bcore_res(&o->b->c, res);
 	if (res == 0) {
 		struct tp_node *tn = o->b->tc->tn;
+		if (o->lk_dev >= 0)
+			STAT_ADD(tn, rail_bytes[o->lk_dev], o->len);
 		if (o->write) {
 			STAT_ADD(tn, writes, 1);
 			STAT_ADD(tn, write_bytes, o->len);
@@ -685,7 +910,7 @@ static void batch_fire(struct rx_reactor *r, struct rx_timer *t)
 		batch_abort(b, -ETIMEDOUT);
 	}
 	for (unsigned i = 0; i < b->nmrs; i++)
-		b->tc->tn->api->dereg_mr(b->mrs[i]);
+		b->tc->tn->api->dereg_mr(b->mrs[i].mr);
 	free(b->mrs);
 	tp_bcore_deliver(&b->c, &b->tc->batches, b->tc->r);
 	free(b);
@@ -707,6 +932,7 @@ static struct tp_peer *peer_get(struct tp_client *tc, const char *name,
 		snprintf(p->name, sizeof(p->name), "%s", name);
 		socklen_t sl;
 		p->sa_err = pc_endpoint_parse(name, &p->sa, &sl);
+		p->nrails = 1;
 		p->next = tc->peers;
 		tc->peers = p;
 	}
@@ -770,6 +996,15 @@ static void chan_teardown(struct rchan *ch, enum td mode, int err)
 	bool was_ready = ch->state == CH_READY;
 	ch->state = CH_DEAD;
 	STAT_ADD(tn, chans_torn_down, 1);
+	if (mode == TD_CONNFAIL && ch->rail) {
+		/* The peer's rail cannot be reached from ours: the other
+		 * rails carry its share for a while. */
+		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "%s: rail %u could not connect "
+			  "(%s); its operations go on the other rails for %u "
+			  "ms", p->name, ch->rail, strerror(-err),
+			  RAIL_HOLD_MS);
+		p->rail_hold[ch->rail] = rx_now_ns(tc->r) + RX_MS(RAIL_HOLD_MS);
+	}
 	rx_timer_stop(tc->r, &ch->timer);
 	if (ch->id && ch->id->qp) {
 		if (was_ready)
@@ -821,13 +1056,14 @@ static void chan_teardown(struct rchan *ch, enum td mode, int err)
 		if (o->fin)
 			continue;
 		/* Queued ones never ran: they move on, a few times at most
-		 * (a peer that accepts and drops every channel). */
+		 * (a peer that accepts and drops every channel); those of a
+		 * rail that could not connect, to the other rails. */
 		bool again = !tc->stopping && o->moves < 3 &&
 			     (mode == TD_RETRY || mode == TD_ABORT ||
-			      (mode == TD_CONNFAIL && p->chans));
+			      (mode == TD_CONNFAIL && (p->chans || ch->rail)));
 		if (again) {
 			o->moves++;
-			op_place(tc, o, mode != TD_CONNFAIL);
+			op_place(tc, o, mode != TD_CONNFAIL || ch->rail);
 		} else {
 			op_end(o, err);
 		}
@@ -847,7 +1083,7 @@ static void hello_make(struct rchan *ch)
 		uint8_t full[PC_SHA256_BYTES];
 		h->flags = HELLO_AUTH;
 		char at[80];
-		sa_text((const struct sockaddr *)&ch->p->sa, at, sizeof(at));
+		sa_text((const struct sockaddr *)&ch->dst, at, sizeof(at));
 		proof_of(tn->secret, false, h->ts_ms, h->nonce, at, full);
 		memcpy(h->proof, full, PROOF_BYTES);
 	}
@@ -857,16 +1093,18 @@ static void chan_deadline(struct rx_reactor *r, struct rx_timer *t)
 {
 	struct rchan *ch = t->arg;
 	(void)r;
-	PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "%s: connecting a channel timed out",
-		  ch->p->name);
+	PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "%s: connecting a channel (rail %u) "
+		  "timed out", ch->p->name, ch->rail);
 	STAT_ADD(ch->tc->tn, chans_failed, 1);
 	ch->p->last_err = -ETIMEDOUT;
 	chan_teardown(ch, TD_CONNFAIL, -ETIMEDOUT);
 }
 
-/* A new channel to p (connecting); NULL and *err. */
+/* A new channel to p's rail (connecting); NULL and *err. Rail 0 is the
+ * endpoint dialed; rail k > 0 goes from this node's rail k to the
+ * peer's. */
 static struct rchan *chan_open(struct tp_client *tc, struct tp_peer *p,
-			       int *err)
+			       unsigned rail, int *err)
 {
 	struct tp_node *tn = tc->tn;
 	if (p->sa_err) {
@@ -884,15 +1122,23 @@ static struct rchan *chan_open(struct tp_client *tc, struct tp_peer *p,
 	}
 	ch->tc = tc;
 	ch->p = p;
+	ch->rail = rail;
+	ch->dst = rail ? p->rsa[rail] : p->sa;
 	ch->state = CH_ADDR;
 	rx_timer_init(&ch->timer, chan_deadline, ch);
+	/* From our rail's own address (any port: its listener has one). */
+	struct sockaddr_storage src = tn->rails[rail].sa;
+	sa_set_port(&src, 0);
+	bool from = rail && src.ss_family == ch->dst.ss_family;
 	if (tn->api->create_id(tc->ech, &ch->id, ch, RDMA_PS_TCP)) {
 		*err = neg_errno(-ENOMEM);
 		free(ch->fifo);
 		free(ch);
 		return NULL;
 	}
-	if (tn->api->resolve_addr(ch->id, NULL, (struct sockaddr *)&p->sa,
+	if (tn->api->resolve_addr(ch->id, from ? (struct sockaddr *)&src
+						: NULL,
+				  (struct sockaddr *)&ch->dst,
 				  cfg_ctimeout(tn))) {
 		*err = neg_errno(-EHOSTUNREACH);
 		tn->api->destroy_id(ch->id);
@@ -944,6 +1190,12 @@ static void chan_pump(struct rchan *ch)
 				 * post, and the channel stays. */
 				o->ch = NULL;
 				op_end(o, -EFAULT);
+				continue;
+			}
+			int lerr = op_lkeys(o, ch->dev);
+			if (lerr) {
+				o->ch = NULL;
+				op_end(o, lerr);
 				continue;
 			}
 			ops[n] = o;
@@ -1033,32 +1285,77 @@ static void chan_pump(struct rchan *ch)
 	}
 }
 
-/* Put o on the least-loaded channel of its peer (a new one while every
- * channel has work, the cap allows and may_open), or end it with the
+/*
+ * The rail o goes on: a batch is spread over the rails this node and the
+ * peer share, operation i on rail i % n (as the original); a rail held
+ * after a failed connect is skipped, and an operation sent again moves on
+ * to the next rail.
+ */
+static unsigned op_rail(struct tp_client *tc, const struct rop *o)
+{
+	const struct tp_peer *p = o->p;
+	unsigned n = PC_MIN(tc->tn->nrails, p->nrails);
+	if (n <= 1)
+		return 0;
+	unsigned i = (unsigned)(o - o->b->ops) + o->moves + o->retried;
+	uint64_t now = rx_now_ns(tc->r);
+	for (unsigned t = 0; t < n; t++) {
+		unsigned k = (i + t) % n;
+		if (k == 0 || p->rail_hold[k] <= now)
+			return k;
+	}
+	return 0;
+}
+
+/* The least-loaded channel of p (on rail, or on any if rail < 0); *load
+ * and *count (of that rail's channels) set. */
+static struct rchan *chan_least(struct tp_peer *p, int rail, unsigned *load,
+				unsigned *count)
+{
+	struct rchan *best = NULL;
+	*load = UINT32_MAX;
+	*count = 0;
+	for (struct rchan *ch = p->chans; ch; ch = ch->next) {
+		if (rail >= 0 && ch->rail != (unsigned)rail)
+			continue;
+		(*count)++;
+		unsigned l = ch->nfifo + ch->nwait;
+		if (l < *load) {
+			*load = l;
+			best = ch;
+		}
+	}
+	return best;
+}
+
+/* Put o on the least-loaded channel of its rail to its peer (a new one
+ * while every channel has work, the cap per rail allows and may_open; a
+ * channel on another rail if its rail has none), or end it with the
  * reason. */
 static void op_place(struct tp_client *tc, struct rop *o, bool may_open)
 {
 	struct tp_peer *p = o->p;
-	struct rchan *best = NULL;
-	unsigned load = UINT32_MAX;
-	for (struct rchan *ch = p->chans; ch; ch = ch->next) {
-		unsigned l = ch->nfifo + ch->nwait;
-		if (l < load) {
-			load = l;
-			best = ch;
-		}
-	}
-	if ((!best || load > 0) && p->nchans < cfg_chans(tc->tn) && may_open) {
+	unsigned rail = op_rail(tc, o), load, nr;
+	struct rchan *best = chan_least(p, (int)rail, &load, &nr);
+	if ((!best || load > 0) && nr < cfg_chans(tc->tn) && may_open) {
 		int err = 0;
-		struct rchan *ch = chan_open(tc, p, &err);
+		struct rchan *ch = chan_open(tc, p, rail, &err);
 		if (ch) {
 			best = ch;
+		} else if (!best && rail) {
+			/* This rail cannot be used now: the next one. */
+			p->rail_hold[rail] = rx_now_ns(tc->r) +
+					     RX_MS(RAIL_HOLD_MS);
+			op_place(tc, o, may_open);
+			return;
 		} else if (!best) {
 			p->last_err = err;
 			op_end(o, err);
 			return;
 		}
 	}
+	if (!best)
+		best = chan_least(p, -1, &load, &nr);
 	if (!best) {
 		op_end(o, p->last_err ? p->last_err : -ECONNREFUSED);
 		return;
@@ -1127,6 +1424,18 @@ static void chan_wc(struct rchan *ch, const struct ibv_wc *wc)
 	}
 	STAT_ADD(tn, wc_errors, 1);
 	int err = wc_errno(wc->status);
+	if (err == -EHOSTDOWN && ch->rail) {
+		/* Nothing answers on this rail (its NIC or path is down):
+		 * its operations, this one too, go on the other rails. */
+		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "%s: rail %u does not answer "
+			  "(%s); its operations go on the other rails for %u "
+			  "ms", ch->p->name, ch->rail,
+			  ibv_wc_status_str(wc->status), RAIL_HOLD_MS);
+		ch->p->rail_hold[ch->rail] = rx_now_ns(ch->tc->r) +
+					     RX_MS(RAIL_HOLD_MS);
+		chan_teardown(ch, TD_RETRY, -ECONNRESET);
+		return;
+	}
 	if (wc->status != IBV_WC_WR_FLUSH_ERR) {
 		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "%s: %s of %u bytes failed: %s",
 			  ch->p->name, o->write ? "write" : "read", o->len,
@@ -1170,14 +1479,15 @@ static void chan_drain(struct rchan *ch)
  * completion after the re-arm makes a new event: none is lost). */
 static void on_cq_event(struct rx_watch *w, uint32_t revents, void *arg)
 {
-	struct tp_client *tc = arg;
+	const struct ccw *cw = arg;
+	struct tp_client *tc = cw->tc;
 	struct tp_node *tn = tc->tn;
 	(void)w;
 	(void)revents;
 	for (;;) {
 		struct ibv_cq *cq;
 		void *ctx;
-		if (tn->api->get_cq_event(tc->cch, &cq, &ctx))
+		if (tn->api->get_cq_event(tc->cch[cw->dev], &cq, &ctx))
 			return;
 		STAT_ADD(tn, cq_events, 1);
 		tn->api->ack_cq_events(cq, 1);
@@ -1265,14 +1575,17 @@ static int chan_connect(struct rchan *ch)
 {
 	struct tp_client *tc = ch->tc;
 	struct tp_node *tn = tc->tn;
-	if (ch->id->verbs != tn->ctx) {
+	int dev = rail_of(tn, ch->id->verbs);
+	if (dev < 0) {
 		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "%s: reached through another "
 			  "RDMA device than this node's; not supported",
 			  ch->p->name);
 		return -ENODEV;
 	}
-	ch->cq = tn->api->create_cq(tn->ctx, (int)cfg_sq(tn) + 1, ch, tc->cch,
-				    0);
+	ch->dev = (unsigned)dev;
+	struct rail *rl = &tn->rails[dev];
+	ch->cq = tn->api->create_cq(rl->ctx, (int)cfg_sq(tn) + 1, ch,
+				    tc->cch[dev], 0);
 	if (!ch->cq)
 		return neg_errno(-ENOMEM);
 	if (tn->api->req_notify_cq(ch->cq, 0))
@@ -1287,7 +1600,7 @@ static int chan_connect(struct rchan *ch)
 	qa.cap.max_send_sge = 2;
 	qa.cap.max_recv_sge = 1;
 	qa.sq_sig_all = 0;
-	if (tn->api->create_qp(ch->id, tn->pd, &qa))
+	if (tn->api->create_qp(ch->id, rl->pd, &qa))
 		return neg_errno(-ENOMEM);
 	hello_make(ch);
 	struct rdma_conn_param cp;
@@ -1303,8 +1616,43 @@ static int chan_connect(struct rchan *ch)
 	return 0;
 }
 
+/*
+ * The rails a node's accept lists after its keys (len bytes at t): p's
+ * rail k > 0 is at those addresses, with p's port unless the list names
+ * one. Nothing (zeros, an older node): one rail. Only rail 0's accepts
+ * say it (the address dialed is rail 0).
+ */
+static void peer_rails(struct tp_peer *p, const uint8_t *t, size_t len)
+{
+	struct rails_tail h;
+	if (len < sizeof(h))
+		return;
+	memcpy(&h, t, sizeof(h));
+	size_t alen = h.v6 ? 16 : 4;
+	unsigned n = PC_MIN(h.n, RAILS_MAX - 1);
+	if (!h.n || len - sizeof(h) < n * alen)
+		return;
+	for (unsigned k = 0; k < n; k++) {
+		struct sockaddr_storage *ss = &p->rsa[k + 1];
+		memset(ss, 0, sizeof(*ss));
+		const uint8_t *a = t + sizeof(h) + k * alen;
+		if (h.v6) {
+			struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)ss;
+			in6->sin6_family = AF_INET6;
+			memcpy(&in6->sin6_addr, a, 16);
+			in6->sin6_port = h.port;
+		} else {
+			struct sockaddr_in *in = (struct sockaddr_in *)ss;
+			in->sin_family = AF_INET;
+			memcpy(&in->sin_addr, a, 4);
+			in->sin_port = h.port;
+		}
+	}
+	p->nrails = n + 1;
+}
+
 /* The node's answer: its proof over what we sent, when we have a secret,
- * and its key table (kept in ch). */
+ * and its key table for the rail (kept in ch). */
 static int welcome_check(struct rchan *ch, const struct rdma_cm_event *ev)
 {
 	struct tp_node *tn = ch->tc->tn;
@@ -1315,18 +1663,21 @@ static int welcome_check(struct rchan *ch, const struct rdma_cm_event *ev)
 	if (tn->secret) {
 		uint8_t want[PC_SHA256_BYTES];
 		char at[80];
-		sa_text((const struct sockaddr *)&ch->p->sa, at, sizeof(at));
+		sa_text((const struct sockaddr *)&ch->dst, at, sizeof(at));
 		proof_of(tn->secret, true, ch->hi.ts_ms, ch->hi.nonce, at,
 			 want);
 		if (!pc_ct_equal(want, w->proof, sizeof(want)))
 			return -EACCES;
 	}
 	uint32_t n = w->nkeys;
-	if (n > TP_REGIONS_MAX ||
-	    len < WELCOME_HDR + sizeof(w->nkeys) + n * sizeof(w->keys[0]))
+	size_t klen = n * sizeof(struct rkpair);
+	size_t body = len - (WELCOME_HDR + sizeof(w->nkeys));
+	if (n > TP_REGIONS_MAX || body < klen)
 		return -EPROTO;
-	memcpy(ch->keys, w->keys, n * sizeof(w->keys[0]));
+	memcpy(ch->keys, w->body, klen);
 	ch->nkeys = n;
+	if (ch->rail == 0)
+		peer_rails(ch->p, w->body + klen, body - klen);
 	return 0;
 }
 
@@ -1471,17 +1822,26 @@ static void sconn_drop(struct tp_node *tn, struct sconn *s)
 	free(s);
 }
 
-/* The key table an accept hands out: every region's key and the rkey of
- * its current MR. */
-static void keys_of(struct tp_node *tn, struct welcome *w)
+/* What an accept on rail hands out: every region's key and the rkey of
+ * its current MR on that rail, then the node's other rails. Its length. */
+static size_t keys_of(struct tp_node *tn, unsigned rail, struct welcome *w)
 {
 	pthread_mutex_lock(&tn->lock);
 	w->nkeys = 0;
 	for (unsigned i = 0; i < TP_REGIONS_MAX; i++)
-		if (tn->regs[i].used)
-			w->keys[w->nkeys++] = (struct rkpair){
-				tn->regs[i].key, tn->regs[i].mr->rkey};
+		if (tn->regs[i].used) {
+			struct rkpair k = {tn->regs[i].key,
+					   tn->regs[i].mr[rail]->rkey};
+			memcpy(w->body + w->nkeys++ * sizeof(k), &k,
+			       sizeof(k));
+		}
+	size_t klen = w->nkeys * sizeof(struct rkpair);
+	/* rdma_reg keeps keys and tail within the body */
+	if (tn->tail_len)
+		memcpy(w->body + klen, tn->tail, tn->tail_len);
+	size_t len = WELCOME_HDR + sizeof(w->nkeys) + klen + tn->tail_len;
 	pthread_mutex_unlock(&tn->lock);
+	return len;
 }
 
 /* A connect request: accept it with a queue pair on our PD, or refuse. */
@@ -1491,7 +1851,8 @@ static void node_request(struct tp_node *tn, struct rdma_cm_event *ev,
 	struct rdma_cm_id *id = ev->id;
 	struct welcome w = {.magic = HELLO_MAGIC};
 	int err = hello_check(tn, ev);
-	if (!err && id->verbs != tn->ctx)
+	int rail = rail_of(tn, id->verbs);
+	if (!err && rail < 0)
 		err = -ENODEV;
 	/* A cap like the data port's on connections: a peer (holding the
 	 * secret) cannot exhaust the device's queue pairs. */
@@ -1504,14 +1865,14 @@ static void node_request(struct tp_node *tn, struct rdma_cm_event *ev,
 	if (!err) {
 		struct ibv_qp_init_attr qa;
 		memset(&qa, 0, sizeof(qa));
-		qa.send_cq = tn->scq;
-		qa.recv_cq = tn->scq;
+		qa.send_cq = tn->rails[rail].scq;
+		qa.recv_cq = tn->rails[rail].scq;
 		qa.qp_type = IBV_QPT_RC;
 		qa.cap.max_send_wr = 1;
 		qa.cap.max_recv_wr = 1;
 		qa.cap.max_send_sge = 1;
 		qa.cap.max_recv_sge = 1;
-		if (tn->api->create_qp(id, tn->pd, &qa))
+		if (tn->api->create_qp(id, tn->rails[rail].pd, &qa))
 			err = neg_errno(-ENOMEM);
 	}
 	if (!err) {
@@ -1521,12 +1882,11 @@ static void node_request(struct tp_node *tn, struct rdma_cm_event *ev,
 		if (tn->secret)
 			proof_of(tn->secret, true, h->ts_ms, h->nonce, at,
 				 w.proof);
-		keys_of(tn, &w);
+		size_t wlen = keys_of(tn, (unsigned)rail, &w);
 		struct rdma_conn_param cp;
 		memset(&cp, 0, sizeof(cp));
 		cp.private_data = &w;
-		cp.private_data_len = (uint8_t)(WELCOME_HDR + sizeof(w.nkeys) +
-						w.nkeys * sizeof(w.keys[0]));
+		cp.private_data_len = (uint8_t)wlen;
 		cp.responder_resources = (uint8_t)cfg_rd(tn);
 		cp.initiator_depth = 0;
 		cp.rnr_retry_count = 7;
@@ -1567,7 +1927,7 @@ static void on_node_cm(struct rx_watch *w, uint32_t revents, void *arg)
 		struct sconn *drop = NULL;
 		if (ev->event == RDMA_CM_EVENT_CONNECT_REQUEST) {
 			node_request(tn, ev, &destroy);
-		} else if (ev->id && ev->id != tn->lid &&
+		} else if (ev->id && ev->id->context != tn &&
 			   (ev->event == RDMA_CM_EVENT_DISCONNECTED ||
 			    ev->event == RDMA_CM_EVENT_DEVICE_REMOVAL)) {
 			drop = ev->id->context;
@@ -1610,11 +1970,12 @@ static bool port_event(enum ibv_event_type t)
  */
 static void on_async_event(struct rx_watch *w, uint32_t revents, void *arg)
 {
-	struct tp_node *tn = arg;
+	struct rail *rl = arg;
+	struct tp_node *tn = rl->tn;
 	(void)w;
 	(void)revents;
 	struct ibv_async_event ev;
-	while (tn->api->get_async_event(tn->ctx, &ev) == 0) {
+	while (tn->api->get_async_event(rl->ctx, &ev) == 0) {
 		enum ibv_event_type t = ev.event_type;
 		struct sconn *drop = NULL;
 		STAT_ADD(tn, async_events, 1);
@@ -1622,28 +1983,127 @@ static void on_async_event(struct rx_watch *w, uint32_t revents, void *arg)
 			for (drop = tn->sconns; drop; drop = drop->next)
 				if (drop->id->qp == ev.element.qp)
 					break;
-			PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "device event: %s on %s",
-				  ibv_event_type_str(t),
+			PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "device event (%s): %s on "
+				  "%s", rl->name, ibv_event_type_str(t),
 				  drop ? "a peer's queue pair; dropping it"
 				       : "one of this node's channels");
 		} else if (t == IBV_EVENT_DEVICE_FATAL) {
-			PC_LOG_RL(PC_LOG_ERROR, LOG_MOD, "device event: %s: "
-				  "RDMA operations will fail until the node is "
-				  "restarted on a working device",
-				  ibv_event_type_str(t));
+			PC_LOG_RL(PC_LOG_ERROR, LOG_MOD, "device event (%s): "
+				  "%s: RDMA operations on it will fail until the "
+				  "node is restarted on a working device",
+				  rl->name, ibv_event_type_str(t));
 		} else if (port_event(t)) {
 			PC_LOG_RL(t == IBV_EVENT_PORT_ERR ? PC_LOG_WARN
 							  : PC_LOG_INFO,
-				  LOG_MOD, "device event: port %d: %s",
-				  ev.element.port_num, ibv_event_type_str(t));
-		} else {
-			PC_LOG_RL(PC_LOG_INFO, LOG_MOD, "device event: %s",
+				  LOG_MOD, "device event (%s): port %d: %s",
+				  rl->name, ev.element.port_num,
 				  ibv_event_type_str(t));
+		} else {
+			PC_LOG_RL(PC_LOG_INFO, LOG_MOD, "device event (%s): %s",
+				  rl->name, ibv_event_type_str(t));
 		}
 		tn->api->ack_async_event(&ev);
 		if (drop)
 			sconn_drop(tn, drop);
 	}
+}
+
+static bool sa_wildcard(const struct sockaddr_storage *ss)
+{
+	if (ss->ss_family == AF_INET)
+		return ((const struct sockaddr_in *)ss)->sin_addr.s_addr ==
+		       htonl(INADDR_ANY);
+	return ss->ss_family == AF_INET6 &&
+	       IN6_IS_ADDR_UNSPECIFIED(
+		       &((const struct sockaddr_in6 *)ss)->sin6_addr);
+}
+
+/* A listener of rail rl at ss on tn->lch: 0 or -errno. */
+static int rail_listen(struct tp_node *tn, struct rail *rl,
+		       const struct sockaddr_storage *ss)
+{
+	const struct rv_api *api = tn->api;
+	int ret = 0;
+	if (api->create_id(tn->lch, &rl->lid, tn, RDMA_PS_TCP))
+		return neg_errno(-ENOMEM);
+	if (api->bind_addr(rl->lid, (struct sockaddr *)ss))
+		ret = neg_errno(-EADDRNOTAVAIL);
+	if (!ret && api->listen(rl->lid, 1024))
+		ret = neg_errno(-EIO);
+	if (ret) {
+		api->destroy_id(rl->lid);
+		rl->lid = NULL;
+	}
+	return ret;
+}
+
+/*
+ * Offer rails 1..n to peers, at port: each listens at its own address
+ * (rail 0's wildcard listener, when rail 0 listens at one, hears them
+ * all), and the accepts list those that do. A rail whose address is of
+ * another family than rail 0's, or that cannot listen, is left out, as are
+ * the last ones when the list and the regions' keys would not fit in an
+ * accept. Each one left out is said.
+ */
+static void rails_offer(struct tp_node *tn, const struct sockaddr_storage *ss,
+			uint16_t port)
+{
+	bool wild = sa_wildcard(ss), v6 = ss->ss_family == AF_INET6;
+	size_t alen = v6 ? 16 : 4;
+	uint8_t buf[sizeof(struct rails_tail) + (RAILS_MAX - 1) * 16];
+	struct rails_tail h = {.v6 = v6, .port = htons(port)};
+	for (unsigned k = 1; k < tn->nrails; k++) {
+		struct rail *rl = &tn->rails[k];
+		char at[80];
+		sa_set_port(&rl->sa, port);
+		sa_text((const struct sockaddr *)&rl->sa, at, sizeof(at));
+		if (rl->sa.ss_family != ss->ss_family) {
+			PC_LOGW(LOG_MOD, "rail %u (%s) at %s: not the address "
+				"family of rail 0's; peers will not use it",
+				k, rl->name, at);
+			continue;
+		}
+		int err = wild ? 0 : rail_listen(tn, rl, &rl->sa);
+		if (err) {
+			PC_LOGW(LOG_MOD, "rail %u (%s): no listener at %s (%s); "
+				"peers will not use it", k, rl->name, at,
+				strerror(-err));
+			continue;
+		}
+		const void *a = v6 ? (const void *)&((struct sockaddr_in6 *)
+						     &rl->sa)->sin6_addr
+				   : (const void *)&((struct sockaddr_in *)
+						     &rl->sa)->sin_addr;
+		memcpy(buf + sizeof(h) + h.n * alen, a, alen);
+		h.n++;
+		rl->offered = true;
+		PC_LOGI(LOG_MOD, "rail %u (%s): accepting RDMA peers at %s%s",
+			k, rl->name, at, wild ? " (rail 0's listener)" : "");
+	}
+	unsigned offered = h.n;
+	pthread_mutex_lock(&tn->lock);
+	unsigned nregs = 0;
+	for (unsigned i = 0; i < TP_REGIONS_MAX; i++)
+		nregs += tn->regs[i].used;
+	while (h.n && nregs * sizeof(struct rkpair) + sizeof(h) + h.n * alen >
+			      sizeof(((struct welcome *)0)->body))
+		h.n--;
+	if (h.n) {
+		memcpy(buf, &h, sizeof(h));
+		tn->tail = malloc(sizeof(h) + h.n * alen);
+		if (tn->tail) {
+			memcpy(tn->tail, buf, sizeof(h) + h.n * alen);
+			tn->tail_len = sizeof(h) + h.n * alen;
+		}
+	}
+	pthread_mutex_unlock(&tn->lock);
+	if (h.n < offered)
+		PC_LOGW(LOG_MOD, "an RDMA accept holds %u region key(s) and "
+			"the addresses of %u more rail(s) only; peers use %u "
+			"of the %u rails", nregs, h.n, 1u + h.n, tn->nrails);
+	if (tn->tail_len != sizeof(h) + h.n * alen)
+		PC_LOGW(LOG_MOD, "out of memory listing the rails; peers use "
+			"rail 0 only");
 }
 
 int tp_rdma_node_listen(struct tp_node *tn, struct rx_reactor *r,
@@ -1661,34 +2121,37 @@ int tp_rdma_node_listen(struct tp_node *tn, struct rx_reactor *r,
 	if (!(tn->lch = api->create_event_channel()))
 		return neg_errno(-ENODEV);
 	ret = set_nonblock(tn->lch->fd);
-	if (!ret && api->create_id(tn->lch, &tn->lid, tn, RDMA_PS_TCP))
-		ret = neg_errno(-ENOMEM);
-	if (!ret && api->bind_addr(tn->lid, (struct sockaddr *)&ss))
-		ret = neg_errno(-EADDRNOTAVAIL);
-	if (!ret && api->listen(tn->lid, 1024))
-		ret = neg_errno(-EIO);
-	if (!ret && !(tn->scq = api->create_cq(tn->ctx, 16, NULL, NULL, 0)))
-		ret = neg_errno(-ENOMEM);
+	if (!ret)
+		ret = rail_listen(tn, &tn->rails[0], &ss);
+	for (unsigned k = 0; !ret && k < tn->nrails; k++)
+		if (!(tn->rails[k].scq = api->create_cq(tn->rails[k].ctx, 16,
+							NULL, NULL, 0)))
+			ret = neg_errno(-ENOMEM);
 	if (!ret) {
 		__atomic_store_n(&tn->lr, r, __ATOMIC_RELEASE);
 		tn->lw = rx_watch_fd(r, tn->lch->fd, POLLIN, on_node_cm, tn,
 				     &ret);
 	}
-	if (!ret && tn->ctx->async_fd >= 0) {
-		ret = set_nonblock(tn->ctx->async_fd);
+	for (unsigned k = 0; !ret && k < tn->nrails; k++) {
+		struct rail *rl = &tn->rails[k];
+		if (rl->ctx->async_fd < 0)
+			continue;
+		ret = set_nonblock(rl->ctx->async_fd);
 		if (!ret)
-			tn->aw = rx_watch_fd(r, tn->ctx->async_fd, POLLIN,
-					     on_async_event, tn, &ret);
+			rl->aw = rx_watch_fd(r, rl->ctx->async_fd, POLLIN,
+					     on_async_event, rl, &ret);
 	}
 	if (ret < 0) {
 		tp_rdma_node_unlisten(tn);
 		return ret;
 	}
-	*bound = ntohs(api->get_src_port(tn->lid));
+	*bound = ntohs(api->get_src_port(tn->rails[0].lid));
 	PC_LOGI(LOG_MOD, "accepting RDMA peers at %s:%u%s%s%s", host, *bound,
 		endpoint && *endpoint ? " (advertised as " : "",
 		endpoint && *endpoint ? endpoint : "",
 		endpoint && *endpoint ? ")" : "");
+	if (tn->nrails > 1)
+		rails_offer(tn, &ss, *bound);
 	return 0;
 }
 
@@ -1699,12 +2162,15 @@ void tp_rdma_node_unlisten(struct tp_node *tn)
 		rx_watch_cancel(tn->lw);
 		tn->lw = NULL;
 	}
-	if (tn->aw) {
-		rx_watch_cancel(tn->aw);
-		tn->aw = NULL;
+	for (unsigned k = 0; k < tn->nrails; k++) {
+		struct rail *rl = &tn->rails[k];
+		if (!rl->aw)
+			continue;
+		rx_watch_cancel(rl->aw);
+		rl->aw = NULL;
 		/* Ack what was raised meanwhile: its QPs can then go. */
 		struct ibv_async_event aev;
-		while (api->get_async_event(tn->ctx, &aev) == 0)
+		while (api->get_async_event(rl->ctx, &aev) == 0)
 			api->ack_async_event(&aev);
 	}
 	/* Ack whatever is queued, so that no id waits on an event. */
@@ -1718,11 +2184,20 @@ void tp_rdma_node_unlisten(struct tp_node *tn)
 	}
 	while (tn->sconns)
 		sconn_drop(tn, tn->sconns);
-	if (tn->lid) {
-		api->destroy_id(tn->lid);
-		tn->lid = NULL;
+	for (unsigned k = 0; k < tn->nrails; k++) {
+		struct rail *rl = &tn->rails[k];
+		if (rl->lid) {
+			api->destroy_id(rl->lid);
+			rl->lid = NULL;
+		}
+		rl->offered = false;
+		cq_destroy(tn, &rl->scq);
 	}
-	cq_destroy(tn, &tn->scq);
+	pthread_mutex_lock(&tn->lock);
+	free(tn->tail);
+	tn->tail = NULL;
+	tn->tail_len = 0;
+	pthread_mutex_unlock(&tn->lock);
 	/* Old MRs stay until tp_rdma_node_free. */
 	if (tn->lr) {
 		rx_timer_stop(tn->lr, &tn->grace);
@@ -1761,20 +2236,18 @@ static void rot_work(struct rx_offload *o)
 {
 	struct tp_node *tn = rot_node(o);
 	struct rrot *j = &tn->rot;
-	for (unsigned i = 0; i < TP_REGIONS_MAX; i++) {
-		mr_drop(tn, j->stale[i], 0);
-		j->stale[i] = NULL;
-	}
+	for (unsigned i = 0; i < TP_REGIONS_MAX; i++)
+		mrs_drop(tn, j->stale[i], 0);
 	for (unsigned i = 0; j->fresh && i < TP_REGIONS_MAX; i++) {
 		if (!j->regs[i].key)
 			continue;
 		const struct tp_region *r = &j->regs[i].r;
-		j->regs[i].mr = tn->api->reg_mr(tn->pd, (void *)r->base, r->len,
-						access_of(r->access));
-		if (!j->regs[i].mr)
+		int err = mrs_reg(tn, (void *)r->base, r->len,
+				  access_of(r->access), j->regs[i].mr);
+		if (err)
 			PC_LOGW(LOG_MOD, "revoke: registering region %08x "
-				"again failed (%s); it keeps its rkey",
-				j->regs[i].key, strerror(errno));
+				"again failed (%s); it keeps its rkeys",
+				j->regs[i].key, strerror(-err));
 	}
 }
 
@@ -1812,27 +2285,28 @@ static void rot_done(struct rx_reactor *r, struct rx_offload *o)
 		return;
 	}
 	unsigned swapped = 0, kept = 0, nspare = 0;
-	struct ibv_mr *spare[TP_REGIONS_MAX];
+	struct ibv_mr **spare[TP_REGIONS_MAX];
 	pthread_mutex_lock(&tn->lock);
 	for (unsigned i = 0; i < TP_REGIONS_MAX; i++) {
 		if (!j->regs[i].key)
 			continue;
 		struct rreg *g = reg_find(tn, j->regs[i].key);
-		struct ibv_mr *mr = j->regs[i].mr;
-		if (!mr) {
+		struct ibv_mr **mr = j->regs[i].mr;
+		if (!mr[0]) {
 			kept++;
-		} else if (!g || g->old || g->r.base != j->regs[i].r.base ||
+		} else if (!g || g->old[0] || g->r.base != j->regs[i].r.base ||
 			   g->r.len != j->regs[i].r.len) {
 			spare[nspare++] = mr; /* withdrawn (or replaced) since */
 		} else {
-			g->old = g->mr;
-			g->mr = mr;
+			memcpy(g->old, g->mr, sizeof(g->old));
+			memcpy(g->mr, mr, sizeof(g->mr));
+			memset(mr, 0, sizeof(j->regs[i].mr));
 			swapped++;
 		}
 	}
 	pthread_mutex_unlock(&tn->lock);
 	for (unsigned i = 0; i < nspare; i++)
-		mr_drop(tn, spare[i], 0);
+		mrs_drop(tn, spare[i], 0);
 	/* Every peer connected so far knew the old rkeys: their queue pairs
 	 * close, a slice a pass (close_pass). */
 	tn->revoke_gen++;
@@ -1847,7 +2321,7 @@ static void rot_done(struct rx_reactor *r, struct rx_offload *o)
 		(unsigned long long)j->epoch, swapped,
 		kept ? ", some kept theirs (registration failed)" : "", closed,
 		cfg_grace(tn));
-	if (swapped && tn->lid)
+	if (swapped && tn->rails[0].lid)
 		rx_timer_start(r, &tn->grace, RX_MS(cfg_grace(tn)), 0);
 	rot_next(tn);
 }
@@ -1856,7 +2330,7 @@ static void rot_done(struct rx_reactor *r, struct rx_offload *o)
 static void rot_next(struct tp_node *tn)
 {
 	struct rrot *j = &tn->rot;
-	if (tn->rot_busy || !tn->lid)
+	if (tn->rot_busy || !tn->rails[0].lid)
 		return;
 	bool revoke = tn->rot_asked > j->epoch;
 	if (!revoke && !tn->grace_due)
@@ -1872,8 +2346,8 @@ static void rot_next(struct tp_node *tn)
 		struct rreg *g = &tn->regs[i];
 		if (!g->used)
 			continue;
-		j->stale[i] = g->old;
-		g->old = NULL;
+		memcpy(j->stale[i], g->old, sizeof(g->old));
+		memset(g->old, 0, sizeof(g->old));
 		if (revoke) {
 			j->regs[i].key = g->key;
 			j->regs[i].r = g->r;
@@ -1904,21 +2378,40 @@ static void grace_fire(struct rx_reactor *r, struct rx_timer *t)
 static void rdma_revoke(struct tp_node *tn, struct rx_reactor *r,
 			uint64_t epoch)
 {
-	if (r != __atomic_load_n(&tn->lr, __ATOMIC_ACQUIRE) || !tn->lid ||
+	if (r != __atomic_load_n(&tn->lr, __ATOMIC_ACQUIRE) ||
+	    !tn->rails[0].lid ||
 	    epoch <= tn->rot_asked)
 		return;
 	tn->rot_asked = epoch;
 	rot_next(tn);
 }
 
-int tp_rdma_node_rkey(struct tp_node *tn, uint32_t key, uint32_t *rkey)
+int tp_rdma_node_rail_rkey(struct tp_node *tn, unsigned rail, uint32_t key,
+			   uint32_t *rkey)
 {
+	if (rail >= tn->nrails)
+		return -ENOENT;
 	pthread_mutex_lock(&tn->lock);
 	struct rreg *g = reg_find(tn, key);
 	if (g)
-		*rkey = g->mr->rkey;
+		*rkey = g->mr[rail]->rkey;
 	pthread_mutex_unlock(&tn->lock);
 	return g ? 0 : -ENOENT;
+}
+
+int tp_rdma_node_rkey(struct tp_node *tn, uint32_t key, uint32_t *rkey)
+{
+	return tp_rdma_node_rail_rkey(tn, 0, key, rkey);
+}
+
+unsigned tp_rdma_node_rails(const struct tp_node *tn)
+{
+	return tn->nrails;
+}
+
+const char *tp_rdma_node_rail_name(const struct tp_node *tn, unsigned k)
+{
+	return k < tn->nrails ? tn->rails[k].name : "";
 }
 
 /* --------------------------------------------------------------- node */
@@ -1949,6 +2442,35 @@ static void dev_limit(struct tp_node *tn, const struct ibv_device_attr *da)
 			da->max_qp_init_rd_atom);
 }
 
+/*
+ * The address of each rail after the first (its device's network
+ * device's, IPv4 else IPv6): a rail without one cannot be reached nor
+ * connect from its own device, so it is left out (said).
+ */
+static void rails_addr(struct tp_node *tn)
+{
+	unsigned n = 1;
+	for (unsigned k = 1; k < tn->nrails; k++) {
+		struct rail *rl = &tn->rails[k];
+		int err = tn->api->device_addr(rl->ctx, (uint8_t)tn->cfg.ib_port,
+					       AF_INET, &rl->sa);
+		if (err)
+			err = tn->api->device_addr(rl->ctx,
+						   (uint8_t)tn->cfg.ib_port,
+						   AF_INET6, &rl->sa);
+		if (err) {
+			PC_LOGW(LOG_MOD, "rail %s: no network address found "
+				"for port %u (%s); left out", rl->name,
+				tn->cfg.ib_port, strerror(err));
+			continue;
+		}
+		tn->rails[n++] = *rl;
+	}
+	for (unsigned k = n; k < tn->nrails; k++)
+		tn->rails[k] = (struct rail){0};
+	tn->nrails = n;
+}
+
 int tp_rdma_node_new(const struct tp_rdma_cfg *cfg, struct tp_node **out)
 {
 	struct tp_node *tn = calloc(1, sizeof(*tn));
@@ -1960,27 +2482,46 @@ int tp_rdma_node_new(const struct tp_rdma_cfg *cfg, struct tp_node **out)
 	rx_timer_init(&tn->grace, grace_fire, tn);
 	rx_timer_init(&tn->closer, close_pass, tn);
 	tn->device = strdup(cfg->device ? cfg->device : "");
+	tn->devices = strdup(cfg->devices ? cfg->devices : "");
 	tn->secret = cfg->secret && *cfg->secret ? strdup(cfg->secret) : NULL;
 	tn->cfg.device = tn->device;
+	tn->cfg.devices = tn->devices;
 	tn->cfg.secret = tn->secret;
-	if (!tn->device || (cfg->secret && *cfg->secret && !tn->secret)) {
+	if (!tn->device || !tn->devices ||
+	    (cfg->secret && *cfg->secret && !tn->secret)) {
 		tp_rdma_node_free(tn);
 		return -ENOMEM;
 	}
-	char why[200];
+	char why[400];
 	struct ibv_device_attr da;
-	if (!dev_open(&tn->cfg, &tn->ctx, &da, why, sizeof(why))) {
+	struct ibv_context *ctxs[RAILS_MAX];
+	int n = dev_open(&tn->cfg, ctxs, RAILS_MAX, &da, why, sizeof(why));
+	if (n <= 0) {
 		PC_LOGE(LOG_MOD, "no usable RDMA device: %s", why);
 		tp_rdma_node_free(tn);
 		return -ENODEV;
 	}
-	dev_limit(tn, &da);
-	if (!(tn->pd = tn->api->alloc_pd(tn->ctx))) {
-		int err = neg_errno(-ENOMEM);
-		tp_rdma_node_free(tn);
-		return err;
+	tn->nrails = (unsigned)n;
+	for (unsigned k = 0; k < tn->nrails; k++) {
+		struct rail *rl = &tn->rails[k];
+		rl->ctx = ctxs[k];
+		snprintf(rl->name, sizeof(rl->name), "%s",
+			 tn->api->get_device_name(ctxs[k]->device));
 	}
-	PC_LOGI(LOG_MOD, "RDMA device: %s (verbs: %s)", why, tn->api->name);
+	rails_addr(tn);
+	dev_limit(tn, &da);
+	for (unsigned k = 0; k < tn->nrails; k++) {
+		struct rail *rl = &tn->rails[k];
+		rl->tn = tn;
+		rl->idx = k;
+		if (!(rl->pd = tn->api->alloc_pd(rl->ctx))) {
+			int err = neg_errno(-ENOMEM);
+			tp_rdma_node_free(tn);
+			return err;
+		}
+	}
+	PC_LOGI(LOG_MOD, "RDMA device: %s (verbs: %s)%s", why, tn->api->name,
+		tn->nrails > 1 ? "; a batch is striped over the rails" : "");
 	*out = tn;
 	return 0;
 }
@@ -1996,11 +2537,13 @@ void tp_rdma_node_free(struct tp_node *tn)
 			rdma_dereg(tn, tn->regs[i].key);
 	for (unsigned i = 0; i < LOCAL_MAX; i++)
 		if (tn->locals[i].base)
-			tn->api->dereg_mr(tn->locals[i].mr);
-	if (tn->pd)
-		tn->api->dealloc_pd(tn->pd);
+			mrs_drop(tn, tn->locals[i].mr, 0);
+	for (unsigned k = 0; k < tn->nrails; k++)
+		if (tn->rails[k].pd)
+			tn->api->dealloc_pd(tn->rails[k].pd);
 	pthread_mutex_destroy(&tn->lock);
 	free(tn->device);
+	free(tn->devices);
 	if (tn->secret) {
 		explicit_bzero(tn->secret, strlen(tn->secret));
 		free(tn->secret);
@@ -2032,17 +2575,20 @@ struct tp_client *tp_rdma_client_new(struct tp_node *tn, struct rx_reactor *r,
 	rx_timer_init(&tc->reaper, chan_reap, tc);
 	rx_timer_init(&tc->sweep, op_sweep, tc);
 	int ret = 0;
-	if (!(tc->cch = api->create_comp_channel(tn->ctx)))
-		ret = neg_errno(-ENOMEM);
+	for (unsigned k = 0; !ret && k < tn->nrails; k++) {
+		tc->ccw[k] = (struct ccw){tc, k};
+		if (!(tc->cch[k] = api->create_comp_channel(tn->rails[k].ctx)))
+			ret = neg_errno(-ENOMEM);
+		if (!ret)
+			ret = set_nonblock(tc->cch[k]->fd);
+		if (!ret)
+			tc->cw[k] = rx_watch_fd(r, tc->cch[k]->fd, POLLIN,
+						on_cq_event, &tc->ccw[k], &ret);
+	}
 	if (!ret && !(tc->ech = api->create_event_channel()))
 		ret = neg_errno(-ENODEV);
 	if (!ret)
-		ret = set_nonblock(tc->cch->fd);
-	if (!ret)
 		ret = set_nonblock(tc->ech->fd);
-	if (!ret)
-		tc->cw = rx_watch_fd(r, tc->cch->fd, POLLIN, on_cq_event, tc,
-				     &ret);
 	if (!ret)
 		tc->ew = rx_watch_fd(r, tc->ech->fd, POLLIN, on_cm_event, tc,
 				     &ret);
@@ -2055,19 +2601,27 @@ struct tp_client *tp_rdma_client_new(struct tp_node *tn, struct rx_reactor *r,
 	return tc;
 }
 
+/* Stop watching the client's channels (the loop must not wait for them). */
+static void client_unwatch(struct tp_client *tc)
+{
+	for (unsigned k = 0; k < RAILS_MAX; k++)
+		if (tc->cw[k]) {
+			rx_watch_cancel(tc->cw[k]);
+			tc->cw[k] = NULL;
+		}
+	if (tc->ew)
+		rx_watch_cancel(tc->ew);
+	tc->ew = NULL;
+}
+
 void tp_rdma_client_stop(struct tp_client *tc)
 {
 	tc->stopping = true;
 	for (struct tp_peer *p = tc->peers; p; p = p->next)
 		peer_fail(tc, p, -ESHUTDOWN);
 	rx_timer_stop(tc->r, &tc->sweep);
-	/* Nothing needs the channels' events any more; the loop must not
-	 * wait for the watches. */
-	if (tc->cw)
-		rx_watch_cancel(tc->cw);
-	if (tc->ew)
-		rx_watch_cancel(tc->ew);
-	tc->cw = tc->ew = NULL;
+	/* Nothing needs the channels' events any more. */
+	client_unwatch(tc);
 }
 
 void tp_rdma_client_free(struct tp_client *tc)
@@ -2079,18 +2633,18 @@ void tp_rdma_client_free(struct tp_client *tc)
 		peer_fail(tc, p, -ESHUTDOWN);
 	rx_timer_stop(tc->r, &tc->reaper);
 	rx_timer_stop(tc->r, &tc->sweep);
-	if (tc->cw)
-		rx_watch_cancel(tc->cw);
-	if (tc->ew)
-		rx_watch_cancel(tc->ew);
+	client_unwatch(tc);
 	/* Ack what is queued so that no id waits on an event. */
 	struct rdma_cm_event *ev;
 	while (tc->ech && api->get_cm_event(tc->ech, &ev) == 0)
 		api->ack_cm_event(ev);
-	struct ibv_cq *cq;
-	void *ctx;
-	while (tc->cch && api->get_cq_event(tc->cch, &cq, &ctx) == 0)
-		api->ack_cq_events(cq, 1);
+	for (unsigned k = 0; k < RAILS_MAX; k++) {
+		struct ibv_cq *cq;
+		void *ctx;
+		while (tc->cch[k] &&
+		       api->get_cq_event(tc->cch[k], &cq, &ctx) == 0)
+			api->ack_cq_events(cq, 1);
+	}
 	chan_reap(tc->r, &tc->reaper);
 	while (tc->peers) {
 		struct tp_peer *p = tc->peers;
@@ -2099,8 +2653,9 @@ void tp_rdma_client_free(struct tp_client *tc)
 	}
 	if (tc->ech)
 		api->destroy_event_channel(tc->ech);
-	if (tc->cch)
-		api->destroy_comp_channel(tc->cch);
+	for (unsigned k = 0; k < RAILS_MAX; k++)
+		if (tc->cch[k])
+			api->destroy_comp_channel(tc->cch[k]);
 	tc->tn->clients--;
 	free(tc);
 }
@@ -2129,7 +2684,7 @@ static int batch_start(struct tp_client *tc, bool write, void *opsv,
 		*o = (struct rop){.b = b, .write = write, .key = io.rkey,
 				  .addr = io.addr, .len = io.len,
 				  .hdr_len = io.hdr_len, .hdr = io.hdr,
-				  .buf = io.buf, .res = io.res};
+				  .buf = io.buf, .res = io.res, .lk_dev = -1};
 		int err = tp_io_check(io.len, io.hdr_len, io.hdr, io.buf);
 		if (!err && tc->stopping)
 			err = -ESHUTDOWN;
@@ -2138,11 +2693,11 @@ static int batch_start(struct tp_client *tc, bool write, void *opsv,
 			if (!o->p)
 				err = -ENOMEM;
 		}
+		/* The lkeys of the rail it will go on are found when it is
+		 * posted (chan_pump); rail 0's now, as most go there and a
+		 * buffer that cannot be registered fails before placing. */
 		if (!err)
-			o->lkey_hdr = lkey_of(b, o->hdr, o->hdr_len, &err);
-		if (!err)
-			o->lkey_buf = lkey_of(b, o->buf, o->len - o->hdr_len,
-					      &err);
+			err = op_lkeys(o, 0);
 		if (err) {
 			o->p = NULL;
 			op_end(o, err);

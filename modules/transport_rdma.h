@@ -2,10 +2,10 @@
  * modules/transport_rdma.h — the RDMA transport: RC queue pairs set up with
  * rdma_cm, one-sided READs and WRITEs, completions on the reactor.
  *
- * Owns: RDMA nodes (one device context, one protection domain, the memory
- * regions peers may access, and the rdma_cm listener that accepts peers'
- * queue pairs) and RDMA clients (one per reactor: its peers, their channels
- * and the batches in flight). Every libibverbs / librdmacm call goes through
+ * Owns: RDMA nodes (one or more rails, each a device context with its
+ * protection domain and an MR of every region peers may access, and the
+ * rdma_cm listeners that accept peers' queue pairs) and RDMA clients (one
+ * per reactor: its peers, their channels and the batches in flight). Every libibverbs / librdmacm call goes through
  * the verbs table of cfg.api (modules/rdma_verbs.h): rv_real in the node,
  * the simulation in tests.
  *
@@ -53,6 +53,14 @@
  * stats.lazy_mrs): correct for any memory, slow, so callers land pages in
  * registered memory.
  *
+ * Rails (cfg.devices): rail 0 listens where tp_rdma_node_listen says,
+ * rail k > 0 at its device's network address on the same port; an accept
+ * on rail k hands out rail k's rkeys, and rail 0's lists the other rails'
+ * addresses. A client spreads a batch over the rails it and the peer both
+ * have (operation i on rail i % n, from its rail k to the peer's rail k);
+ * the first batch to a peer, before any accept listed its rails, goes on
+ * rail 0; a rail whose connect fails is skipped for RAIL_HOLD_MS.
+ *
  * Device events: the listener's reactor also reads the device's
  * asynchronous events; each is logged (rate limited) and counted, and a
  * fatal error of a queue pair the node accepted drops that queue pair.
@@ -68,9 +76,15 @@
 #include "modules/rdma_verbs.h"
 #include "modules/transport.h"
 
+/* Devices (rails) a node drives at most. */
+#define TP_RDMA_RAILS_MAX 8
+
 struct tp_rdma_cfg {
 	const struct rv_api *api;
 	const char *device;          /* device_name; "" or NULL: first active */
+	/* device_names: a comma list of devices, one rail each (overrides
+	 * device); "" or NULL: one rail, device's */
+	const char *devices;
 	unsigned ib_port;            /* 1..255 */
 	int gid_index;               /* -1: no GRH (checked to exist if >= 0) */
 	unsigned max_chans;          /* per peer; 0: 16 */
@@ -97,6 +111,8 @@ struct tp_rdma_stats {
 	uint64_t revokes;            /* peers' access taken back */
 	uint64_t op_timeouts;        /* channels closed by op_timeout_ms */
 	uint64_t async_events;       /* the device's, read by the listener */
+	/* bytes this node's reads and writes moved through each rail */
+	uint64_t rail_bytes[TP_RDMA_RAILS_MAX];
 };
 
 extern const struct tp_ops tp_rdma_ops;
@@ -129,8 +145,14 @@ int tp_rdma_reg_local(struct tp_node *tn, void *base, size_t len);
 int tp_rdma_unreg_local(struct tp_node *tn, void *base);
 void tp_rdma_node_stats(const struct tp_node *tn, struct tp_rdma_stats *out);
 /* The rkey peers are handed now for the region registered under key (logs,
- * tests): 0, or -ENOENT. Any thread. */
+ * tests): 0, or -ENOENT. Any thread. rail_rkey: on rail (0: the first
+ * device). */
 int tp_rdma_node_rkey(struct tp_node *tn, uint32_t key, uint32_t *rkey);
+int tp_rdma_node_rail_rkey(struct tp_node *tn, unsigned rail, uint32_t key,
+			   uint32_t *rkey);
+/* How many rails (devices) the node drives; rail k's device name. */
+unsigned tp_rdma_node_rails(const struct tp_node *tn);
+const char *tp_rdma_node_rail_name(const struct tp_node *tn, unsigned k);
 
 /* A client of node tn on reactor r (its thread); NULL and *err. */
 struct tp_client *tp_rdma_client_new(struct tp_node *tn, struct rx_reactor *r,

@@ -24,6 +24,7 @@ void tp_rdma_cfg_of(const struct pc_settings *s, const struct rv_api *api,
 	*cfg = (struct tp_rdma_cfg){
 		.api = api,
 		.device = s->device_name,
+		.devices = s->device_names,
 		.ib_port = (unsigned)s->ib_port,
 		.gid_index = (int)s->gid_index,
 		.max_chans = (unsigned)s->max_channels_per_peer,

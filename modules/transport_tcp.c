@@ -78,6 +78,7 @@ static struct {
 	/* with an RDMA device: RDMA beside TCP (transport_mixed.h) */
 	struct tp_node *rdma, *mixed;
 	struct tp_client **tcpc, **rdmac; /* per reactor */
+	char rail_labels[TP_RDMA_RAILS_MAX][96]; /* metrics keep pointers */
 	unsigned threads;
 } g;
 
@@ -816,6 +817,21 @@ static int rdma_init(const struct pc_settings *s, unsigned threads)
 	met_register_counter_fn("peercache_rdma_tcp_fallbacks_total",
 				"operations sent over TCP because their peer "
 				"has no RDMA", NULL, rdma_fallbacks, NULL);
+	for (unsigned k = 0; k < tp_rdma_node_rails(g.rdma); k++) {
+		char dev[64];
+		met_escape_label(tp_rdma_node_rail_name(g.rdma, k), dev,
+				 sizeof(dev));
+		snprintf(g.rail_labels[k], sizeof(g.rail_labels[k]),
+			 "rail=\"%u\",device=\"%s\"", k, dev);
+		met_register_counter_fn(
+			"peercache_rdma_rail_bytes_total",
+			"bytes this node's RDMA reads and writes moved through "
+			"each rail (device_names; a batch is striped over the "
+			"rails both nodes have)", g.rail_labels[k], rdma_metric,
+			(void *)(uintptr_t)(offsetof(struct tp_rdma_stats,
+						     rail_bytes) +
+					    k * sizeof(uint64_t)));
+	}
 	return 0;
 }
 

@@ -232,6 +232,15 @@ struct sim_dev *rsim_dev_active(void)
 	return NULL;
 }
 
+struct sim_dev *rsim_dev_at(uint32_t ip)
+{
+	for (unsigned i = 0; ip && i < S.ndevs; i++)
+		if (S.devs[i]->ip == ip)
+			return S.devs[i]->port_state == IBV_PORT_ACTIVE
+				       ? S.devs[i] : NULL;
+	return rsim_dev_active();
+}
+
 /* -------------------------------------------------------------- devices */
 
 /* rdma_get_devices: rdma_cm's own contexts, the ones its ids use. */
@@ -327,6 +336,26 @@ static int sim_close_device(struct ibv_context *ctx)
 	}
 	rsim_unlock();
 	return e ? rsim_fail(e) : 0;
+}
+
+static int sim_device_addr(struct ibv_context *ctx, uint8_t port,
+			   int family, struct sockaddr_storage *out)
+{
+	struct sim_ctx *c = (struct sim_ctx *)ctx;
+	if (port != 1)
+		return EINVAL;
+	if (family != AF_INET)
+		return EAFNOSUPPORT;
+	rsim_lock();
+	uint32_t ip = c->dev->ip;
+	rsim_unlock();
+	if (!ip)
+		return ENOENT;
+	memset(out, 0, sizeof(*out));
+	struct sockaddr_in *in = (struct sockaddr_in *)out;
+	in->sin_family = AF_INET;
+	in->sin_addr.s_addr = htonl(ip);
+	return 0;
 }
 
 static int sim_query_port(struct ibv_context *ctx, uint8_t port,
@@ -1135,6 +1164,7 @@ static const struct rv_api sim_api = {
 	.get_cm_event = rsim_cm_get_cm_event,
 	.ack_cm_event = rsim_cm_ack_cm_event,
 	.get_src_port = rsim_cm_get_src_port,
+	.device_addr = sim_device_addr,
 };
 
 const struct rv_api *rsim_api(void)
@@ -1256,6 +1286,45 @@ int rsim_add_device(const char *name, int port_state)
 		S.devs[S.ndevs++] = d;
 	rsim_unlock();
 	return ret;
+}
+
+int rsim_device_addr(const char *name, const char *ip)
+{
+	char ep[64];
+	struct skey k;
+	snprintf(ep, sizeof(ep), "%s:0", ip ? ip : "");
+	if (!name || key_parse(ep, &k) || (k.ip >> 24) != 127)
+		return -EINVAL;
+	rsim_lock();
+	struct sim_dev *d = NULL;
+	int ret = 0;
+	for (unsigned i = 0; i < S.ndevs; i++) {
+		if (strcmp(S.devs[i]->dev.name, name) == 0)
+			d = S.devs[i];
+		else if (S.devs[i]->ip == k.ip)
+			ret = -EEXIST;
+	}
+	if (!ret && !d)
+		ret = -ENODEV;
+	if (!ret)
+		d->ip = k.ip;
+	rsim_unlock();
+	return ret;
+}
+
+int rsim_add_rails(unsigned first, unsigned n)
+{
+	for (unsigned k = first; k < first + n; k++) {
+		char dev[16], ip[24];
+		snprintf(dev, sizeof(dev), "sim%u", k);
+		snprintf(ip, sizeof(ip), "127.0.0.%u", k + 1);
+		int ret = rsim_add_device(dev, IBV_PORT_ACTIVE);
+		if (!ret)
+			ret = rsim_device_addr(dev, ip);
+		if (ret)
+			return ret;
+	}
+	return 0;
 }
 
 /* Apply fn to the node at addr under the lock; 0 or -EINVAL / -ENOMEM. */

@@ -113,6 +113,20 @@ int rsim_reset(void);
 int rsim_add_device(const char *name, int port_state);
 
 /*
+ * Give device name a network address (an IPv4 on 127.0.0.0/8, "a.b.c.d"):
+ * its device_addr answers it, an id bound to it (or connecting from it)
+ * uses the device, and a connect request that reaches a wildcard listener
+ * at it comes on the device. Ids bound to addresses no device has, or
+ * with no source address, use the first active device (as before any
+ * address was given). 0, -EINVAL, -ENODEV, -EEXIST (another device has
+ * it).
+ */
+int rsim_device_addr(const char *name, const char *ip);
+/* Devices sim<first>..sim<first+n-1>, active, device sim<k> at
+ * 127.0.0.<k+1> (the rails tests' layout): 0 or the first error. */
+int rsim_add_rails(unsigned first, unsigned n);
+
+/*
  * Limits a device reports (query_device) and enforces, as hardware does:
  * create_qp with more than max_qp_wr send WRs or max_sge send SGEs,
  * create_cq with more than max_cqe entries, connect with initiator_depth

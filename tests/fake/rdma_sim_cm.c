@@ -322,7 +322,7 @@ int rsim_cm_bind_addr(struct rdma_cm_id *cmid, struct sockaddr *addr)
 	if (r)
 		return rsim_fail(-r);
 	rsim_lock();
-	struct sim_dev *d = rsim_dev_active();
+	struct sim_dev *d = rsim_dev_at(k.ip);
 	int e = id->st != ID_IDLE ? EINVAL : !d ? ENODEV : 0;
 	if (!e && k.port == 0)
 		e = -port_pick(&k);
@@ -374,8 +374,12 @@ int rsim_cm_resolve_addr(struct rdma_cm_id *cmid, struct sockaddr *src,
 		}
 	}
 	if (!e) {
-		struct sim_dev *d = rsim_dev_active();
+		/* The device of the source address it was bound to, or else
+		 * the one that has the destination (a local route). */
 		int r = key_of(dst, &k);
+		bool from = id->src.ip != INADDR_LOOPBACK;
+		struct sim_dev *d = rsim_dev_at(from ? id->src.ip
+						     : r ? 0 : k.ip);
 		if (!d || r) {
 			ev_queue(id, RDMA_CM_EVENT_ADDR_ERROR,
 				 !d ? -ENODEV : -EHOSTUNREACH, NULL, 0, NULL);
@@ -442,7 +446,11 @@ int rsim_cm_connect(struct rdma_cm_id *cmid, struct rdma_conn_param *param)
 		s->listener = l;
 		s->src = id->dst;
 		s->dst = id->src;
-		s->id.verbs = l->id.verbs;
+		/* A wildcard listener hears requests on every device: the
+		 * new id is on the one that has the address dialed. */
+		struct sim_dev *ld = l->src.ip == INADDR_ANY
+					     ? rsim_dev_at(id->dst.ip) : NULL;
+		s->id.verbs = ld ? &ld->cm_ctx->ctx : l->id.verbs;
 		s->id.port_num = 1;
 		sin_of(&s->src, &s->id.route.addr.src_sin);
 		sin_of(&s->dst, &s->id.route.addr.dst_sin);

@@ -47,6 +47,8 @@ struct sim_dev {
 	struct rsim_limits lim;
 	int port_state;
 	unsigned idx;
+	uint32_t ip;             /* its network device's IPv4 (host order);
+				  * 0: none (rsim_device_addr) */
 };
 
 struct sim_aev { /* an asynchronous event queued on a context */
@@ -257,6 +259,9 @@ bool rsim_key_overlaps(const struct skey *bound, const struct skey *k);
 struct sim_node *rsim_node_find(const struct skey *k);
 /* The first device whose port is active; NULL if none. */
 struct sim_dev *rsim_dev_active(void);
+/* The device an id bound to (or reaching) ip uses: the one that has ip
+ * (NULL if its port is down), else rsim_dev_active()'s. */
+struct sim_dev *rsim_dev_at(uint32_t ip);
 /* q is in the error state: its WRs flush (the worker makes them). */
 void rsim_qp_err(struct sim_qp *q);
 

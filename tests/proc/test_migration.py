@@ -38,8 +38,7 @@ disk_enabled = false
 node_id = orig-1
 """
 
-NO_EFFECT = ("role", "write_policy", "device_names",
-             "directory_read_cache_ttl")
+NO_EFFECT = ("role", "write_policy", "directory_read_cache_ttl")
 
 
 def write_conf(tmp_path):
@@ -73,6 +72,7 @@ def test_original_config_file_starts_a_node(tmp_path):
     assert cfg["ib_port"] == "1"
     assert cfg["gid_index"] == "3"
     assert cfg["rdma_op_timeout_ms"] == "2000"
+    assert cfg["device_names"] == "mlx5_0,mlx5_1"
 
     sock = str(tmp_path / "orig.sock")
     node = Node(["--config", conf, "--socket", sock, "--threads", "2",
@@ -93,6 +93,7 @@ def test_original_config_file_starts_a_node(tmp_path):
             needle = "accepted for compatibility, no effect: %s = " % key
             assert log.count(needle) == 1, (key, log)
         assert "no effect: rdma_op_timeout_ms" not in log
+        assert "no effect: device_names" not in log
         assert "unknown environment variable" not in log
     finally:
         assert node.stop(signal.SIGTERM) == 0, node.text()

@@ -434,3 +434,30 @@ Test(settings, disk_tier_combinations_are_checked)
 	cr_assert_eq(pc_settings_validate(&s, why, sizeof(why)), 0, "%s", why);
 	pc_settings_free(&s);
 }
+
+Test(settings, device_names_lists_each_rail_once)
+{
+	struct {
+		char *val;
+		int ret;
+		const char *want;
+	} cases[] = {
+		{"mlx5_0,mlx5_1", 0, NULL},
+		{" mlx5_0 , mlx5_1 ,mlx5_2", 0, NULL},
+		{"mlx5_0,mlx5_1,mlx5_0", -EINVAL, "lists mlx5_0 twice"},
+		{"mlx5_0,,mlx5_1", -EINVAL, "an empty name"},
+		{"a,b,c,d,e,f,g,h,i", -EINVAL, "at most 8 devices"},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct pc_settings s;
+		char *argv[] = {"peercached", "--device-names", cases[i].val,
+				NULL};
+		cr_assert_eq(slot_validate(&s, argv, 3), cases[i].ret,
+			     "%s: %s", cases[i].val, err);
+		if (cases[i].want)
+			cr_assert(strstr(err, cases[i].want), "%s", err);
+		else
+			cr_assert_str_eq(s.device_names, cases[i].val);
+		pc_settings_free(&s);
+	}
+}

@@ -9,7 +9,8 @@
  * "tcp" (the real module on 127.0.0.1, a client reading from its own data
  * port), "tcp_auth" (the same with a cluster secret), "rdma" and
  * "rdma_auth" (the RDMA transport on the verbs simulation,
- * tests/fake/rdma_sim.h), "mixed" (the transport module as a node with an
+ * tests/fake/rdma_sim.h), "rdma_rails" (the same with a secret, each node
+ * on three simulated devices: batches striped over three rails), "mixed" (the transport module as a node with an
  * RDMA device and a secret runs it: RDMA on the simulation beside TCP;
  * the black hole has no RDMA listener and is reached over TCP), "rdma_hw"
  * (on a real device when
@@ -315,6 +316,61 @@ static void rdma_kill_hole(struct tfx *f)
 	cr_assert_eq(rsim_kill(f->hole), 0);
 }
 
+/* Three rails: devices sim0..sim2 at 127.0.0.1..3; each node's rail k
+ * listens at 127.0.0.(k+1) on its rail 0's port. */
+#define RAILS 3
+
+static void rail_addr(const char *ep, unsigned k, char *out, size_t len)
+{
+	const char *port = strrchr(ep, ':');
+	snprintf(out, len, "127.0.0.%u%s", k + 1, port);
+}
+
+static void rdma_rails_setup(struct tfx *f, unsigned max_chans)
+{
+	rsim_reset();
+	cr_assert_eq(rsim_add_rails(0, RAILS), 0);
+	struct tp_rdma_cfg cfg = {.api = rsim_api(), .ib_port = 1,
+				  .gid_index = 0, .max_chans = max_chans,
+				  .connect_timeout_ms = 2000,
+				  .devices = "sim0,sim1,sim2",
+				  .secret = f->k->secret};
+	rdma_node(f, &cfg, "127.0.0.1", &f->node, f->ep);
+	rdma_node(f, &cfg, "127.0.0.1", &f->hole_node, f->hole);
+	cr_assert_eq(tp_rdma_node_rails(f->node), RAILS);
+	f->ops = &tp_rdma_ops;
+	int err;
+	f->tc = tp_rdma_client_new(f->node, f->r, &err);
+	cr_assert(f->tc, "rdma client: %s", strerror(-err));
+	cr_assert_eq(rx_reactor_on_stop(f->r, rdma_on_stop, f), 0);
+	for (unsigned k = 0; k < RAILS; k++) {
+		char at[40];
+		rail_addr(f->hole, k, at, sizeof(at));
+		cr_assert_eq(rsim_silence(at, true), 0);
+	}
+}
+
+static void rdma_rails_teardown(struct tfx *f)
+{
+	/* Every rail carried a share of what was read and written. */
+	struct tp_rdma_stats st;
+	tp_rdma_node_stats(f->node, &st);
+	uint64_t all = 0;
+	for (unsigned k = 0; k < RAILS; k++)
+		all += st.rail_bytes[k];
+	cr_assert_eq(all, st.read_bytes + st.write_bytes);
+	rdma_teardown(f);
+}
+
+static void rdma_rails_kill_hole(struct tfx *f)
+{
+	for (unsigned k = 0; k < RAILS; k++) {
+		char at[40];
+		rail_addr(f->hole, k, at, sizeof(at));
+		cr_assert_eq(rsim_kill(at), 0);
+	}
+}
+
 static void rdma_hw_setup(struct tfx *f, unsigned max_chans)
 {
 	const char *addr = getenv("PEERCACHE_RDMA_TEST_ADDR");
@@ -347,6 +403,8 @@ static const struct tkind K_RDMA = KIND("rdma", NULL, false, rdma);
 static const struct tkind K_RDMA_AUTH =
 	KIND("rdma_auth", "conformance-secret", false, rdma);
 static const struct tkind K_RDMA_HW = KIND("rdma_hw", NULL, false, rdma_hw);
+static const struct tkind K_RDMA_RAILS =
+	KIND("rdma_rails", "conformance-secret", false, rdma_rails);
 
 /* ------------------------------------------------------------ scenario */
 
@@ -1271,6 +1329,7 @@ static void rdma_hw_run(unsigned chans, const step_fn *steps, bool hole)
 	Test(transport_tcp_auth, name) { run(&K_TCP_AUTH, chans, steps); }    \
 	Test(transport_rdma, name) { run(&K_RDMA, chans, steps); }            \
 	Test(transport_rdma_auth, name) { run(&K_RDMA_AUTH, chans, steps); }  \
+	Test(transport_rdma_rails, name) { run(&K_RDMA_RAILS, chans, steps); }\
 	Test(transport_mixed, name) { run(&K_MIXED, chans, steps); }          \
 	Test(transport_rdma_hw, name) { rdma_hw_run(chans, steps, hole); }
 #define CASE(name, steps, chans) CASE_(name, steps, chans, false)

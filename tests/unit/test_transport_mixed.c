@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/metrics.h"
 #include "common/settings.h"
 #include "modules/modules.h"
 #include "modules/membership.h"
@@ -75,18 +76,25 @@ static void on_stop(struct rx_reactor *r, void *arg)
 
 /* Load settings with protocol proto and run the module's init: its
  * result. */
-static int module_init_as(const char *proto, bool secret)
+static int module_init_with(const char *proto, bool secret,
+			    const char *devices)
 {
 	char err[256];
 	char *argv[] = {"test", "--bind", "127.0.0.1", "--data-port", "0",
-			"--protocol", (char *)proto, "--cluster-secret",
-			"mixed-secret", NULL};
+			"--protocol", (char *)proto, "--device-names",
+			(char *)devices, "--cluster-secret", "mixed-secret",
+			NULL};
 	char *envp[] = {NULL};
-	cr_assert_eq(pc_settings_load(&m.s, secret ? 9 : 7, argv, envp, err,
+	cr_assert_eq(pc_settings_load(&m.s, secret ? 11 : 9, argv, envp, err,
 				      sizeof(err)), 0, "%s", err);
 	cr_assert_eq(pc_ctx_init(&m.ctx, &m.s, 1, NULL, 0), 0);
 	tp_tcp_set_verbs(rsim_api());
 	return pc_mod_transport.init(&m.ctx);
+}
+
+static int module_init_as(const char *proto, bool secret)
+{
+	return module_init_with(proto, secret, "");
 }
 
 /* RDMA runs only with a cluster secret: the tests give one. */
@@ -175,6 +183,17 @@ static void reads_check(unsigned off)
 		cr_assert_eq(tu_check_pattern(m.dst + (size_t)i * 65536, 4096,
 					      7, off + i * 4096u), -1);
 	}
+}
+
+/* Run go on the module's reactor (started) until a step stops it; m.step
+ * counts the steps' callbacks from 0. */
+static void run_steps(void (*go)(struct rx_reactor *, struct rx_timer *))
+{
+	m.step = 0;
+	struct rx_timer t;
+	rx_timer_init(&t, go, NULL);
+	rx_timer_start(m.r, &t, 0, 0);
+	tu_run(m.r, 20000);
 }
 
 /* ------------------------------------------------------- the choice */
@@ -268,11 +287,7 @@ Test(transport_mixed, a_peer_without_rdma_is_read_over_tcp)
 	cr_assert_eq(module_init("auto"), 0);
 	start();
 	cr_assert_str_eq(m.st->ops->name, "rdma+tcp");
-	m.step = 0;
-	struct rx_timer t;
-	rx_timer_init(&t, fb_go, NULL);
-	rx_timer_start(m.r, &t, 0, 0);
-	tu_run(m.r, 20000);
+	run_steps(fb_go);
 	cr_assert_eq(m.step, 2);
 	finish();
 }
@@ -324,10 +339,7 @@ Test(transport_mixed, writes_land_over_rdma)
 	cr_assert_eq(o->reg_local(m.st->node, m.dst, 4096), 0);
 	cr_assert_eq(o->unreg_local(m.st->node, m.dst), 0);
 	cr_assert_eq(o->unreg_local(m.st->node, m.dst), -ENOENT);
-	struct rx_timer t;
-	rx_timer_init(&t, w_go, NULL);
-	rx_timer_start(m.r, &t, 0, 0);
-	tu_run(m.r, 20000);
+	run_steps(w_go);
 	cr_assert_geq(sim_posted(), N);
 	finish();
 }
@@ -409,11 +421,7 @@ Test(transport_mixed, a_departure_revokes_rdma_access)
 	cr_assert_eq(pc_mod_transport_revoke.init(&m.ctx), 0);
 	cr_assert_not_null(leave_fn, "the module did not subscribe");
 	start();
-	m.step = 0;
-	struct rx_timer t;
-	rx_timer_init(&t, rv_go, NULL);
-	rx_timer_start(m.r, &t, 0, 0);
-	tu_run(m.r, 20000);
+	run_steps(rv_go);
 	cr_assert_eq(m.step, 2);
 	svc_withdraw_membership(&m.ctx);
 	finish();
@@ -430,4 +438,63 @@ Test(transport_mixed, tcp_needs_no_revoke)
 	cr_assert_null(leave_fn);
 	svc_withdraw_membership(&m.ctx);
 	module_fini();
+}
+
+/* ------------------------------------------------------------- rails */
+
+static uint64_t rail_metric(const char *text, unsigned k, const char *dev)
+{
+	char want[160];
+	snprintf(want, sizeof(want),
+		 "rail=\"%u\",device=\"%s\"} ", k,
+		 dev);
+	const char *at = strstr(text, want);
+	cr_assert(at, "no %s in:\n%s", want, text);
+	return strtoull(at + strlen(want), NULL, 10);
+}
+
+static void rails_done(void *arg, struct tp_read *reads, unsigned n)
+{
+	(void)arg;
+	(void)reads;
+	(void)n;
+	reads_check(m.step * 65536u);
+	if (m.step++ == 0) {
+		/* The first accept listed the node's second rail. */
+		reads_go(65536, rails_done);
+		return;
+	}
+	rx_reactor_stop(m.r);
+}
+
+static void rails_go(struct rx_reactor *r, struct rx_timer *t)
+{
+	(void)r;
+	(void)t;
+	reads_go(0, rails_done);
+}
+
+/* device_names: the module drives a rail per device, and counts each
+ * rail's bytes. */
+Test(transport_mixed, device_names_drive_rails)
+{
+	rsim_reset();
+	cr_assert_eq(rsim_add_device("sim0", IBV_PORT_ACTIVE), 0);
+	cr_assert_eq(rsim_add_device("sim1", IBV_PORT_ACTIVE), 0);
+	cr_assert_eq(rsim_device_addr("sim1", "127.0.0.2"), 0);
+	met_reset();
+	cr_assert_eq(module_init_with("rdma", true, "sim0,sim1"), 0);
+	cr_assert_eq(met_start(1), 0);
+	start();
+	run_steps(rails_go);
+	cr_assert_eq(m.step, 2);
+	size_t len;
+	char *text = met_render("n", &len);
+	cr_assert(text);
+	/* 16 pages on rail 0, then 8 on each. */
+	cr_assert_eq(rail_metric(text, 0, "sim0"), 24u * 4096u, "%s", text);
+	cr_assert_eq(rail_metric(text, 1, "sim1"), 8u * 4096u, "%s", text);
+	free(text);
+	finish();
+	met_reset();
 }

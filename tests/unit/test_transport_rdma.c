@@ -4,8 +4,10 @@
  * (test_transport.c) does not reach: selective signaling and send-queue
  * accounting, completion errors in the middle of a batch, a peer that stops
  * answering, connect timeouts, the per-operation timeout (a black-holed
- * queue pair), the connect-time authentication in both directions, that a cancelled or timed-out batch never lands, per-batch
- * memory registration, and device probing.
+ * queue pair), the connect-time authentication in both directions, that a
+ * cancelled or timed-out batch never lands, per-batch memory registration,
+ * several rails (a batch striped over devices, a rail that cannot connect,
+ * what an accept can list), and device probing.
  *
  * Owns: the fixtures. Every case runs against the verbs simulation
  * (tests/fake/rdma_sim.h) through a copy of its table with two hooks
@@ -17,6 +19,7 @@
  * (fabric_clean).
  */
 #include <criterion/criterion.h>
+#include <arpa/inet.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,6 +55,10 @@ struct ropts {
 	unsigned revoke_grace_ms;
 	unsigned op_timeout_ms;
 	struct rsim_limits lim; /* the device's (0: the sim's default) */
+	/* Devices sim0..: the serving node drives rails of them, the client
+	 * node (separate) cli_rails (0: as many); device k is at 127.0.0.k+1.
+	 * 0: one device, no address. */
+	unsigned rails, cli_rails;
 };
 
 struct rfx;
@@ -122,7 +129,9 @@ static int w_get_cm_event(struct rdma_event_channel *ch,
 		unsigned len = (*ev)->param.conn.private_data_len;
 		H.rejects++;
 		H.rej_len = len < sizeof(H.rej) ? len : sizeof(H.rej);
-		memcpy(H.rej, (*ev)->param.conn.private_data, H.rej_len);
+		if (H.rej_len) /* none from a killed node */
+			memcpy(H.rej, (*ev)->param.conn.private_data,
+			       H.rej_len);
 	}
 	return ret;
 }
@@ -191,6 +200,20 @@ static void on_stop(struct rx_reactor *r, void *arg)
 	tp_rdma_node_unlisten(f->srv);
 }
 
+/* "sim0,sim1,..." for n rails (NULL for one): valid until the next
+ * call (a node copies it). */
+static const char *rail_list(unsigned n)
+{
+	static char l[64];
+	if (n <= 1)
+		return NULL;
+	l[0] = '\0';
+	for (unsigned k = 0; k < n; k++)
+		snprintf(l + strlen(l), sizeof(l) - strlen(l), "%ssim%u",
+			 k ? "," : "", k);
+	return l;
+}
+
 static struct tp_rdma_cfg cfg_of(const struct ropts *o, const char *secret)
 {
 	return (struct tp_rdma_cfg){.api = &W, .ib_port = 1, .gid_index = 0,
@@ -208,6 +231,11 @@ static void setup(struct rfx *f)
 	cr_assert_eq(rsim_reset(), 0);
 	cr_assert_eq(rsim_add_device("sim0", IBV_PORT_ACTIVE), 0);
 	cr_assert_eq(rsim_set_limits("sim0", &f->o.lim), 0);
+	unsigned ndev = PC_MAX(f->o.rails, f->o.cli_rails);
+	if (ndev > 1) {
+		cr_assert_eq(rsim_device_addr("sim0", "127.0.0.1"), 0);
+		cr_assert_eq(rsim_add_rails(1, ndev - 1), 0);
+	}
 	W = *rsim_api();
 	W.poll_cq = w_poll_cq;
 	W.get_cm_event = w_get_cm_event;
@@ -222,6 +250,7 @@ static void setup(struct rfx *f)
 	f->r = tu_reactor(&p);
 	struct tp_rdma_cfg cfg = cfg_of(&f->o, f->o.srv_secret);
 	cfg.max_accepted = f->o.max_accepted;
+	cfg.devices = rail_list(f->o.rails);
 	int ret = tp_rdma_node_new(&cfg, &f->srv);
 	cr_assert_eq(ret, 0, "node: %s", strerror(-ret));
 	uint16_t port;
@@ -231,6 +260,8 @@ static void setup(struct rfx *f)
 	f->cli = f->srv;
 	if (f->o.separate) {
 		cfg = cfg_of(&f->o, f->o.cli_secret);
+		cfg.devices = rail_list(f->o.cli_rails ? f->o.cli_rails
+						       : f->o.rails);
 		ret = tp_rdma_node_new(&cfg, &f->cli);
 		cr_assert_eq(ret, 0, "client node: %s", strerror(-ret));
 	}
@@ -1411,6 +1442,219 @@ Test(transport_rdma, revoke_closes_many_queue_pairs_in_slices)
 	run(&o, rv_steps);
 }
 
+/* ---------------------------------------------------------------- rails */
+
+static unsigned rl_n; /* reads of the striped batch */
+static uint64_t rl_bytes0[TP_RDMA_RAILS_MAX];
+static bool rl_kill;     /* the node's rail 1 dies after the warm-up */
+
+static void rl_warm(struct rfx *f)
+{
+	/* The first accept (rail 0's) lists the node's other rails. */
+	rd_set(f, 0, 0, 4096, f->dst);
+	go(f, 1, 5000);
+}
+
+static void rl_go(struct rfx *f)
+{
+	rd_landed(f, 0);
+	if (rl_kill) {
+		/* The node's rail 1 listens at 127.0.0.2, rail 0's port. */
+		char at[64];
+		snprintf(at, sizeof(at), "127.0.0.2%s", strrchr(f->ep, ':'));
+		cr_assert_eq(rsim_kill(at), 0);
+	}
+	struct tp_rdma_stats st = cli_stats(f);
+	memcpy(rl_bytes0, st.rail_bytes, sizeof(rl_bytes0));
+	rd_many(f, rl_n, f->dst);
+	go(f, rl_n, 10000);
+}
+
+/* Bytes of the batch's reads that went to rail k, if operation i goes
+ * on rail i % rails. */
+static uint64_t rl_share(unsigned k, unsigned rails)
+{
+	uint64_t b = 0;
+	for (unsigned i = k; i < rl_n; i += rails)
+		b += len_of(i);
+	return b;
+}
+
+static void rl_check(struct rfx *f)
+{
+	for (unsigned i = 0; i < rl_n; i++)
+		rd_landed(f, i);
+	struct tp_rdma_stats st = cli_stats(f);
+	unsigned rails = PC_MIN(f->o.rails ? f->o.rails : 1,
+				f->o.cli_rails ? f->o.cli_rails
+					       : PC_MAX(f->o.rails, 1u));
+	uint64_t got[TP_RDMA_RAILS_MAX], all = 0;
+	for (unsigned k = 0; k < TP_RDMA_RAILS_MAX; k++) {
+		got[k] = st.rail_bytes[k] - rl_bytes0[k];
+		all += got[k];
+	}
+	cr_assert_eq(all, st.read_bytes - f->st0.read_bytes);
+	if (rl_kill) {
+		/* Rail 1 cannot be reached: its share went elsewhere. */
+		cr_assert_eq(got[1], 0, "%llu bytes on the dead rail",
+			     (unsigned long long)got[1]);
+		cr_assert_gt(got[0], 0);
+		cr_assert_gt(got[2], 0);
+	} else {
+		for (unsigned k = 0; k < rails; k++)
+			cr_assert_eq(got[k], rl_share(k, rails),
+				     "rail %u moved %llu bytes, not %llu", k,
+				     (unsigned long long)got[k],
+				     (unsigned long long)rl_share(k, rails));
+		for (unsigned k = rails; k < TP_RDMA_RAILS_MAX; k++)
+			cr_assert_eq(got[k], 0);
+	}
+	next(f);
+}
+
+static const step_fn rl_steps[] = {rl_warm, rl_go, rl_check, NULL};
+
+/* The node's rail 1 at f's port. */
+static void rl_rail1(const struct rfx *f, char *at, size_t len)
+{
+	snprintf(at, len, "127.0.0.2%s", strrchr(f->ep, ':'));
+}
+
+static void rl_slow_go(struct rfx *f)
+{
+	/* Every rail has channels now (the batch before was striped);
+	 * rail 1 slows down, then dies with this batch on it. */
+	char at[64];
+	rl_rail1(f, at, sizeof(at));
+	cr_assert_eq(rsim_set_delay(at, 20000, 30000), 0);
+	struct tp_rdma_stats st = cli_stats(f);
+	memcpy(rl_bytes0, st.rail_bytes, sizeof(rl_bytes0));
+	rd_many(f, rl_n, f->dst);
+	go(f, rl_n, 10000);
+	cr_assert_eq(rsim_kill(at), 0);
+}
+
+static void rl_slow_check(struct rfx *f)
+{
+	/* None failed: rail 1's went on rails 0 and 2 once more. */
+	for (unsigned i = 0; i < rl_n; i++)
+		rd_landed(f, i);
+	struct tp_rdma_stats st = cli_stats(f);
+	cr_assert_eq(st.rail_bytes[1], rl_bytes0[1]);
+	cr_assert_geq(st.retried - f->st0.retried, rl_n / 3);
+	cr_assert_eq(st.rail_bytes[0] - rl_bytes0[0] +
+			     st.rail_bytes[2] - rl_bytes0[2],
+		     st.read_bytes - f->st0.read_bytes);
+	next(f);
+}
+
+static const step_fn rl_die_steps[] = {rl_warm, rl_go, rl_check, rl_slow_go,
+				       rl_slow_check, NULL};
+
+/* A batch goes over every rail both nodes have, operation i on rail
+ * i % n, each rail with its own rkeys. */
+Test(transport_rdma_rails, a_batch_is_striped_over_the_rails)
+{
+	struct ropts o = {.max_chans = 4, .rails = 3, .separate = true,
+			  .srv_secret = "rails", .cli_secret = "rails"};
+	rl_n = 96;
+	rl_kill = false;
+	run(&o, rl_steps);
+}
+
+/* Nodes with different numbers of rails use the rails both have. */
+Test(transport_rdma_rails, the_rails_both_nodes_have)
+{
+	struct ropts o = {.max_chans = 4, .rails = 3, .cli_rails = 2,
+			  .separate = true};
+	rl_n = 60;
+	rl_kill = false;
+	run(&o, rl_steps);
+	o = (struct ropts){.max_chans = 4, .rails = 2, .cli_rails = 4,
+			   .separate = true};
+	run(&o, rl_steps);
+	/* A node of one rail (an accept without a rail list). */
+	o = (struct ropts){.max_chans = 4, .rails = 1, .cli_rails = 3,
+			   .separate = true};
+	run(&o, rl_steps);
+}
+
+/* A rail of the peer that cannot be reached: its operations go on the
+ * other rails, none fails. */
+Test(transport_rdma_rails, a_rail_that_cannot_connect)
+{
+	struct ropts o = {.max_chans = 4, .rails = 3, .separate = true};
+	rl_n = 90;
+	rl_kill = true;
+	run(&o, rl_steps);
+	rl_kill = false;
+}
+
+/* A rail that stops answering with reads posted on it: they are sent
+ * again on the other rails, none fails (on one rail, the peer would be
+ * down: every read to it fails, retry_exceeded_fails_the_peer). */
+Test(transport_rdma_rails, a_rail_that_dies_mid_batch)
+{
+	struct ropts o = {.max_chans = 4, .rails = 3, .separate = true};
+	rl_n = 60;
+	rl_kill = false;
+	run(&o, rl_die_steps);
+}
+
+/* Each rail's accept lists the others' addresses after the key table: a
+ * node of eight IPv4 rails keeps room for 15 regions, one rail 16. */
+Test(transport_rdma_rails, the_accept_holds_keys_and_rails)
+{
+	for (unsigned rails = 1; rails <= 8; rails += 7) {
+		cr_assert_eq(rsim_reset(), 0);
+		cr_assert_eq(rsim_add_rails(0, rails), 0);
+		struct tp_rdma_cfg cfg = {.api = rsim_api(), .ib_port = 1,
+					  .gid_index = -1,
+					  .devices = rail_list(rails)};
+		struct tp_node *tn = NULL;
+		cr_assert_eq(tp_rdma_node_new(&cfg, &tn), 0);
+		cr_assert_eq(tp_rdma_node_rails(tn), rails);
+		struct rx_reactor *r = tu_reactor(NULL);
+		uint16_t port;
+		cr_assert_eq(tp_rdma_node_listen(tn, r, "127.0.0.1", 0, NULL,
+						 &port), 0);
+		static uint8_t mem[17][4096];
+		uint32_t keys[17];
+		unsigned n = 0;
+		int ret = 0;
+		while (n < 17) {
+			struct tp_region g = {.base = (uintptr_t)mem[n],
+					      .len = sizeof(mem[n]),
+					      .access = TP_ACCESS_READ,
+					      .pin = t_pin, .unpin = t_unpin};
+			if ((ret = tp_rdma_ops.reg_region(tn, &g, &keys[n])))
+				break;
+			n++;
+		}
+		cr_assert_eq(ret, -ENOSPC, "%u rails, %u regions: %s", rails, n,
+			     strerror(-ret));
+		cr_assert_eq(n, rails == 1 ? 16u : 15u, "%u rails: %u regions",
+			     rails, n);
+		/* Each rail has its own rkey for a key. */
+		uint32_t rk0, rk1;
+		cr_assert_eq(tp_rdma_node_rail_rkey(tn, 0, keys[0], &rk0), 0);
+		if (rails > 1) {
+			cr_assert_eq(tp_rdma_node_rail_rkey(tn, 7, keys[0],
+							    &rk1), 0);
+			cr_assert_neq(rk0, rk1);
+		}
+		cr_assert_eq(tp_rdma_node_rail_rkey(tn, rails, keys[0], &rk1),
+			     -ENOENT);
+		for (unsigned i = 0; i < n; i++)
+			cr_assert_eq(tp_rdma_ops.dereg_region(tn, keys[i]), 0);
+		tp_rdma_node_unlisten(tn);
+		tp_rdma_node_free(tn);
+		rx_reactor_destroy(r);
+		fabric_clean();
+	}
+	cr_assert_eq(rsim_reset(), 0);
+}
+
 /* ------------------------------------------------------- device probing */
 
 static struct tp_rdma_cfg probe_cfg(void)
@@ -1523,5 +1767,107 @@ Test(transport_rdma_probe, gid_index)
 	cfg.gid_index = 16;
 	probe_says(&cfg, 0, "gid_index 16");
 	node_refused(&cfg);
+	cr_assert_eq(rsim_reset(), 0);
+}
+
+/* ------------------------------------------- a device's network address */
+
+static void mkpath(const char *root, const char *rel)
+{
+	char cmd[600];
+	snprintf(cmd, sizeof(cmd), "mkdir -p '%s/%s'", root, rel);
+	cr_assert_eq(system(cmd), 0, "%s", cmd);
+}
+
+static void put(const char *root, const char *rel, const char *text)
+{
+	char path[512];
+	snprintf(path, sizeof(path), "%s/%s", root, rel);
+	FILE *fp = fopen(path, "w");
+	cr_assert(fp, "%s", path);
+	fputs(text, fp);
+	fclose(fp);
+}
+
+static void addr_is(const char *root, const char *dev, int want_err,
+		    const char *want_ip)
+{
+	struct sockaddr_storage ss;
+	int err = rv_netdev_addr(root, dev, 1, AF_INET, &ss);
+	cr_assert_eq(err, want_err, "%s: %s", dev, strerror(err));
+	if (want_ip) {
+		char ip[64];
+		inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, ip,
+			  sizeof(ip));
+		cr_assert_str_eq(ip, want_ip);
+		cr_assert_eq(((struct sockaddr_in *)&ss)->sin_port, 0);
+	}
+}
+
+/* The real table finds a rail's address through sysfs: a RoCE port's GID
+ * table names its network devices, an IPoIB device lists its own; the
+ * loopback interface stands in for a NIC here. */
+Test(transport_rdma_probe, a_device_address_from_sysfs)
+{
+	char root[] = "/tmp/pc-sysfs-XXXXXX";
+	cr_assert(mkdtemp(root));
+	/* RoCE: GID 0's netdev is gone, GID 1's is up. */
+	mkpath(root, "class/infiniband/roce0/ports/1/gid_attrs/ndevs");
+	put(root, "class/infiniband/roce0/ports/1/gid_attrs/ndevs/0",
+	    "pcnosuch0\n");
+	put(root, "class/infiniband/roce0/ports/1/gid_attrs/ndevs/1", "lo\n");
+	addr_is(root, "roce0", 0, "127.0.0.1");
+	/* IPoIB: no GID table entries, a net directory. */
+	mkpath(root, "class/infiniband/ib0/device/net/lo");
+	addr_is(root, "ib0", 0, "127.0.0.1");
+	/* Nothing that has an address. */
+	mkpath(root, "class/infiniband/bare0/ports/1/gid_attrs/ndevs");
+	put(root, "class/infiniband/bare0/ports/1/gid_attrs/ndevs/0",
+	    "pcnosuch0\n");
+	addr_is(root, "bare0", ENOENT, NULL);
+	addr_is(root, "nodev", ENOENT, NULL);
+	addr_is(root, "../x", EINVAL, NULL);
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
+	cr_assert_eq(system(cmd), 0);
+}
+
+/* device_names: the listed devices in their order, each usable one a rail;
+ * the rest left out and said; a rail after the first needs an address. */
+Test(transport_rdma_probe, device_names)
+{
+	cr_assert_eq(rsim_reset(), 0);
+	cr_assert_eq(rsim_add_device("sim0", IBV_PORT_ACTIVE), 0);
+	cr_assert_eq(rsim_add_device("sim1", IBV_PORT_ACTIVE), 0);
+	cr_assert_eq(rsim_add_device("sim2", IBV_PORT_DOWN), 0);
+	cr_assert_eq(rsim_add_device("sim3", IBV_PORT_ACTIVE), 0);
+	cr_assert_eq(rsim_device_addr("sim0", "127.0.0.1"), 0);
+	cr_assert_eq(rsim_device_addr("sim1", "127.0.0.2"), 0);
+	struct tp_rdma_cfg cfg = probe_cfg();
+	cfg.devices = "sim1,sim0,sim1,mlx5_9,sim2";
+	probe_says(&cfg, 2, "sim1 port 1 active and 1 more rail");
+	probe_says(&cfg, 2, "sim1: listed twice");
+	probe_says(&cfg, 2, "mlx5_9: not seen");
+	probe_says(&cfg, 2, "sim2: port 1 is not active");
+	cfg.devices = "mlx5_9,sim2";
+	probe_says(&cfg, 0, "mlx5_9: not seen");
+	node_refused(&cfg);
+	/* device_names wins over device_name. */
+	cfg.device = "sim3";
+	cfg.devices = "sim1,sim0";
+	struct tp_node *tn = NULL;
+	cr_assert_eq(tp_rdma_node_new(&cfg, &tn), 0);
+	cr_assert_eq(tp_rdma_node_rails(tn), 2);
+	tp_rdma_node_free(tn);
+	/* sim3 has no network address: only rail 0 may go without one. */
+	cfg.devices = "sim0,sim3,sim1";
+	cr_assert_eq(tp_rdma_node_new(&cfg, &tn), 0);
+	cr_assert_eq(tp_rdma_node_rails(tn), 2);
+	tp_rdma_node_free(tn);
+	cfg.devices = "sim3,sim0";
+	cr_assert_eq(tp_rdma_node_new(&cfg, &tn), 0);
+	cr_assert_eq(tp_rdma_node_rails(tn), 2);
+	tp_rdma_node_free(tn);
+	fabric_clean();
 	cr_assert_eq(rsim_reset(), 0);
 }
