@@ -87,7 +87,7 @@ static int op_lkeys(struct rop *o, unsigned dev)
 /* ----------------------------------------------------------- batches */
 
 /* How a closing channel's operations go on. */
-enum td { TD_FAIL, TD_RETRY, TD_CONNFAIL, TD_ABORT };
+enum td { TD_FAIL, TD_RETRY, TD_CONNFAIL, TD_ABORT, TD_PEER };
 
 static void chan_teardown(struct rchan *ch, enum td mode, int err);
 static void op_place(struct tp_client *tc, struct rop *o, bool may_open);
@@ -240,8 +240,9 @@ void tp_rdma_cq_destroy(struct tp_node *tn, struct ibv_cq **cq)
  * connected) moves the queued ones to channels that are still open or
  * opening, and ends them with err when there are none; TD_ABORT (another
  * batch's timeout or cancel) moves every one on without using up its
- * retry. The id is
- * destroyed later, outside any rdma_cm event handling.
+ * retry; TD_PEER (the peer closed the queue pair: a revoke, a restart; or
+ * it went to error with no operation of its own failing) too, a few times
+ * at most. The id is destroyed later, outside any rdma_cm event handling.
  */
 static void chan_teardown(struct rchan *ch, enum td mode, int err)
 {
@@ -291,13 +292,17 @@ static void chan_teardown(struct rchan *ch, enum td mode, int err)
 		if (o->fin)
 			continue;
 		/* TD_ABORT: another batch's timeout or cancel closed the
-		 * channel; these were not at fault and keep their retry. */
+		 * channel; TD_PEER: the peer did. These were not at fault
+		 * and keep their retry (a peer that drops every channel
+		 * moves them three times at most). */
 		bool again = (mode == TD_ABORT ||
+			      (mode == TD_PEER && o->moves < 3) ||
 			      (mode == TD_RETRY && !o->retried)) &&
 			     !o->b->c.cancelled &&
 			     !o->b->c.timed_out && !tc->stopping;
 		if (again) {
 			o->retried |= mode == TD_RETRY;
+			o->moves += mode == TD_PEER;
 			STAT_ADD(tn, retried, 1);
 			op_place(tc, o, true);
 		} else {
@@ -317,6 +322,7 @@ static void chan_teardown(struct rchan *ch, enum td mode, int err)
 		 * rail that could not connect, to the other rails. */
 		bool again = !tc->stopping && o->moves < 3 &&
 			     (mode == TD_RETRY || mode == TD_ABORT ||
+			      mode == TD_PEER ||
 			      (mode == TD_CONNFAIL && (p->chans || ch->rail)));
 		if (again) {
 			o->moves++;
@@ -710,7 +716,11 @@ static void chan_wc(struct rchan *ch, const struct ibv_wc *wc)
 		peer_fail(ch->tc, ch->p, err);
 		return;
 	}
-	chan_teardown(ch, TD_RETRY, -ECONNRESET);
+	/* A flush first: the QP went to error with none of its operations
+	 * failing (the peer disconnected it); else one failed. */
+	chan_teardown(ch, wc->status == IBV_WC_WR_FLUSH_ERR ? TD_PEER
+							    : TD_RETRY,
+		      -ECONNRESET);
 }
 
 static void chan_drain(struct rchan *ch)
@@ -994,7 +1004,7 @@ static void chan_cm_event(struct rchan *ch, const struct rdma_cm_event *ev)
 		break;
 	case RDMA_CM_EVENT_DISCONNECTED:
 	case RDMA_CM_EVENT_DEVICE_REMOVAL:
-		chan_teardown(ch, TD_RETRY, -ECONNRESET);
+		chan_teardown(ch, TD_PEER, -ECONNRESET);
 		return;
 	default:
 		return;
