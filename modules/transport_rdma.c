@@ -892,6 +892,8 @@ static int chan_connect(struct rchan *ch)
 static void peer_rails(struct tp_peer *p, const uint8_t *t, size_t len)
 {
 	struct rails_tail h;
+	p->nrails = 1; /* until the list says more (a node restarted with
+			* fewer rails lists fewer) */
 	if (len < sizeof(h))
 		return;
 	memcpy(&h, t, sizeof(h));
