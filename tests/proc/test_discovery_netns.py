@@ -15,6 +15,7 @@ loopback variants run instead, with link down and partition emulated by
 SIGSTOP (netns.LoopNet says what exactly). Deadlines are generous (CI is
 slow); measured times are printed, never asserted tightly.
 """
+import contextlib
 import hashlib
 import os
 import random
@@ -194,16 +195,27 @@ class Oracle:
             on = sorted(self.on)
         return rnd.choice(on) if on else None
 
-    def _call(self, conns, i, method, params):
+    @contextlib.contextmanager
+    def busy_on(self, i):
+        """A call to node i is in flight within (use() waits for it);
+        yields False, and counts nothing, when i was dropped since it was
+        picked: then make no call."""
         with self.lock:
-            if i not in self.on:  # dropped since it was picked
-                return "dropped", None
-            self.busy[i] = self.busy.get(i, 0) + 1
+            ok = i in self.on
+            if ok:
+                self.busy[i] = self.busy.get(i, 0) + 1
         try:
-            return self._call_on(conns, i, method, params)
+            yield ok
         finally:
-            with self.lock:
-                self.busy[i] -= 1
+            if ok:
+                with self.lock:
+                    self.busy[i] -= 1
+
+    def _call(self, conns, i, method, params):
+        with self.busy_on(i) as ok:
+            if not ok:
+                return "dropped", None
+            return self._call_on(conns, i, method, params)
 
     def _call_on(self, conns, i, method, params):
         try:

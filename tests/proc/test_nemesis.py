@@ -103,10 +103,11 @@ class NemesisOracle(Oracle):
         """One session call on node i (counted busy like kv calls), with
         fill(client) run first (a set's page bytes into its memory); None
         when it failed (connection dropped: a new one next time)."""
-        with self.lock:
-            if i not in self.on:
-                return None
-            self.busy[i] = self.busy.get(i, 0) + 1
+        with self.busy_on(i) as ok:
+            return self._session_on(clients, i, method, params, fill) \
+                if ok else None
+
+    def _session_on(self, clients, i, method, params, fill):
         t0 = time.time()
         try:
             c = clients.get(i)
@@ -131,8 +132,6 @@ class NemesisOracle(Oracle):
             return None
         finally:
             self._took(time.time() - t0, i, method)
-            with self.lock:
-                self.busy[i] -= 1
 
     def _sessions(self):
         rnd, clients, seq = random.Random(SEED + 3), {}, 0
