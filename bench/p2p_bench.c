@@ -132,17 +132,15 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
-/* Connections and buffers, made before any worker starts. */
-static int worker_init(struct worker *w, struct bench *b, unsigned idx)
+/* Opens the worker's connections: after every worker's buffers are
+ * touched (up to DST_BYTES_MAX of them, seconds on a loaded machine), so
+ * that no connection sits idle past the node's rpc_handshake_timeout
+ * before its first request. */
+static int worker_connect(struct worker *w)
 {
+	const struct bench *b = w->b;
 	const struct opts *o = &b->o;
 	int ret = 0;
-	w->b = b;
-	w->idx = idx;
-	w->rng = (o->seed + idx + 1) * 0x9e3779b97f4a7c15ull | 1;
-	w->srv.fd = -1;
-	for (unsigned m = 0; m < MEMBERS_MAX; m++)
-		w->rpc[m].fd = w->data[m].fd = -1;
 	if (o->target == T_P2P || o->target == T_DIR) {
 		for (unsigned m = 0; m < b->nmembers && ret == 0; m++)
 			ret = wire_conn_open(&w->rpc[m], "rpc", b->members[m].host,
@@ -154,8 +152,19 @@ static int worker_init(struct worker *w, struct bench *b, unsigned idx)
 		ret = wire_conn_open(&w->srv, o->target_name, o->host, o->port,
 				     o->timeout_ms);
 	}
-	if (ret < 0)
-		return ret;
+	return ret;
+}
+
+/* Buffers, made before any worker connects (worker_connect). */
+static void worker_init(struct worker *w, struct bench *b, unsigned idx)
+{
+	const struct opts *o = &b->o;
+	w->b = b;
+	w->idx = idx;
+	w->rng = (o->seed + idx + 1) * 0x9e3779b97f4a7c15ull | 1;
+	w->srv.fd = -1;
+	for (unsigned m = 0; m < MEMBERS_MAX; m++)
+		w->rpc[m].fd = w->data[m].fd = -1;
 	if (o->target == T_KVGET)
 		w->size_text_len = target_kvget_bin_head(w->size_text, o->value_bytes);
 	else
@@ -181,7 +190,6 @@ static int worker_init(struct worker *w, struct bench *b, unsigned idx)
 		memcpy(w->perm[p], b->pool[p], b->npool[p] * sizeof(unsigned));
 	}
 	wire_buf_reserve(&w->req, (size_t)o->batch * (KEY_BYTES_MAX + 40) + 64);
-	return 0;
 }
 
 static void worker_free(struct worker *w)
@@ -480,7 +488,9 @@ static int measure(struct bench *b)
 	unsigned started = 0;
 	int ret = setup_pools_make(b);
 	for (unsigned i = 0; i < o->threads && ret == 0; i++)
-		ret = worker_init(&w[i], b, i);
+		worker_init(&w[i], b, i);
+	for (unsigned i = 0; i < o->threads && ret == 0; i++)
+		ret = worker_connect(&w[i]);
 	if (ret == 0) {
 		uint64_t t0 = pc_now_ns();
 		b->t_measure = t0 + (uint64_t)(o->warmup_s * 1e9);

@@ -35,6 +35,7 @@
 #   BATCH                keys per batch [32]
 #   WORKSET_MB           working set per size: keys = max(64, WORKSET_MB / size) [512]
 #   NODE_THREADS         peercached --threads [2]
+#   NODE_ARGS            more peercached arguments, e.g. "--pool-prefault false" []
 #   MEMCACHED_THREADS    memcached -t [2]
 #   DIR                  1: also the directory-lookup comparison, 0: skip [1]
 #   DIR_THREADS          threads for it ["1 2"]
@@ -59,6 +60,7 @@ THREADS=${THREADS:-"1 2 4 8"}
 BATCH=${BATCH:-32}
 WORKSET_MB=${WORKSET_MB:-512}
 NODE_THREADS=${NODE_THREADS:-2}
+read -r -a NODE_EXTRA <<<"${NODE_ARGS:-}"
 MEMCACHED_THREADS=${MEMCACHED_THREADS:-2}
 DIR=${DIR:-1}
 DIR_THREADS=${DIR_THREADS:-"1 2"}
@@ -109,6 +111,7 @@ node_up() {
 	server_start "$WORK/node.out" "$WORK/node.err" \
 		"${SERVER_CPU[@]}" "$NODE_BIN" --bind "$HOST" --rpc-port 0 --data-port 0 \
 		--meta-port 0 --metrics-port 0 --socket "" --threads "$NODE_THREADS" \
+		${NODE_EXTRA[@]+"${NODE_EXTRA[@]}"} \
 		--pool-size "${1}mb" --log-level info
 	NODE_PID=$SERVER_PID
 	rpc_port_wait peercached "$WORK/node.out" "$WORK/node.err"
@@ -242,7 +245,7 @@ PB_DIR=$DIR PB_DIR_THREADS=$DIR_THREADS PB_DIR_BATCH=$DIR_BATCH \
 PB_DIR_PIPELINE=$DIR_PIPELINE PB_DIR_KEYS=$DIR_KEYS PB_WORKSET_MB=$WORKSET_MB \
 PB_NODE_THREADS=$NODE_THREADS PB_MEMCACHED_THREADS=$MEMCACHED_THREADS \
 PB_REDIS_VERSION=$REDIS_VERSION PB_MEMCACHED_VERSION=$MEMCACHED_VERSION \
-PB_NODE_DESC="$NODE_BIN --threads $NODE_THREADS" \
+PB_NODE_DESC="$NODE_BIN --threads $NODE_THREADS${NODE_ARGS:+ $NODE_ARGS}" \
 	bench_python <<'PYEOF'
 sizes = [int(x) for x in env["PB_SIZES"].split()]
 keys_of = dict(zip(sizes, (int(x) for x in env["PB_KEYS"].split())))
