@@ -26,6 +26,7 @@ static _Thread_local struct {
 	bool timer_ready;
 	uint64_t pass;   /* rx_now_ns of the pass that used `used` */
 	size_t used;     /* bytes copied in that pass */
+	unsigned fg;     /* queued jobs without a slice of their own */
 } t;
 
 void copier_set_slice(size_t bytes)
@@ -71,20 +72,32 @@ static bool job_run(struct copier_job *j, size_t room)
 
 static void fired(struct rx_reactor *r, struct rx_timer *tm);
 
-/* Run queued jobs: within this pass's budget, or all of them (force). */
+/* Run queued jobs: within this pass's budget, or all of them (force). A
+ * job with a slice of its own takes at most that much of a pass (force:
+ * all of it), and the jobs behind it go on meanwhile. */
 static void drain(struct rx_reactor *r, bool force)
 {
 	size_t room = force ? SIZE_MAX : budget(r);
-	while (t.head && room) {
-		struct copier_job *j = t.head;
-		bool fin = j->res ? true : job_run(j, room);
+	struct copier_job **at = &t.head, *prev = NULL;
+	while (*at && room) {
+		struct copier_job *j = *at;
+		bool capped = j->slice && !force;
+		bool fin = j->res ? true
+				  : job_run(j, capped ? PC_MIN(room, j->slice)
+						      : room);
 		if (!force)
 			room = budget(r);
+		if (!fin && capped) { /* its slice for this pass is done */
+			prev = j;
+			at = &j->next;
+			continue;
+		}
 		if (!fin)
 			break;
-		t.head = j->next;
-		if (!t.head)
-			t.tail = NULL;
+		*at = j->next;
+		if (t.tail == j)
+			t.tail = prev;
+		t.fg -= !j->slice;
 		j->done(j); /* may queue new jobs (and arm) */
 		/* ... or copy some inline, out of this pass's budget: room
 		 * from before it would let this pass copy up to 2 slices. */
@@ -121,9 +134,12 @@ int copier_copy(struct rx_reactor *r, struct copier_job *j)
 	j->next = NULL;
 	if (j->sum)
 		pc_sum_reset(&j->st);
-	/* Behind queued jobs a new one waits its turn; else it starts now. */
-	if (!t.head) {
+	/* Behind queued jobs a new one waits its turn (those with a slice of
+	 * their own let it pass); else it starts now. */
+	if (!t.fg) {
 		size_t room = budget(r);
+		if (j->slice)
+			room = PC_MIN(room, j->slice);
 		if (room && job_run(j, room))
 			return 1;
 	}
@@ -132,6 +148,7 @@ int copier_copy(struct rx_reactor *r, struct copier_job *j)
 	else
 		t.head = j;
 	t.tail = j;
+	t.fg += !j->slice;
 	arm(r);
 	return 0;
 }

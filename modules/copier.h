@@ -10,7 +10,8 @@
  * Invariants:
  *  - a loop pass copies (and sums) at most the slice size over all jobs
  *    (copier_copy counts what the calling pass already did), so a pass of
- *    copies stays near ~0.1 ms whatever the page size;
+ *    copies stays near ~0.1 ms whatever the page size; a job with its own
+ *    slice takes at most that much of a pass (the queue waits behind it);
  *  - a job finishes exactly once: inline (copier_copy returns 1, done is
  *    not called) or later through done (copier_copy returned 0);
  *  - the sum (when asked) is pc_page_sum of the destination's bytes, taken
@@ -40,6 +41,10 @@ struct copier_job {
 	size_t len;
 	bool guarded;   /* client memory on either side (common/guard.h) */
 	bool sum;       /* compute the destination's checksum */
+	size_t slice;   /* at most this many bytes of it a pass (0: the
+			 * pass's budget): a background copy (the disk
+			 * tier's write-through) that the requests arriving
+			 * meanwhile must wait for only briefly */
 	void (*done)(struct copier_job *j); /* when not finished inline */
 	void *arg;
 	/* results */

@@ -27,8 +27,10 @@
  * reactor, within disk_queue_max bytes for the node (beyond: not queued,
  * counted, a rate-limited warning; a set never waits). DISK_WRITES writes
  * per reactor: pin the pool entry (skipped if its generation changed), copy
- * header room + key + payload into an aligned buffer with the copier (its
- * checksum is the record's), unpin, reserve the record's place (dl_alloc:
+ * header room + key + payload into an aligned buffer with the copier,
+ * DISK_COPY_SLICE a pass, so the requests behind it do not wait for a
+ * whole page (its checksum is the record's, when the pool has none),
+ * unpin, reserve the record's place (dl_alloc:
  * a region (re)opened for it has its header block written first, in the
  * same write), write, then index (dl_commit) or give back (dl_abort).
  *
@@ -119,6 +121,9 @@
 			    * freed (munmap) and made again (mmap, faults)
 			    * per page cost more than its copy */
 #define DISK_SYNC_MS 1000  /* pages written since the last sync: synced */
+#define DISK_COPY_SLICE (64u << 10) /* a write-through copy's bytes a loop
+			    * pass at most: a set arriving meanwhile waits
+			    * ~5 us for it, not a whole page's copy */
 #define DISK_STORE_FILE "store.pcd"
 #define DISK_ID_FILE "store.id"
 
@@ -795,6 +800,7 @@ static bool write_start(struct wslot *w)
 	w->job = (struct copier_job){.dst = rec + DL_HDR_BYTES + it->klen,
 				     .src = hdr + POOL_HDR_BYTES, .len = len,
 				     .sum = !w->have_sum,
+				     .slice = DISK_COPY_SLICE,
 				     .done = write_copy_done,
 				     .arg = w};
 	if (copier_copy(w->q->r, &w->job) == 1)

@@ -177,6 +177,57 @@ Test(copier, jobs_share_the_pass_budget_in_order)
 	rx_reactor_destroy(c.r);
 }
 
+static int small_started;
+static uint8_t small_src[4096], small_dst[4096];
+
+static void bg_done(struct copier_job *j)
+{
+	c.done++;
+	if (j == &c.job) {
+		c.iters = rx_reactor_stats(c.r)->loop_iterations - c.iters0;
+		rx_reactor_stop(c.r);
+	}
+}
+
+/* A 1 MiB job with a 64 KiB slice of its own, then a 4 KiB job. */
+static void start_bg(struct rx_reactor *r, struct rx_timer *t)
+{
+	(void)t;
+	c.iters0 = rx_reactor_stats(r)->loop_iterations;
+	c.job = (struct copier_job){.dst = c.dst, .src = c.src, .len = c.len,
+				    .sum = true, .slice = 64 << 10,
+				    .done = bg_done};
+	c.started = copier_copy(r, &c.job);
+	memset(small_src, 0x5A, sizeof(small_src));
+	c.job2 = (struct copier_job){.dst = small_dst, .src = small_src,
+				     .len = sizeof(small_src), .sum = true,
+				     .done = bg_done};
+	small_started = copier_copy(r, &c.job2);
+}
+
+/* The write-through's copies (docs/disk.md): at most their slice a pass,
+ * and a request's copy behind one is not held up by it. */
+Test(copier, a_job_with_its_own_slice_lets_others_pass)
+{
+	c = (struct ctx){0};
+	copier_set_slice(512 << 10);
+	setup_bufs(1 * MIB);
+	c.r = tu_reactor(NULL);
+	rx_timer_init(&c.t, start_bg, NULL);
+	rx_timer_start(c.r, &c.t, 0, 0);
+	tu_run(c.r, 20000);
+	cr_assert_eq(c.started, 0, "1 MiB in 64 KiB slices is not inline");
+	cr_assert_eq(small_started, 1, "the 4 KiB copy passes the sliced one");
+	cr_assert_eq(memcmp(small_dst, small_src, sizeof(small_src)), 0);
+	cr_assert_eq(c.done, 1);
+	cr_assert_geq(c.iters, 15, "1 MiB in 64 KiB slices: 16 passes, got "
+		      "%llu", (unsigned long long)c.iters);
+	cr_assert_eq(c.job.res, 0);
+	cr_assert_eq(tu_check_pattern(c.dst, c.len, 7, 0), -1);
+	cr_assert_eq(c.job.sumv, pc_page_sum(c.src, c.len));
+	rx_reactor_destroy(c.r);
+}
+
 static uint64_t stalls_seen[2];
 
 static void slow_cb(struct rx_reactor *r, struct rx_timer *t)
