@@ -117,14 +117,16 @@ def check_direct(path):
 
 
 def node(path, pool, *args, disk=True):
-    sock = os.path.join(tempfile.mkdtemp(prefix="pc-disk-bench-sock-"), "node.sock")
+    # One directory for the socket and the node's log, gone at stop().
+    home = tempfile.mkdtemp(prefix="pc-disk-bench-node-")
+    sock = os.path.join(home, "node.sock")
     argv = ["--rpc-port", "0", "--data-port", "0", "--meta-port", "0",
             "--metrics-port", "0", "--threads", str(THREADS), "--socket", sock,
             "--pool-size", str(pool)]
     if disk:
         argv += ["--disk-enabled", "true", "--disk-path", path, "--disk-size",
                  str(VOLUME * 2 + (128 << 20)), "--disk-region-size", str(REGION)]
-    n = Node(argv + list(args) + NODE_ARGS)
+    n = Node(argv + list(args) + NODE_ARGS, tmpdir=home)
     n.sock = sock
     n.wait_for("ready", timeout=300)
     # Load starts once the pool is faulted in (or the prefault gave up).
