@@ -137,7 +137,6 @@ struct rail {
 	struct ibv_pd *pd;
 	struct sockaddr_storage sa; /* rails > 0: its network address */
 	struct rdma_cm_id *lid;     /* its listener (rail 0's, or its own) */
-	bool offered;               /* listed in accepts (rails > 0) */
 	struct rx_watch *aw;        /* the device's async events */
 	struct ibv_cq *scq;         /* accepted QPs' (they post nothing) */
 };

@@ -750,7 +750,6 @@ static void rails_offer(struct tp_node *tn, const struct sockaddr_storage *ss,
 						     &rl->sa)->sin_addr;
 		memcpy(buf + sizeof(h) + h.n * alen, a, alen);
 		h.n++;
-		rl->offered = true;
 		PC_LOGI(LOG_MOD, "rail %u (%s): accepting RDMA peers at %s%s",
 			k, rl->name, at, wild ? " (rail 0's listener)" : "");
 	}
@@ -775,7 +774,7 @@ static void rails_offer(struct tp_node *tn, const struct sockaddr_storage *ss,
 		PC_LOGW(LOG_MOD, "an RDMA accept holds %u region key(s) and "
 			"the addresses of %u more rail(s) only; peers use %u "
 			"of the %u rails", nregs, h.n, 1u + h.n, tn->nrails);
-	if (tn->tail_len != sizeof(h) + h.n * alen)
+	if (h.n && !tn->tail_len)
 		PC_LOGW(LOG_MOD, "out of memory listing the rails; peers use "
 			"rail 0 only");
 }
@@ -864,7 +863,6 @@ void tp_rdma_node_unlisten(struct tp_node *tn)
 			api->destroy_id(rl->lid);
 			rl->lid = NULL;
 		}
-		rl->offered = false;
 		tp_rdma_cq_destroy(tn, &rl->scq);
 	}
 	pthread_mutex_lock(&tn->lock);
