@@ -64,15 +64,24 @@ static void start_one(struct rx_reactor *r, struct rx_timer *t)
 		rx_reactor_stop(r);
 }
 
-Test(copier, big_page_takes_several_passes)
+/* A fresh case: the copier's slice, buffers of len bytes (sum_only: no
+ * destination), a reactor running start until the case stops it. */
+static void run_case(size_t slice, size_t len, bool sum_only,
+		     void (*start)(struct rx_reactor *, struct rx_timer *))
 {
 	c = (struct ctx){0};
-	copier_set_slice(512 << 10);
-	setup_bufs(4 * MIB);
+	copier_set_slice(slice);
+	setup_bufs(len);
 	c.r = tu_reactor(NULL);
-	rx_timer_init(&c.t, start_one, NULL);
+	c.sum_only = sum_only;
+	rx_timer_init(&c.t, start, NULL);
 	rx_timer_start(c.r, &c.t, 0, 0);
 	tu_run(c.r, 20000);
+}
+
+Test(copier, big_page_takes_several_passes)
+{
+	run_case(512 << 10, 4 * MIB, false, start_one);
 	cr_assert_eq(c.started, 0, "a 4 MiB copy must not finish in one pass");
 	cr_assert_eq(c.done, 1);
 	cr_assert_eq(c.job.res, 0);
@@ -86,13 +95,7 @@ Test(copier, big_page_takes_several_passes)
 
 Test(copier, small_page_finishes_inline)
 {
-	c = (struct ctx){0};
-	copier_set_slice(512 << 10);
-	setup_bufs(4096);
-	c.r = tu_reactor(NULL);
-	rx_timer_init(&c.t, start_one, NULL);
-	rx_timer_start(c.r, &c.t, 0, 0);
-	tu_run(c.r, 20000);
+	run_case(512 << 10, 4096, false, start_one);
 	cr_assert_eq(c.started, 1);
 	cr_assert_eq(c.done, 0, "done is not called for an inline finish");
 	cr_assert_eq(tu_check_pattern(c.dst, c.len, 7, 0), -1);
@@ -102,14 +105,7 @@ Test(copier, small_page_finishes_inline)
 
 Test(copier, a_checksum_without_a_copy_is_sliced_too)
 {
-	c = (struct ctx){0};
-	copier_set_slice(512 << 10);
-	setup_bufs(4 * MIB);
-	c.r = tu_reactor(NULL);
-	c.sum_only = true;
-	rx_timer_init(&c.t, start_one, NULL);
-	rx_timer_start(c.r, &c.t, 0, 0);
-	tu_run(c.r, 20000);
+	run_case(512 << 10, 4 * MIB, true, start_one);
 	cr_assert_eq(c.started, 0, "a 4 MiB checksum must not finish in one "
 		     "pass");
 	cr_assert_eq(c.done, 1);
@@ -162,13 +158,7 @@ static void start_two(struct rx_reactor *r, struct rx_timer *t)
 
 Test(copier, jobs_share_the_pass_budget_in_order)
 {
-	c = (struct ctx){0};
-	copier_set_slice(512 << 10);
-	setup_bufs(4 * MIB);
-	c.r = tu_reactor(NULL);
-	rx_timer_init(&c.t, start_two, NULL);
-	rx_timer_start(c.r, &c.t, 0, 0);
-	tu_run(c.r, 20000);
+	run_case(512 << 10, 4 * MIB, false, start_two);
 	cr_assert_eq(c.done, 2);
 	cr_assert_eq(c.job.res, 0);
 	cr_assert_eq(c.job2.res, 0);
@@ -209,13 +199,7 @@ static void start_bg(struct rx_reactor *r, struct rx_timer *t)
  * and a request's copy behind one is not held up by it. */
 Test(copier, a_job_with_its_own_slice_lets_others_pass)
 {
-	c = (struct ctx){0};
-	copier_set_slice(512 << 10);
-	setup_bufs(1 * MIB);
-	c.r = tu_reactor(NULL);
-	rx_timer_init(&c.t, start_bg, NULL);
-	rx_timer_start(c.r, &c.t, 0, 0);
-	tu_run(c.r, 20000);
+	run_case(512 << 10, 1 * MIB, false, start_bg);
 	cr_assert_eq(c.started, 0, "1 MiB in 64 KiB slices is not inline");
 	cr_assert_eq(small_started, 1, "the 4 KiB copy passes the sliced one");
 	cr_assert_eq(memcmp(small_dst, small_src, sizeof(small_src)), 0);

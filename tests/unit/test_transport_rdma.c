@@ -1459,26 +1459,29 @@ static const step_fn rv_steps[] = {rv_warm, rv_go, rv_revoke, rv_unsilence,
 				   rv_landed, rv_wait_grace, rv_after,
 				   rv_after_check, NULL};
 
+/* A revoke with n reads held on at least qps accepted queue pairs, over
+ * rails rails (0: one device). */
+static void rv_run(unsigned max_chans, unsigned rails, unsigned n,
+		   unsigned qps)
+{
+	struct ropts o = {.max_chans = max_chans, .revoke_grace_ms = 300,
+			  .rails = rails, .srv_secret = "alpha-secret",
+			  .cli_secret = "alpha-secret"};
+	rv_n = n;
+	rv_qps = qps;
+	run(&o, rv_steps);
+}
+
 Test(transport_rdma, revoke_rotates_rkeys_under_load)
 {
-	struct ropts o = {.max_chans = 2, .revoke_grace_ms = 300,
-			  .srv_secret = "alpha-secret",
-			  .cli_secret = "alpha-secret"};
-	rv_n = 64;
-	rv_qps = 1;
-	run(&o, rv_steps);
+	rv_run(2, 0, 64, 1);
 }
 
 /* With three rails: every rail's MR of the region is replaced, and the
  * reads held on all three are sent again. */
 Test(transport_rdma_rails, a_revoke_rotates_every_rails_rkeys)
 {
-	struct ropts o = {.max_chans = 2, .revoke_grace_ms = 300, .rails = 3,
-			  .srv_secret = "alpha-secret",
-			  .cli_secret = "alpha-secret"};
-	rv_n = 63;
-	rv_qps = 3;
-	run(&o, rv_steps);
+	rv_run(2, 3, 63, 3);
 }
 
 /* More accepted queue pairs than a revoke disconnects in one loop pass
@@ -1486,12 +1489,7 @@ Test(transport_rdma_rails, a_revoke_rotates_every_rails_rkeys)
  * again. */
 Test(transport_rdma, revoke_closes_many_queue_pairs_in_slices)
 {
-	struct ropts o = {.max_chans = 40, .revoke_grace_ms = 300,
-			  .srv_secret = "alpha-secret",
-			  .cli_secret = "alpha-secret"};
-	rv_n = 160;
-	rv_qps = 40;
-	run(&o, rv_steps);
+	rv_run(40, 0, 160, 40);
 }
 
 /* ---------------------------------------------------------------- rails */
