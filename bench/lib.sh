@@ -63,6 +63,13 @@ need_seconds() {
 
 need_python() { [[ -x $PY ]] || die "$PY not found (Debian package python3)"; }
 
+# need_torch: Debian's Python with torch (the shim's benches).
+need_torch() {
+	need_python
+	"$PY" -c 'import torch' 2>/dev/null ||
+		die "torch is missing for $PY (Debian package python3-torch; scripts/deps.sh test installs it)"
+}
+
 # size_bytes SIZE LO HI: SIZE (a count with suffix k or m, binary units) in
 # bytes, or stop here if it is not one or is outside LO..HI bytes. Messages
 # name it as an entry of SIZES.

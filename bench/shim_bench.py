@@ -35,7 +35,7 @@ import subprocess
 import sys
 import time
 
-from shim_bench_common import BUILD, Nodes, parse_sizes, save_results, timed  # paths first
+from shim_bench_common import BUILD, Nodes, mla_shim, parse_sizes, save_results, timed  # paths first
 
 env = os.environ
 P2P_BIN = env.get("PC_P2P_BENCH", os.path.join(BUILD, "bench", "pc-p2p-bench"))
@@ -43,8 +43,6 @@ P2P_BIN = env.get("PC_P2P_BENCH", os.path.join(BUILD, "bench", "pc-p2p-bench"))
 import torch  # noqa: E402
 from conftest import free_ports, metrics_of  # noqa: E402
 from fake_pools import MLAPool, indices  # noqa: E402
-from peercache._hicache import HiCacheStorageConfig  # noqa: E402
-from peercache.store import PeerCacheStore  # noqa: E402
 
 # An MLA page_first page is page_size x layers x kv_cache_dim x 2 bytes.
 GEOMETRY = {256 << 10: (16, 16, 512), 4 << 20: (64, 32, 1024)}
@@ -67,14 +65,6 @@ if RUNS < 1 or BATCH < 1 or BATCH > 1024 or REP_MB < 1:
 
 NODES = Nodes("pc-shim-bench-", NODE_THREADS)
 node = NODES.start
-
-
-def shim(nd):
-    cfg = HiCacheStorageConfig(tp_rank=0, tp_size=1, is_mla_model=True,
-                               model_name="bench/model")
-    cfg.extra_config = {"interface_v1": 1, "allocator": "shm",
-                        "socket": nd.endpoint("socket")}
-    return PeerCacheStore(cfg, {})
 
 
 def counters(nd):
@@ -120,7 +110,7 @@ def bench_size(size, a, b, c):
                  kv_cache_dim=dim)
     for pool in (pa, pb):
         pool.kv_buffer.view(torch.uint8).view(-1)[::4096].fill_(1)  # touch
-    sa, sb = shim(a), shim(b)
+    sa, sb = mla_shim(a), mla_shim(b)
     sa.register_mem_pool_host(pa)
     sb.register_mem_pool_host(pb)
     idx = indices(BATCH, page_size)

@@ -34,9 +34,7 @@ need_count BATCH "$BATCH"
 need_count REP_MB "$REP_MB"
 need_count NODE_THREADS "$NODE_THREADS"
 need_seconds DURATION
-need_python
-"$PY" -c 'import torch' 2>/dev/null ||
-	die "torch is missing for $PY (Debian package python3-torch; scripts/deps.sh test installs it)"
+need_torch
 
 if [[ ! -x $BUILD/server/peercached || ! -e $BUILD/client/libpeercache.so.0 ||
 	! -x $BUILD/bench/pc-p2p-bench ]]; then

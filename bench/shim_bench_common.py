@@ -54,6 +54,18 @@ def save_results(results_dir, doc):
     print("Results: %s" % path)
 
 
+def mla_shim(nd):
+    """A PeerCacheStore (interface v1, "allocator":"shm") on node nd's
+    socket, for an MLA model (one object per page)."""
+    from peercache._hicache import HiCacheStorageConfig
+    from peercache.store import PeerCacheStore
+    cfg = HiCacheStorageConfig(tp_rank=0, tp_size=1, is_mla_model=True,
+                               model_name="bench/model")
+    cfg.extra_config = {"interface_v1": 1, "allocator": "shm",
+                        "socket": nd.endpoint("socket")}
+    return PeerCacheStore(cfg, {})
+
+
 def timed(fn):
     """(seconds, result) of one call."""
     t0 = time.perf_counter()

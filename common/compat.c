@@ -58,9 +58,6 @@ const struct pc_compat_alias pc_compat_aliases[] = {
 	{"write_policy", NULL, 0, PC_COMPAT_CHOICE, 0, 0, "local,storage,both",
 	 "hybrid mode is not in this version: pages are published in the "
 	 "writer's own node (the original's 'local')"},
-	{"directory_read_cache_ttl", NULL, 0, PC_COMPAT_SECONDS, 0, 0, NULL,
-	 "no directory read cache here: every read asks the directory, so a "
-	 "read never follows a stale location"},
 	{"prefix", NULL, 0, PC_COMPAT_ANY, 0, 0, NULL,
 	 "the key namespace is a client setting: put prefix in SGLang's "
 	 "extra config, which the shim honours"},
@@ -118,7 +115,6 @@ int pc_compat_stage(struct pc_compat **state, const struct pc_cfg_table *t,
 static const char *compat_check(const struct pc_compat_alias *a, const char *v)
 {
 	int64_t n;
-	uint64_t ms;
 	switch (a->check) {
 	case PC_COMPAT_ANY:
 		return NULL;
@@ -126,9 +122,6 @@ static const char *compat_check(const struct pc_compat_alias *a, const char *v)
 		return pc_parse_int(v, &n) < 0 || n < a->min || n > a->max
 			       ? "is not an integer in range"
 			       : NULL;
-	case PC_COMPAT_SECONDS:
-		return pc_parse_duration_ms(v, &ms) < 0 ? "is not a duration"
-							: NULL;
 	case PC_COMPAT_CHOICE: {
 		size_t len = strlen(v);
 		for (const char *c = a->choices; c && *c;) {
@@ -155,9 +148,7 @@ static int compat_no_effect(const struct pc_compat_alias *a, const char *v,
 				 a->max);
 		snprintf(err, errlen, "%s: %s: '%.64s' %s (allowed: %s)",
 			 origin, a->name, v, why,
-			 a->check == PC_COMPAT_INT       ? range
-			 : a->check == PC_COMPAT_SECONDS ? "seconds, e.g. 0.5"
-							 : a->choices);
+			 a->check == PC_COMPAT_INT ? range : a->choices);
 		return -EINVAL;
 	}
 	PC_LOGW(LOG_MOD, "accepted for compatibility, no effect: %s = %.64s "

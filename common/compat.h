@@ -37,7 +37,6 @@ enum pc_compat_conv {
 enum pc_compat_check {
 	PC_COMPAT_ANY,
 	PC_COMPAT_INT,      /* integer within [min, max] */
-	PC_COMPAT_SECONDS,  /* a duration; a bare number is seconds ("0.5") */
 	PC_COMPAT_CHOICE,   /* one of choices (comma-separated) */
 };
 

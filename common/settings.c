@@ -351,6 +351,18 @@ static const struct pc_cfg_key keys[] = {
 	 OFF(directory_max_bytes), 0,
 	 "memory for this node's directory records; when full the oldest "
 	 "records of a stripe (1/64 of it) are evicted"},
+	/* directory read cache (modules/read_cache.h): a record costs ~420
+	 * bytes plus its key */
+	{"directory_read_cache_ttl", PC_CFG_DURATION, "0", 0, 60 * MIN, NULL,
+	 OFF(directory_read_cache_ttl_ms), 0,
+	 "how long a reader keeps the records its lookups returned, so that "
+	 "reads of those keys skip the lookup (a bare number is seconds); a "
+	 "cached record that no longer reads is looked up again in the same "
+	 "call; 0 = off"},
+	{"directory_read_cache_entries", PC_CFG_INT, "65536", 1, 16777216,
+	 NULL, OFF(directory_read_cache_entries), 0,
+	 "records the read cache holds at most (least recently used go "
+	 "first)"},
 };
 
 /* The original's key names (compat.h): staged here, applied at the end of

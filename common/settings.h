@@ -136,6 +136,9 @@ struct pc_settings {
 	uint64_t kv_staging_max;
 	/* directory shard */
 	uint64_t directory_max_bytes;
+	/* directory read cache */
+	uint64_t directory_read_cache_ttl_ms;
+	int64_t directory_read_cache_entries;
 	/* not a setting: the original's keys staged while loading (compat.h);
 	 * NULL outside pc_settings_load */
 	struct pc_compat *compat;

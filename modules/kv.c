@@ -72,6 +72,7 @@
 #include "modules/modules.h"
 #include "modules/peer_health.h"
 #include "modules/placement.h"
+#include "modules/read_cache.h"
 #include "modules/tier.h"
 #include "modules/transport.h"
 #include "storage/pool.h"
@@ -103,6 +104,7 @@ static struct {
 	const struct ph_api *health;      /* or NULL */
 	const struct tier_ops *tier; /* the next tier down (set on reactor 0's
 				      * start, before any page moves) */
+	struct read_cache *rcache;  /* directory_read_cache_ttl, or NULL */
 	struct evq *evqs;           /* per reactor */
 	struct flush *flush;        /* the flush under way, or NULL; atomic */
 	bool checksums;
@@ -111,7 +113,7 @@ static struct {
 	struct pc_budget staging;   /* kv_staging_max: all calls */
 	unsigned read_timeout_ms;   /* rpc_timeout: a read never waits longer */
 	uint64_t deadline_ns;       /* request_deadline */
-	met_id deadline_hit, rd_suspect;
+	met_id deadline_hit, rd_suspect, rc_stale;
 	met_id rd_req, rd_hit, rd_miss, rd_local, rd_remote, rd_fail, rd_tier;
 	met_id wr_req, wr_pages, wr_bytes, ex_req, ex_found, del_req;
 	met_id rd_bytes; /* every path: kv.get, session, shim, local, remote */
@@ -519,8 +521,9 @@ static int kv_publish(struct rx_reactor *rr, const struct kv_item *it,
 
 /* ---------------------------------------------------------------- fetch */
 
-/* A local page's state during a fetch's local pass. */
-enum { LOC_NONE, LOC_PINNED, LOC_READY };
+/* An item's state: during a fetch's local pass (PINNED, READY); its record
+ * taken from the read cache (CACHED); to be looked up again (AGAIN). */
+enum { LOC_NONE, LOC_PINNED, LOC_READY, LOC_CACHED, LOC_AGAIN };
 
 struct fetch;
 
@@ -543,7 +546,8 @@ struct fetch {
 	bool client_mem;
 	bool staging;        /* get: pages go to buffers of kv's own */
 	uint64_t stage_max;  /* get: page bytes the call may stage */
-	uint8_t *stage[2];   /* get: local pages' block, remote pages' block */
+	uint8_t *stage[3];   /* get: local pages' block, remote pages' block,
+			      * those looked up again (f->again) */
 	uint8_t *loc;        /* LOC_* per item */
 	struct pool_ref *refs; /* local pass: pinned entries */
 	const uint8_t **src; /* local pass: pinned payloads */
@@ -553,6 +557,8 @@ struct fetch {
 	const char **lk;     /* record -> key (for the lookup) */
 	size_t *ll;
 	unsigned nrec;
+	unsigned ncached;    /* records [0, ncached) came from the read cache */
+	bool again;          /* the lookup of cached records that failed */
 	struct tp_read *reads;
 	unsigned *readr;     /* read -> record */
 	unsigned nreads;
@@ -609,6 +615,7 @@ static void fetch_free(struct fetch *f)
 		kv_release(f->staged);
 	free(f->stage[0]);
 	free(f->stage[1]);
+	free(f->stage[2]);
 	free(f); /* the arena */
 }
 
@@ -695,9 +702,15 @@ static int guarded_sum(const void *p, size_t n, uint64_t *out)
 	return ret;
 }
 
+static void fetch_lookup(struct fetch *f);
+
 static void fetch_read_done(void *arg, struct tp_read *reads, unsigned n)
 {
 	struct fetch *f = arg;
+	/* Records from the read cache that do not read are looked up again,
+	 * once, if the call has time left. */
+	bool may_again = !f->again && pc_now_ns() < f->deadline;
+	unsigned again = 0;
 	for (unsigned j = 0; j < n; j++) {
 		unsigned ri = f->readr[j];
 		struct dir_rec *r = &f->recs[ri];
@@ -712,18 +725,35 @@ static void fetch_read_done(void *arg, struct tp_read *reads, unsigned n)
 				f->client_mem ? guarded_sum : NULL);
 		}
 		if (bad) {
-			met_inc(g.rd_fail);
-			PC_LOGD(LOG_MOD, "remote page from %s failed: %s",
-				r->data, strerror(-bad));
+			bool cached = ri < f->ncached;
+			if (cached)
+				rc_forget(g.rcache, f->ks.k[i], f->ks.len[i],
+					  r->node, r->gen);
+			met_inc(cached && may_again ? g.rc_stale : g.rd_fail);
+			PC_LOGD(LOG_MOD, "remote page from %s failed%s: %s",
+				r->data, cached ? " (a cached record)" : "",
+				strerror(-bad));
 			if (g.health && ph_evidence(reads[j].res, f->read_ms))
 				g.health->failed(r->node, reads[j].res,
 							  "data read");
+			if (cached && may_again) {
+				/* Staged: a place of its new length, then. */
+				if (f->staging)
+					f->at[i] = NULL;
+				f->loc[i] = LOC_AGAIN;
+				again++;
+			}
 			continue;
 		}
 		f->ok[i] = true;
 		f->len[i] = r->len;
 		met_inc(f->pr[ri].promoted ? g.rd_tier : g.rd_remote);
 		met_add(g.landed, r->len);
+	}
+	if (again) {
+		f->again = true;
+		fetch_lookup(f);
+		return;
 	}
 	fetch_finish(f);
 }
@@ -788,11 +818,12 @@ static void fetch_reads(struct fetch *f)
 			need += f->recs[j].len;
 		f->readr[f->nreads++] = j;
 	}
-	if (need && !f->refused && !stage_block(f, 1, need)) {
+	unsigned block = f->again ? 2 : 1;
+	if (need && !f->refused && !stage_block(f, block, need)) {
 		fetch_finish(f); /* out of memory: misses */
 		return;
 	}
-	uint8_t *stage = f->stage[1];
+	uint8_t *stage = f->stage[block];
 	for (unsigned k = 0; k < f->nreads; k++) {
 		struct dir_rec *r = &f->recs[f->readr[k]];
 		unsigned i = f->ridx[f->readr[k]];
@@ -843,6 +874,12 @@ static void fetch_promoted(void *arg, int res, const struct dir_rec *fresh)
 static void fetch_looked_up(void *arg)
 {
 	struct fetch *f = arg;
+	uint64_t now = pc_now_ns();
+	for (unsigned j = f->ncached; j < f->nrec && g.rcache; j++) {
+		const struct dir_rec *r = &f->recs[j];
+		if (r->found && r->resident && !g.pl->is_here(r))
+			rc_put(g.rcache, f->lk[j], f->ll[j], r, now);
+	}
 	f->promoting = 1; /* until every producer was asked */
 	for (unsigned j = 0; j < f->nrec && pc_now_ns() < f->deadline; j++) {
 		struct dir_rec *r = &f->recs[j];
@@ -901,8 +938,6 @@ static void fetch_copied(struct copier_job *j)
 	f->cur++;
 	fetch_local_copies(f);
 }
-
-static void fetch_lookup(struct fetch *f);
 
 /* Copy the pinned pages from f->cur on — into staging or request buffers
  * at once, into client memory in slices (resuming in fetch_copied) — then
@@ -991,24 +1026,49 @@ static int fetch_start(struct rx_reactor *r, const struct kv_item *it,
 	return 0;
 }
 
-/* Look up what is not here; then the reads (fetch_looked_up). */
+/*
+ * Look up what is not here; then the reads (fetch_looked_up). Records the
+ * read cache holds come first (f->recs[0, ncached)) and are not looked up;
+ * the second time (f->again), only the items whose cached record did not
+ * read (LOC_AGAIN) are, and not in the cache.
+ */
 static void fetch_lookup(struct fetch *f)
 {
+	uint64_t now = pc_now_ns();
+	f->nrec = f->ncached = f->nreads = 0;
+	for (unsigned i = 0; i < f->n && g.rcache && !f->again; i++) {
+		struct dir_rec *r = &f->recs[f->nrec];
+		/* A record of another length than the one wanted: the page
+		 * may have been replaced since; the directory knows. */
+		if (f->ok[i] ||
+		    !rc_get(g.rcache, f->ks.k[i], f->ks.len[i], now, r) ||
+		    (f->want[i] && f->want[i] != r->len))
+			continue;
+		f->loc[i] = LOC_CACHED;
+		f->ridx[f->nrec++] = i;
+	}
+	f->ncached = f->nrec;
 	for (unsigned i = 0; i < f->n; i++) {
-		if (f->ok[i])
+		if (f->ok[i] || f->loc[i] == LOC_CACHED ||
+		    (f->again && f->loc[i] != LOC_AGAIN))
 			continue; /* local: no placement, no network */
+		f->loc[i] = LOC_NONE;
 		f->lk[f->nrec] = f->ks.k[i];
 		f->ll[f->nrec] = f->ks.len[i];
 		f->ridx[f->nrec++] = i;
 	}
-	struct dir_keys k = {f->lk, f->ll, f->nrec};
 	/* Nothing is looked up for a call already refused its staging. */
-	int ret = f->nrec && !f->refused
-			  ? g.pl->lookup(f->r, &k, f->recs, f->deadline,
-					 fetch_looked_up, f)
-			  : -ENOENT;
-	if (ret < 0)
+	if (!f->nrec || f->refused) {
 		fetch_finish(f); /* done runs now: callers accept that */
+		return;
+	}
+	unsigned nlook = f->nrec - f->ncached;
+	struct dir_rec *recs = f->recs + f->ncached;
+	memset(recs, 0, nlook * sizeof(*recs));
+	struct dir_keys k = {f->lk + f->ncached, f->ll + f->ncached, nlook};
+	if (!nlook || g.pl->lookup(f->r, &k, recs, f->deadline,
+				   fetch_looked_up, f) < 0)
+		fetch_looked_up(f); /* the cached ones alone */
 }
 
 static int kv_fetch(struct rx_reactor *r, const struct kv_item *it,
@@ -1029,6 +1089,8 @@ struct exists_op {
 	struct rx_reactor *r;
 	struct keys ks;
 	unsigned local;       /* leading keys found in the pool */
+	unsigned looked;      /* keys [local, looked) read cache's, the rest
+			       * looked up */
 	struct dir_rec *recs; /* for keys [local, n) */
 	uint64_t deadline;
 	void (*done)(void *arg, unsigned count);
@@ -1103,6 +1165,12 @@ static bool exists_remote_tier(struct exists_op *e, unsigned i,
 static void exists_done(void *arg)
 {
 	struct exists_op *e = arg;
+	uint64_t now = pc_now_ns();
+	for (unsigned i = e->looked; i < e->ks.n && e->recs && g.rcache; i++) {
+		const struct dir_rec *r = &e->recs[i - e->local];
+		if (r->found && r->resident && !g.pl->is_here(r))
+			rc_put(g.rcache, e->ks.k[i], e->ks.len[i], r, now);
+	}
 	unsigned count = e->local;
 	for (unsigned i = e->local; i < e->ks.n && e->recs; i++) {
 		const struct dir_rec *r = &e->recs[i - e->local];
@@ -1143,9 +1211,19 @@ static int kv_exists(struct rx_reactor *r, const struct kv_item *it,
 		exists_done(e);
 		return 0;
 	}
-	struct dir_keys k = dir_keys_of(&e->ks, e->local);
-	if (g.pl->lookup(r, &k, e->recs, e->deadline, exists_done, e) < 0) {
-		e->recs = NULL;
+	/* The read cache's readable records, while they last. */
+	e->looked = e->local;
+	uint64_t now = pc_now_ns();
+	while (g.rcache && e->looked < e->ks.n &&
+	       rc_get(g.rcache, e->ks.k[e->looked], e->ks.len[e->looked], now,
+		      &e->recs[e->looked - e->local]) &&
+	       exists_readable(&e->recs[e->looked - e->local]))
+		e->looked++;
+	struct dir_keys k = dir_keys_of(&e->ks, e->looked);
+	struct dir_rec *recs = &e->recs[e->looked - e->local];
+	if (k.n == 0 ||
+	    g.pl->lookup(r, &k, recs, e->deadline, exists_done, e) < 0) {
+		memset(recs, 0, k.n * sizeof(*recs)); /* what was not there */
 		exists_done(e);
 	}
 	return 0;
@@ -1200,6 +1278,8 @@ static int kv_remove(struct rx_reactor *r, const struct kv_item *it,
 	d->arg = arg;
 	met_add(g.del_req, d->ks.n);
 	for (unsigned i = 0; i < d->ks.n; i++) {
+		if (g.rcache)
+			rc_forget(g.rcache, d->ks.k[i], d->ks.len[i], NULL, 0);
 		/* The tier first: a promotion under way is marked stale
 		 * before the pool entry goes, so it cannot bring it back. */
 		g.tier->drop(d->ks.k[i], d->ks.len[i]);
@@ -1404,17 +1484,66 @@ static double pool_stat(void *arg)
 
 #define POOL_STAT(f) ((void *)offsetof(struct pool_stats, f))
 
-/* A producer became suspect: reads still waiting for it on this reactor
- * fail now (misses) instead of at their deadline. */
+/* A producer became suspect or left: reads still waiting for it on this
+ * reactor fail now (misses) instead of at their deadline; and the read
+ * cache is emptied (a departure also changes every producer's RDMA keys:
+ * docs/security.md). */
 static void on_peer_gone(struct rx_reactor *r, enum mb_event ev,
 			 const char *peer, uint64_t epoch, void *arg)
 {
 	(void)ev;
 	(void)epoch;
 	(void)arg;
+	if (g.rcache)
+		rc_clear(g.rcache);
 	struct tp_client *tc = g.tp->clients[rx_reactor_id(r)];
 	if (tc)
 		g.tp->ops->fail_node(tc, peer, -EHOSTDOWN);
+}
+
+static double rc_stat(void *arg)
+{
+	struct rc_stats st;
+	rc_stats(g.rcache, &st);
+	return (double)*(const uint64_t *)((const char *)&st + (uintptr_t)arg);
+}
+
+#define RC_STAT(f) ((void *)offsetof(struct rc_stats, f))
+
+/* The directory read cache (directory_read_cache_ttl) and its metrics. */
+static int read_cache_init(const struct pc_settings *s)
+{
+	int ret = rc_new(&g.rcache, (uint64_t)s->directory_read_cache_entries,
+			 RX_MS(s->directory_read_cache_ttl_ms));
+	if (ret < 0) {
+		PC_LOGE(LOG_MOD, "cannot create the directory read cache: %s",
+			strerror(-ret));
+		return ret;
+	}
+	PC_LOGI(LOG_MOD, "directory read cache: up to %lld records, each for "
+		"%llu ms", (long long)s->directory_read_cache_entries,
+		(unsigned long long)s->directory_read_cache_ttl_ms);
+	met_register_counter_fn("peercache_read_cache_hits_total",
+				"records a read or exists took from the "
+				"directory read cache (no lookup)", NULL,
+				rc_stat, RC_STAT(hits));
+	met_register_counter_fn("peercache_read_cache_misses_total",
+				"keys the directory read cache did not hold "
+				"(or held expired): looked up", NULL, rc_stat,
+				RC_STAT(misses));
+	met_register_counter_fn("peercache_read_cache_evictions_total",
+				"live records the directory read cache "
+				"dropped for room", NULL, rc_stat,
+				RC_STAT(evicted));
+	g.rc_stale = met_register(MET_COUNTER,
+				  "peercache_read_cache_stale_total",
+				  "records from the directory read cache whose "
+				  "read failed (the key was looked up again)",
+				  NULL);
+	met_register_fn("peercache_read_cache_entries",
+			"records the directory read cache holds", NULL,
+			rc_stat, RC_STAT(entries));
+	return 0;
 }
 
 static int kv_init(struct pc_ctx *ctx)
@@ -1477,6 +1606,12 @@ static int kv_init(struct pc_ctx *ctx)
 	g.evqs = calloc(ctx->threads, sizeof(*g.evqs));
 	if (!g.evqs) {
 		ret = -ENOMEM;
+		goto fail_kv_svc;
+	}
+	if (s->directory_read_cache_ttl_ms &&
+	    (ret = read_cache_init(s)) < 0) {
+		free(g.evqs);
+		g.evqs = NULL;
 		goto fail_kv_svc;
 	}
 #define CTR(var, name, help) var = met_register(MET_COUNTER, name, help, NULL)
@@ -1613,6 +1748,7 @@ static void kv_fini(struct pc_ctx *ctx)
 		g.tp->ops->dereg_region(g.tp->node, g.rkey);
 	pool_free(g.pool);
 	free(g.evqs);
+	rc_free(g.rcache);
 	memset(&g, 0, sizeof(g));
 }
 

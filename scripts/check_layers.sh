@@ -84,6 +84,7 @@ prefixes_of() { # object path (relative to the build dir) -> allowed prefixes
 	modules/*/rdma_verbs.c.o) echo "rv_" ;;
 	modules/*/disk*.c.o) echo "pc_mod_ disk_" ;;
 	modules/*/placement_wire.c.o) echo "pl_" ;;
+	modules/*/read_cache.c.o) echo "rc_" ;;
 	modules/*/slotmap*.c.o) echo "pc_mod_ sm_" ;;
 	modules/*) echo "pc_mod_" ;;
 	# test builds: the allocation wraps (server/fault_alloc.h)

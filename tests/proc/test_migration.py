@@ -38,7 +38,7 @@ disk_enabled = false
 node_id = orig-1
 """
 
-NO_EFFECT = ("role", "write_policy", "directory_read_cache_ttl")
+NO_EFFECT = ("role", "write_policy")
 
 
 def write_conf(tmp_path):
@@ -73,6 +73,7 @@ def test_original_config_file_starts_a_node(tmp_path):
     assert cfg["gid_index"] == "3"
     assert cfg["rdma_op_timeout_ms"] == "2000"
     assert cfg["device_names"] == "mlx5_0,mlx5_1"
+    assert cfg["directory_read_cache_ttl"] == "500ms"
 
     sock = str(tmp_path / "orig.sock")
     node = Node(["--config", conf, "--socket", sock, "--threads", "2",

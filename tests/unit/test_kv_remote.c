@@ -694,3 +694,174 @@ Test(kv_remote, exists_and_remove_cover_other_members_pages)
 	assert_budget_back();
 	teardown();
 }
+
+/* ------------------------------------------------------ the read cache */
+
+/* Withdraw key's records from this node's directory (placement), as if
+ * the directory had lost them: only a read cache can still find them. */
+struct unpub {
+	const char *key;
+};
+
+static void unpub_done(void *arg)
+{
+	(void)arg;
+	nf_done();
+}
+
+static void unpub_run(struct rx_reactor *r, void *arg)
+{
+	struct unpub *u = arg;
+	const struct pl_ops *pl = svc_find_placement(&nf.ctx);
+	size_t len = strlen(u->key);
+	struct dir_keys k = {&u->key, &len, 1};
+	if (pl->unpublish(r, &k, NULL, NULL, NULL, 0, unpub_done, NULL) < 0)
+		nf_done();
+}
+
+static void dir_forget(const char *key)
+{
+	struct unpub u = {key};
+	nf_on_reactor(unpub_run, &u, 10000);
+}
+
+/* One call of kind over keys[0, n) (version ver each); returns it. */
+static struct call *call_keys(int kind, const char *const *keys, unsigned n,
+			      unsigned ver)
+{
+	struct call *c = call_new(kind);
+	for (unsigned i = 0; i < n; i++)
+		call_add(c, keys[i], ver);
+	call_do(c, 10000);
+	return c;
+}
+
+/*
+ * directory_read_cache_ttl: a get learns records, and later gets and
+ * exists of those keys need no lookup (here: the directory no longer has
+ * them, and they still hit). A cached record whose page was replaced or
+ * deleted since does not read (its header says so), and the key is looked
+ * up again in the same call: the new version, or a miss; never the old
+ * bytes. A remove through this node forgets the key.
+ */
+Test(kv_remote, the_read_cache_skips_lookups_and_never_serves_old_pages)
+{
+	nf_settings(16);
+	nf.s.directory_read_cache_ttl_ms = 60000;
+	nf_start(mods, PC_ARRAY_LEN(mods), NULL);
+	nf_member_new(&m1, "127.0.0.2:31999", "127.0.0.2:32000", 8);
+	nf_member_new(&m2, "127.0.0.3:31999", "127.0.0.3:32000", 8);
+	static const char *const keys[] = {"rc-0", "rc-1", "rc-2", "rc-3",
+					   "rc-4", "rc-5"};
+	enum { N = PC_ARRAY_LEN(keys) };
+	for (unsigned i = 0; i < N; i++)
+		remote_put(i % 2 ? &m2 : &m1, keys[i], 0);
+	for (int kind = 1; kind <= 2; kind++) { /* fetch, then get */
+		struct call *c = call_keys(kind, keys, N, 0);
+		for (unsigned i = 0; i < N; i++)
+			cr_assert(call_check(c, i, 0), "%s missed", keys[i]);
+		free(c);
+	}
+	for (unsigned i = 0; i < N; i++)
+		dir_forget(keys[i]);
+	struct call *c = call_keys(2, keys, N, 0);
+	for (unsigned i = 0; i < N; i++)
+		cr_assert(call_check(c, i, 0), "%s: the cache did not answer",
+			  keys[i]);
+	free(c);
+	c = call_keys(3, keys, N, 0);
+	cr_assert_eq(c->count, N);
+	free(c);
+	/* rc-0 and rc-3 replaced on their producers (the directory has the
+	 * new records; the new pages are a byte longer); rc-2's page deleted
+	 * there; rc-4 removed through this node (its page stays on m1, and
+	 * is no longer found). */
+	remote_put(&m1, "rc-0", 1);
+	remote_put(&m2, "rc-3", 1);
+	cr_assert_eq(pool_delete(m1.pool, "rc-2", 4), 0);
+	c = call_new(4);
+	call_add(c, "rc-4", 0);
+	call_do(c, 10000);
+	free(c);
+	/* A get (any length: the stale record's read fails, the key is
+	 * looked up again; last, so that its place ends the staging block
+	 * and a page written past it is seen by ASan), and a fetch of the
+	 * new length (the stale record is not used). */
+	static const char *const changed[] = {"rc-0", "rc-3"};
+	for (int kind = 2; kind >= 1; kind--) {
+		c = call_new(kind);
+		call_add(c, "rc-2", 0);
+		call_add(c, "rc-4", 0);
+		call_add(c, "rc-1", 0);
+		call_add(c, changed[kind - 1], 1);
+		call_do(c, 10000);
+		cr_assert(!c->ok[0], "rc-2: a deleted page was served");
+		cr_assert(!c->ok[1], "rc-4: removed, still served");
+		cr_assert(call_check(c, 2, 0));
+		cr_assert(call_check(c, 3, 1), "%s: not the new version",
+			  changed[kind - 1]);
+		assert_once(c);
+		free(c);
+	}
+	assert_budget_back();
+	teardown();
+}
+
+/* The cache of a node with this ttl, m1 a ring member. */
+static void setup_cache(unsigned ttl_ms)
+{
+	nf_settings(16);
+	nf.s.directory_read_cache_ttl_ms = ttl_ms;
+	free(nf.s.peers);
+	nf.s.peers = strdup("127.0.0.2:31999");
+	nf.s.directory_replicas = 1;
+	nf_start(mods, PC_ARRAY_LEN(mods), NULL);
+	nf_member_new(&m1, "127.0.0.2:31999", "127.0.0.2:32000", 8);
+	nf_member_new(&m2, "127.0.0.3:31999", "127.0.0.3:32000", 8);
+}
+
+/* Put key on m2, read it once (the cache learns its record), then take
+ * its record out of the directory. */
+static void learn_then_forget(const char *key)
+{
+	remote_put(&m2, key, 0);
+	struct call *c = call_keys(2, &key, 1, 0);
+	cr_assert(call_check(c, 0, 0), "%s missed", key);
+	free(c);
+	dir_forget(key);
+}
+
+/* A cached record lives directory_read_cache_ttl. */
+Test(kv_remote, the_read_cache_forgets_after_its_ttl)
+{
+	setup_cache(1000);
+	const char *key = "t-0";
+	learn_then_forget(key);
+	struct call *c = call_keys(2, &key, 1, 0);
+	cr_assert(call_check(c, 0, 0), "t-0: the cache did not answer");
+	free(c);
+	usleep(1200000);
+	c = call_keys(2, &key, 1, 0);
+	cr_assert(!c->ok[0], "a record outlived its ttl");
+	free(c);
+	teardown();
+}
+
+/* A member leaving the ring empties the cache (a departure changes the
+ * producers' RDMA keys, docs/security.md). */
+Test(kv_remote, the_read_cache_is_emptied_when_a_member_leaves)
+{
+	setup_cache(60000);
+	const char *key = "l-0";
+	learn_then_forget(key);
+	struct call *c = call_keys(2, &key, 1, 0);
+	cr_assert(call_check(c, 0, 0), "l-0: the cache did not answer");
+	free(c);
+	struct pc_settings fresh = nf.s;
+	fresh.peers = "";
+	cr_assert_eq(pc_modules_reload(&nf.ctx, &fresh), 0);
+	c = call_keys(2, &key, 1, 0);
+	cr_assert(!c->ok[0], "the cache outlived a member's departure");
+	free(c);
+	teardown();
+}
