@@ -8,8 +8,8 @@ read cache off, C reads with it on (TTL seconds). A PeerCacheStore shim is
 attached to each, with a shared-memory (memfd) MLA host pool of BATCH pages.
 For each page size, RUNS rounds of:
   set       shim A batch_set_v1 of REPS batches of new keys
-  then, for B and C (which first alternates each round, so that noise hits
-  both alike), over the same batches:
+  then, batch by batch, B and C in turn (which first alternates each
+  batch, so that the machine's load drifts over both alike):
   prefetch  batch_exists, then batch_get_v1 of the keys it reported — what
             SGLang's prefetch does with a storage backend
   re-read   batch_get_v1 of the same keys again (a prefix read twice)
@@ -76,29 +76,24 @@ def fmt(s):
     return "%.2f (%.2f-%.2f)" % s
 
 
-def read_side(st, keys, idx, size, ptr_src, ptr_dst):
-    """prefetch and re-read of every batch by one reader: GB/s of each."""
-    t_pre = t_again = 0.0
-    for batch in keys:
-        ctypes.memset(ptr_dst[BATCH - 1], 0, size)
+def read_batch(st, batch, idx, size, ptr_src, ptr_dst):
+    """prefetch, then re-read, of one batch by one reader: their seconds."""
+    ctypes.memset(ptr_dst[BATCH - 1], 0, size)
 
-        def prefetch():
-            n = st.batch_exists(batch)
-            return n, st.batch_get_v1(batch, idx) if n == BATCH else []
-        t, (n, ok) = timed(prefetch)
-        if n != BATCH or ok != [True] * BATCH:
-            raise SystemExit("read_cache_bench: prefetch found %d, read %d of %d"
-                             % (n, sum(ok), BATCH))
-        if ctypes.string_at(ptr_dst[BATCH - 1], size) != \
-                ctypes.string_at(ptr_src[BATCH - 1], size):
-            raise SystemExit("read_cache_bench: a page read is not byte-identical")
-        t_pre += t
-        t, ok = timed(lambda: st.batch_get_v1(batch, idx))
-        if ok != [True] * BATCH:
-            raise SystemExit("read_cache_bench: re-read missed %d pages" % ok.count(False))
-        t_again += t
-    moved = len(keys) * BATCH * size
-    return moved / t_pre / 1e9, moved / t_again / 1e9
+    def prefetch():
+        n = st.batch_exists(batch)
+        return n, st.batch_get_v1(batch, idx) if n == BATCH else []
+    t_pre, (n, ok) = timed(prefetch)
+    if n != BATCH or ok != [True] * BATCH:
+        raise SystemExit("read_cache_bench: prefetch found %d, read %d of %d"
+                         % (n, sum(ok), BATCH))
+    if ctypes.string_at(ptr_dst[BATCH - 1], size) != \
+            ctypes.string_at(ptr_src[BATCH - 1], size):
+        raise SystemExit("read_cache_bench: a page read is not byte-identical")
+    t_again, ok = timed(lambda: st.batch_get_v1(batch, idx))
+    if ok != [True] * BATCH:
+        raise SystemExit("read_cache_bench: re-read missed %d pages" % ok.count(False))
+    return t_pre, t_again
 
 
 def bench_size(size, a, b, c):
@@ -124,11 +119,19 @@ def bench_size(size, a, b, c):
                 raise SystemExit("read_cache_bench: set stored %d of %d" % (sum(ok), BATCH))
         r = {"run": run + 1}
         c0 = cache_counters(c)
-        order = (1, 2) if run % 2 == 0 else (2, 1)
-        for who in order:
-            pre, again = read_side(shims[who], keys, idx, size, ptrs[0], ptrs[who])
-            name = "off" if who == 1 else "on"
-            r["prefetch_" + name], r["reread_" + name] = pre, again
+        # Batch by batch, each reader in turn (who goes first alternates),
+        # so that the machine's load drifts over both alike.
+        t = {1: [0.0, 0.0], 2: [0.0, 0.0]}
+        for k, batch in enumerate(keys):
+            for who in ((1, 2) if (run + k) % 2 == 0 else (2, 1)):
+                pre, again = read_batch(shims[who], batch, idx, size, ptrs[0],
+                                        ptrs[who])
+                t[who][0] += pre
+                t[who][1] += again
+        moved = len(keys) * BATCH * size / 1e9
+        for who, name in ((1, "off"), (2, "on")):
+            r["prefetch_" + name] = moved / t[who][0]
+            r["reread_" + name] = moved / t[who][1]
         c1 = cache_counters(c)
         r["cache"] = {k.replace("peercache_read_cache_", ""): c1[k] - c0[k]
                       for k in CACHE_KEYS}
