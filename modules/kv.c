@@ -1550,8 +1550,13 @@ static int kv_init(struct pc_ctx *ctx)
 {
 	const struct pc_settings *s = ctx->cfg;
 	memset(&g, 0, sizeof(g));
-	if (s->mode != PC_MODE_P2P)
+	if (s->mode != PC_MODE_P2P) {
+		if (s->directory_read_cache_ttl_ms)
+			PC_LOGW(LOG_MOD, "directory_read_cache_ttl has no "
+				"effect in this mode: there is no directory "
+				"to skip");
 		return 0; /* its mode's module moves the pages */
+	}
 	g.ctx = ctx;
 	g.checksums = s->page_checksums;
 	g.read_timeout_ms = (unsigned)s->rpc_timeout_ms;

@@ -77,3 +77,12 @@ def test_off_by_default_every_read_is_looked_up(cluster):
     assert "peercache_read_cache_hits_total" not in metrics_of(b)
     for n in (a, b):
         assert n.stop() == 0
+
+
+def test_slotmap_mode_says_it_has_no_directory_to_skip(node_factory):
+    n = node_factory("--mode", "slotmap", "--pool-size", "64mb",
+                     "--directory-read-cache-ttl", "5")
+    n.wait_for("ready")
+    assert "directory_read_cache_ttl has no effect in this mode" in n.text()
+    assert "peercache_read_cache_hits_total" not in metrics_of(n)
+    assert n.stop() == 0
