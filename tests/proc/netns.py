@@ -108,13 +108,21 @@ class NetnsNet:
     def link(self, i, up, node=None):
         _ip("-n", self.hub, "link", "set", "v%d" % i, "up" if up else "down")
 
+    def _move(self, ports, bridge):
+        """The ports of nodes `ports` to `bridge` in one ip process (one
+        batch: the moves come microseconds apart, not one process start
+        apart, so a side is cut, or joined, at one moment)."""
+        cmds = "".join("link set v%d master %s\n" % (i, bridge)
+                       for i in ports)
+        subprocess.run(["ip", "-n", self.hub, "-batch", "-"], input=cmds,
+                       capture_output=True, text=True, timeout=30,
+                       check=True)
+
     def partition(self, far, nodes=None):
-        for i in far:
-            _ip("-n", self.hub, "link", "set", "v%d" % i, "master", "br1")
+        self._move(far, "br1")
 
     def heal(self, far, nodes=None):
-        for i in far:
-            _ip("-n", self.hub, "link", "set", "v%d" % i, "master", "br0")
+        self._move(far, "br0")
 
     def mute(self, i, j, on=True):
         """Node i's frames to node j are lost (on) or delivered again
