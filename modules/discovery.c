@@ -310,6 +310,24 @@ static bool target_settled(const struct target *t, uint64_t now)
 	       (strcmp(t->meta, g.view_from) == 0 && g.view_ns >= t->up_ns);
 }
 
+/* A target this node does not follow yet is a source to move to only
+ * while it answers: heard within member_ttl / 2 (when a master calls a
+ * member suspect); the one followed counts until member_ttl, as before.
+ * A node cut off from every master at once (a partition with no master on
+ * its side) used to move, when the silence of the master it followed
+ * reached member_ttl, to the master whose last answer had come in a few
+ * milliseconds later: just as unreachable, and with its list as last
+ * pulled, which may lack members (a pull lost to the cut, a master still
+ * filling its table), so live members left the ring. An answer to the same
+ * heartbeat round comes at most a call timeout (2 intervals) after the
+ * followed master's last one, so by then it is at least member_ttl - 2
+ * intervals old: member_ttl / 2 with the defaults. */
+static bool target_answering(const struct target *t, uint64_t now)
+{
+	return strcmp(t->meta, g.view_from) == 0 ||
+	       now - t->ok_ns < g.ttl_ns / 2;
+}
+
 /* A target's table lists this node, and not as a master: this node's own
  * table is then no view to follow (unless it is the head). Nobody
  * heartbeats a node that is not a master, so its table holds only the few
@@ -336,7 +354,8 @@ static bool own_table_outranked(void)
 /* Adopt the table of the first reachable candidate, in master order then
  * seed order: a warm one if any, else any (this node's own table only once
  * warm, unless it is the head, and never while a target's table names it
- * no master); none, or the first one not settled: the last view stays
+ * no master; another target only while it answers); none, or the first
+ * one not settled: the last view stays
  * (g.lock held; view_apply gives it to the ring after). */
 static void view_choose(uint64_t now)
 {
@@ -359,6 +378,7 @@ static void view_choose(uint64_t now)
 			} else {
 				struct target *t = target_find(cand[i]);
 				if (t && t->have && now - t->ok_ns < g.ttl_ns &&
+				    target_answering(t, now) &&
 				    (t->warm || pass == 1)) {
 					if (!target_settled(t, now))
 						return;
@@ -373,6 +393,12 @@ static void view_choose(uint64_t now)
 				 src == &g.table ? "" : cand[i]);
 			if (list_copy(&g.view, src) < 0)
 				return;
+			if (strcmp(from, g.view_from) != 0)
+				PC_LOGI(LOG_MOD, "following the table of %s (table "
+					"epoch %llu, %u members)",
+					from[0] ? from : "this node",
+					(unsigned long long)g.view.epoch,
+					g.view.n);
 			memcpy(g.view_from, from, sizeof(from));
 			g.view_ns = now;
 			return;

@@ -9,7 +9,10 @@ sends leaves them. Faults:
 - link down/up: the node's hub port goes down (its eth0 loses carrier:
   silence both ways, the process and its Unix socket live on);
 - partition: the ports of one group move to br1 (an L2 split: frames
-  between the groups are dropped silently); heal moves them back.
+  between the groups are dropped silently); heal moves them back;
+- mute: one node's frames to one other node go to a MAC no port has (a
+  permanent neighbour entry in the sender's namespace): lost one way, the
+  rest of the network unchanged.
 
 LoopNet: the same interface on 127.0.0.1 where namespaces are not
 available (not root, no `ip netns`). Faults are emulated only in part: a
@@ -105,13 +108,31 @@ class NetnsNet:
     def link(self, i, up, node=None):
         _ip("-n", self.hub, "link", "set", "v%d" % i, "up" if up else "down")
 
+    def _move(self, ports, bridge):
+        """The ports of nodes `ports` to `bridge` in one ip process (one
+        batch: the moves come microseconds apart, not one process start
+        apart, so a side is cut, or joined, at one moment)."""
+        cmds = "".join("link set v%d master %s\n" % (i, bridge)
+                       for i in ports)
+        subprocess.run(["ip", "-n", self.hub, "-batch", "-"], input=cmds,
+                       capture_output=True, text=True, timeout=30,
+                       check=True)
+
     def partition(self, far, nodes=None):
-        for i in far:
-            _ip("-n", self.hub, "link", "set", "v%d" % i, "master", "br1")
+        self._move(far, "br1")
 
     def heal(self, far, nodes=None):
-        for i in far:
-            _ip("-n", self.hub, "link", "set", "v%d" % i, "master", "br0")
+        self._move(far, "br0")
+
+    def mute(self, i, j, on=True):
+        """Node i's frames to node j are lost (on) or delivered again
+        (off: the entry goes, ARP finds j again)."""
+        ns = "%sn%d" % (self.tag, i)
+        if on:
+            _ip("-n", ns, "neigh", "replace", self.addrs[j], "lladdr",
+                "02:00:00:00:00:01", "dev", "eth0", "nud", "permanent")
+        else:
+            _ip("-n", ns, "neigh", "del", self.addrs[j], "dev", "eth0")
 
     def close(self):
         for ns in reversed(self.spaces):
