@@ -82,11 +82,20 @@ struct call {
 	void (*midway)(struct rx_reactor *r, struct call *c);
 	unsigned midway_ms;
 	struct rx_timer mid;
+	bool in_call;                  /* call_run is inside the kv call */
+	bool ended_inside;             /* ... and the callback ran there */
 };
 
+/* The test thread may free c once nf_done ran: a callback that runs inside
+ * the kv call (allowed: a local or cached answer) leaves nf_done to
+ * call_run, which still writes c after the call returns. */
 static void call_end(struct call *c)
 {
-	if (++c->calls == 1)
+	if (++c->calls != 1)
+		return;
+	if (c->in_call)
+		c->ended_inside = true;
+	else
 		nf_done();
 }
 
@@ -129,6 +138,8 @@ static void call_run(struct rx_reactor *r, void *arg)
 	struct call *c = arg;
 	const struct kv_api *kv = svc_find_kv(&nf.ctx);
 	c->calls = 0;
+	c->in_call = true;
+	c->ended_inside = false;
 	if (c->kind == 0)
 		c->ret = kv->publish(r, c->it, c->n, false, c_bools, c);
 	else if (c->kind == 1)
@@ -139,7 +150,8 @@ static void call_run(struct rx_reactor *r, void *arg)
 		c->ret = kv->exists(r, c->it, c->n, c_count, c);
 	else
 		c->ret = kv->remove(r, c->it, c->n, c_bools, c);
-	if (c->ret < 0) {
+	c->in_call = false;
+	if (c->ret < 0 || c->ended_inside) {
 		nf_done();
 		return;
 	}
