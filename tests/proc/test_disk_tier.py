@@ -121,6 +121,29 @@ def test_restart_serves_disk_pages_again(node_factory, tmp_path):
     assert n.stop() == 0
 
 
+def test_a_burst_of_promotions_waits_for_read_slots(node_factory, tmp_path):
+    """An exists of many disk pages at once: a reactor reads and copies at
+    most DISK_PROMO_READS (16) of them at a time, the others wait for a
+    slot in the order asked, and every one is promoted with its own bytes
+    (before, each got a read and a buffer of its own at once)."""
+    store = tmp_path / "store"
+    keys = filled_store(node_factory, store, "burst", 48)
+    # One reactor; a pool whose quarter (the promotions' budget) takes all.
+    n = disk_node(node_factory, store, "--threads", "1", pool="16mb")
+    n.wait_for("re-announced 48 pages")
+    cl = RpcClient(n.endpoint("rpc"))
+    assert cl.call("kv.exists", [keys])[1] == len(keys)
+    # One call admits all 48 in one pass: 16 read, 32 wait.
+    assert wait_metric(n, "peercache_disk_promotions_total", 48) == 48
+    m = metrics_of(n)
+    assert m["peercache_disk_promote_waits_total"] == 48 - 16
+    assert m["peercache_disk_promote_errors_total"] == 0
+    assert m["peercache_disk_ios_in_flight"] == 0
+    got = cl.call("kv.get", [keys])[1]
+    assert got == [page(k) for k in keys]
+    assert n.stop() == 0
+
+
 def test_a_damaged_record_is_dropped_never_served(node_factory, tmp_path):
     store = tmp_path / "store"
     keys = filled_store(node_factory, store, "bad", 8)
