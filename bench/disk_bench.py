@@ -12,7 +12,7 @@ O_DIRECT, checked first], RUNS [3], PAGE [262144 bytes: fio's block size
 too], VOLUME [1gb written per run, by fio and by the node], THREADS [2,
 peercached --threads], CLIENTS [2 connections setting pages], SET_BATCH [16
 pages per set], PROMOTE_WINDOW [32: pages per kv.exists while promoting],
-PROMOTE_DEPTH [128: pages asked and not yet counted promoted, at most],
+PROMOTE_DEPTH [512: pages asked and not yet counted promoted, at most],
 PROMOTE_SCRAPE_MS [10: the node's metrics scraped while promoting], LAT_SETS [5000 one-page sets per latency run],
 LAT_POOL [256mb], NODE_ARGS [more peercached options for every node, e.g.
 "--copy-slice-bytes 2mb"], RESULTS_DIR [$PEERCACHE_BUILD_DIR/bench-results].
@@ -34,7 +34,10 @@ Per run, on DISK_PATH:
      PROMOTE_DEPTH asked and not counted done
      (peercache_disk_promotions_total, scraped every PROMOTE_SCRAPE_MS
      while asking, every 5 ms once all are asked: the only scrapes, each
-     ~0.5 ms of node CPU; promote_scrape_hz); the figure is
+     ~0.5 ms of node CPU; promote_scrape_hz). The node reads and copies
+     at most 16 pages per reactor at a time (the rest wait in its queue),
+     so PROMOTE_DEPTH only has to outrun the count's lag; it must stay
+     within the promotions' budget, a quarter of the pool. The figure is
      peercache_disk_promote_bytes_total over the time from the first
      exists to every page promoted.
   3. fio: a VOLUME file, sequential write then sequential read, bs = PAGE,
@@ -89,7 +92,7 @@ THREADS = int(os.environ.get("THREADS", "2"))
 CLIENTS = int(os.environ.get("CLIENTS", "2"))
 SET_BATCH = int(os.environ.get("SET_BATCH", "16"))
 PROMOTE_WINDOW = int(os.environ.get("PROMOTE_WINDOW", "32"))
-PROMOTE_DEPTH = int(os.environ.get("PROMOTE_DEPTH", "128"))
+PROMOTE_DEPTH = int(os.environ.get("PROMOTE_DEPTH", "512"))
 PROMOTE_SCRAPE_MS = float(os.environ.get("PROMOTE_SCRAPE_MS", "10"))
 LAT_SETS = int(os.environ.get("LAT_SETS", "5000"))
 LAT_POOL = os.environ.get("LAT_POOL", "256mb")
@@ -238,15 +241,22 @@ def write_through(path):
 
 def promotion(path, keys):
     """Phase 2: GB/s promoted, median I/O in flight, promotion p50/p99."""
-    n = node(path, VOLUME + (256 << 20))
+    pool = VOLUME + (256 << 20)
+    if PROMOTE_DEPTH * PAGE > pool // 4:
+        raise SystemExit("PROMOTE_DEPTH %d pages of %d B is over the node's promotion "
+                         "budget (a quarter of its %d B pool): asks beyond it are not "
+                         "started" % (PROMOTE_DEPTH, PAGE, pool))
+    n = node(path, pool)
     n.wait_for("re-announced", timeout=300)
     cl = RpcClient(n.endpoint("rpc"), timeout=120)
     # The sampler's scrapes are the only ones, and each costs the node
     # ~0.5 ms of CPU: every 5 ms took ~10 % of the node. So they are rare
     # (PROMOTE_SCRAPE_MS) while windows are being asked, and the asks run
-    # up to PROMOTE_DEPTH ahead of the count, enough that its lag does not
-    # starve the node (PROMOTE_DEPTH / rate > the scrape gap); once all
-    # are asked, every 5 ms, so that the end is seen within 5 ms.
+    # up to PROMOTE_DEPTH ahead of the count: its lag (a scrape gap and
+    # more, ~60 pages at 1 GB/s) must not starve the node, whose own
+    # queue keeps its reads at its depth (at 128 ahead, ~100 asked and
+    # ~25 reading: the rest were done and not yet seen). Once all are
+    # asked, every 5 ms, so that the end is seen within 5 ms.
     s = Sampler(n, ["peercache_disk_promote_bytes_total", "peercache_disk_ios_in_flight",
                     "peercache_disk_promotions_total"], every=PROMOTE_SCRAPE_MS / 1e3)
     t0 = time.monotonic()

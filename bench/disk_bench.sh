@@ -19,7 +19,7 @@
 #   CLIENTS              local clients setting pages [2]
 #   SET_BATCH            pages per set [16]
 #   PROMOTE_WINDOW       pages per kv.exists while promoting [32]
-#   PROMOTE_DEPTH        pages asked and not yet seen promoted, at most [128]
+#   PROMOTE_DEPTH        pages asked and not yet seen promoted, at most [512]
 #   PROMOTE_SCRAPE_MS    metrics scrape gap while promoting, ms [10]
 #   LAT_SETS             one-page sets per latency measurement [5000]
 #   LAT_POOL             pool of the latency nodes [256mb]
@@ -40,7 +40,7 @@ THREADS=${THREADS:-2}
 CLIENTS=${CLIENTS:-2}
 SET_BATCH=${SET_BATCH:-16}
 PROMOTE_WINDOW=${PROMOTE_WINDOW:-32}
-PROMOTE_DEPTH=${PROMOTE_DEPTH:-128}
+PROMOTE_DEPTH=${PROMOTE_DEPTH:-512}
 PROMOTE_SCRAPE_MS=${PROMOTE_SCRAPE_MS:-10}
 LAT_SETS=${LAT_SETS:-5000}
 LAT_POOL=${LAT_POOL:-256mb}

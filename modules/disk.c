@@ -51,6 +51,10 @@
  * (disk_promote) run on the reactor with the fewest promotions running
  * (the asking one on a tie): its read, copy and publish there, its done
  * too; the asks of one loop pass for another reactor go in one message.
+ * A reactor runs at most DISK_PROMO_READS promotions' reads and copies at
+ * once (each holds a read buffer); the promotions admitted beyond them
+ * wait in its queue, oldest first, and each copy's end starts the next
+ * read.
  * Promotions under way hold at most a quarter of the pool in reservations
  * (a page alone always goes); an ask beyond that is not started (-EBUSY).
  * A record whose header or checksum fails leaves the index, is counted and
@@ -91,6 +95,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -116,6 +121,16 @@
 			   * full batch while one is in flight are not kept
 			   * (kv unpublishes them) */
 #define DISK_ANNOUNCE_GAP_MS 1
+#define DISK_PROMO_READS 16 /* promotions reading or being copied per
+			    * reactor (each holds a read buffer); the rest
+			    * wait in its queue (admitted, charged): a burst
+			    * of asks (an exists of thousands of pages)
+			    * keeps the disk at this depth and reuses the
+			    * kept buffers instead of making one per page */
+#define DISK_READ_HUGE (2u << 20) /* promotion read buffers are whole
+			    * (transparent) huge pages: an O_DIRECT read
+			    * into one is a few contiguous pieces for the
+			    * disk, not one per 4 KiB page */
 #define DISK_READ_BUFS 64  /* promotion read buffers kept per reactor, */
 #define DISK_READ_KEEP (32u << 20) /* and their bytes at most: a buffer
 			    * freed (munmap) and made again (mmap, faults)
@@ -191,6 +206,11 @@ struct dq {
 	unsigned promos;
 	struct promo *hand;
 	struct rx_timer hand_timer;
+	/* promotions holding a read slot here: reading, or their copy
+	 * under way (at most DISK_PROMO_READS), and the admitted ones
+	 * waiting for a slot, oldest first */
+	unsigned reading;
+	struct promo *rq_head, *rq_tail;
 };
 
 /* Someone else waiting for a promotion under way (a peer's disk.promote
@@ -218,7 +238,7 @@ struct promo {
 	void *arg;
 	struct promo_wait *waiters;       /* asks that joined it (g.plock) */
 	struct dq *runs;        /* counted in its promos (NULL: not yet) */
-	struct promo *hnext;    /* in a dq's hand list */
+	struct promo *hnext;    /* in a dq's hand list, or its read queue */
 	unsigned to;            /* the reactor it is handed to */
 	bool stale;             /* the key was set or removed meanwhile */
 	uint64_t charged;       /* bytes counted in g.promo_bytes */
@@ -227,6 +247,7 @@ struct promo {
 	struct dl_loc loc;
 	uint8_t *buf;
 	size_t cap;             /* buf's bytes */
+	struct dq *slot;        /* holds one of its read slots (NULL: none) */
 	struct pool_ref ref;
 	struct copier_job job;
 	struct dir_rec rec;
@@ -280,7 +301,7 @@ static struct {
 	met_id promo_lat;
 	/* atomics, exported as counters */
 	uint64_t writes, write_bytes, dropped, write_errors, promotions,
-		promote_bytes, promote_errors, bad, syncs;
+		promote_bytes, promote_waits, promote_errors, bad, syncs;
 	uint64_t ios; /* atomic: reads and writes with the kernel */
 	uint64_t errs[OP__N][E__N];   /* atomics: failed I/O by op and kind */
 	/* Degraded (an I/O fault; until the restart): 0 no, 2 being set (by
@@ -358,6 +379,40 @@ static void *block_alloc(size_t n)
 	return posix_memalign(&p, DL_BLOCK, n) == 0 ? p : NULL;
 }
 
+/* A new read buffer of at least n bytes, whole DISK_READ_HUGE pages
+ * (MADV_HUGEPAGE is a hint: 4 KiB pages where the kernel has no huge page
+ * to give). On the virtio disk here the node promoted 1.2-1.8x the bytes
+ * a second into huge pages as into 4 KiB pages scattered over memory (65
+ * pieces a 260 KiB read; docs/disk.md, 2026-12-06). At 256 KiB pages a buffer is 2 MiB, so the
+ * DISK_READ_KEEP bytes kept are 16 buffers, one per read slot. *cap: its
+ * size. */
+static uint8_t *read_buf_alloc(size_t n, size_t *cap)
+{
+	/* mmap, not malloc: it must start on a huge page, which an
+	 * allocator (a sanitizer's, say) need not give */
+	size_t sz = (n + DISK_READ_HUGE - 1) / DISK_READ_HUGE * DISK_READ_HUGE;
+	uint8_t *m = mmap(NULL, sz + DISK_READ_HUGE, PROT_READ | PROT_WRITE,
+			  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (m == MAP_FAILED)
+		return NULL;
+	uintptr_t a = ((uintptr_t)m + DISK_READ_HUGE - 1) &
+		      ~(uintptr_t)(DISK_READ_HUGE - 1);
+	size_t head = a - (uintptr_t)m;
+	if (head)
+		munmap(m, head);
+	if (DISK_READ_HUGE - head)
+		munmap((uint8_t *)a + sz, DISK_READ_HUGE - head);
+	(void)madvise((void *)a, sz, MADV_HUGEPAGE);
+	*cap = sz;
+	return (uint8_t *)a;
+}
+
+static void read_buf_free(uint8_t *b, size_t cap)
+{
+	if (b)
+		munmap(b, cap);
+}
+
 /* An aligned buffer of at least n bytes for a read on q's reactor: a kept
  * one when one is large enough. *cap: its size. */
 static uint8_t *read_buf_take(struct dq *q, size_t n, size_t *cap)
@@ -373,8 +428,7 @@ static uint8_t *read_buf_take(struct dq *q, size_t n, size_t *cap)
 		q->bufcap[i] = q->bufcap[q->nbufs];
 		return b;
 	}
-	*cap = n;
-	return block_alloc(n);
+	return read_buf_alloc(n, cap);
 }
 
 /* Keep b (cap bytes) for the next read on q's reactor, or free it. */
@@ -387,7 +441,7 @@ static void read_buf_give(struct dq *q, uint8_t *b, size_t cap)
 		q->bufcap[q->nbufs++] = cap;
 		return;
 	}
-	free(b);
+	read_buf_free(b, cap);
 }
 
 /* The record of an own page: resident at addr, or (addr 0) in this tier. */
@@ -972,6 +1026,24 @@ static void waiters_tell(struct rx_reactor *r, struct promo_wait *w, int res,
 	}
 }
 
+static void promo_next(struct dq *q);
+
+/* p is done with its read buffer and its read slot (its copy ended, or it
+ * ends): the buffer is kept for the next read, the slot goes to the
+ * oldest promotion waiting for one. Not after the publish, which waits
+ * for the directory's owners. On p's reactor. */
+static void promo_release(struct promo *p)
+{
+	read_buf_give(t_dq, p->buf, p->cap);
+	p->buf = NULL;
+	struct dq *q = p->slot;
+	p->slot = NULL;
+	if (q) {
+		q->reading--;
+		promo_next(q);
+	}
+}
+
 /* p leaves the list; the asks that joined it learn res. */
 static void promo_free(struct promo *p, int res)
 {
@@ -992,7 +1064,7 @@ static void promo_free(struct promo *p, int res)
 	if (p->runs)
 		__atomic_sub_fetch(&p->runs->promos, 1, __ATOMIC_RELAXED);
 	waiters_tell(p->r, w, res, &p->rec);
-	read_buf_give(t_dq, p->buf, p->cap);
+	promo_release(p);
 	free(p);
 }
 
@@ -1038,6 +1110,7 @@ static void promo_tell_early(struct promo *p)
 static void promo_publish(struct promo *p)
 {
 	struct dir_keys k = {&p->kp, &p->klen, 1};
+	promo_release(p);
 	promo_tell_early(p);
 	if (g.pl->publish(p->r, &k, &p->rec, &p->ok, 0, promo_published, p) <
 	    0)
@@ -1072,6 +1145,7 @@ static void promo_bad(struct promo *p, const char *why)
 static void promo_copied(struct copier_job *j)
 {
 	struct promo *p = j->arg;
+	promo_release(p);
 	/* A set of the key since (on any reactor) wins: its page is in the
 	 * pool or the promotion was marked stale. */
 	if (j->res < 0 || __atomic_load_n(&p->stale, __ATOMIC_RELAXED) ||
@@ -1203,26 +1277,75 @@ static int promo_admit(struct promo *p)
 	return 0;
 }
 
-/* Start the read of an admitted p on its reactor (p->r, this thread): 0,
- * or -errno (its region given back; p is the caller's to end). */
-static int promo_issue(struct promo *p)
+/* Read p's record now, on this reactor (p->r): 0, or -errno (its region
+ * given back; p is the caller's to end). */
+static int promo_read_start(struct promo *p)
 {
-	if (!p->runs) {
-		p->runs = t_dq;
-		if (p->runs)
-			__atomic_add_fetch(&p->runs->promos, 1,
-					   __ATOMIC_RELAXED);
-	}
+	struct dq *q = t_dq;
 	int ret = -ENOMEM;
 	cnt(&g.ios, 1);
-	if ((p->buf = read_buf_take(t_dq, p->loc.total, &p->cap)))
+	if ((p->buf = read_buf_take(q, p->loc.total, &p->cap)))
 		ret = rx_file_read(p->r, g.fd, p->buf, p->loc.total, p->loc.off,
 				   promo_read, p);
 	if (ret < 0) {
 		__atomic_sub_fetch(&g.ios, 1, __ATOMIC_RELAXED);
 		dl_put(g.d, p->loc.region);
+	} else if (q) {
+		q->reading++;
+		p->slot = q;
 	}
 	return ret;
+}
+
+/* Start the read of an admitted p on its reactor (p->r, this thread), or
+ * queue it behind that reactor's DISK_PROMO_READS reads in flight: 0, or
+ * -errno (its region given back; p is the caller's to end). Without the
+ * cap, a burst of asks issued a read per page at once, each with a buffer
+ * of its own beyond the DISK_READ_BUFS kept (mmap, faults, munmap): more
+ * reads in flight, fewer bytes a second (docs/disk.md, 2026-12-06). */
+static int promo_issue(struct promo *p)
+{
+	struct dq *q = t_dq;
+	if (!p->runs) {
+		p->runs = q;
+		if (p->runs)
+			__atomic_add_fetch(&p->runs->promos, 1,
+					   __ATOMIC_RELAXED);
+	}
+	if (q && !q->stopping && q->reading >= DISK_PROMO_READS) {
+		p->hnext = NULL;
+		if (q->rq_tail)
+			q->rq_tail->hnext = p;
+		else
+			q->rq_head = p;
+		q->rq_tail = p;
+		cnt(&g.promote_waits, 1);
+		return 0;
+	}
+	return promo_read_start(p);
+}
+
+/* A read slot of q's came free (or q is stopping): the oldest waiting
+ * promotions read; at a stop they end. On q's reactor. */
+static void promo_next(struct dq *q)
+{
+	while (q && q->rq_head &&
+	       (q->stopping || q->reading < DISK_PROMO_READS)) {
+		struct promo *p = q->rq_head;
+		q->rq_head = p->hnext;
+		if (!q->rq_head)
+			q->rq_tail = NULL;
+		p->hnext = NULL;
+		int ret;
+		if (q->stopping) {
+			dl_put(g.d, p->loc.region);
+			ret = -ESHUTDOWN;
+		} else {
+			ret = promo_read_start(p);
+		}
+		if (ret < 0)
+			promo_end(p, ret);
+	}
 }
 
 /* Run the promotion p (on the list) here: 0 when under way (promo_end runs
@@ -1714,6 +1837,9 @@ static void metrics_register(void)
 		{"peercache_disk_promote_bytes_total",
 		 "payload bytes of the pages brought back from disk",
 		 &g.promote_bytes},
+		{"peercache_disk_promote_waits_total",
+		 "promotions that waited for a read slot (a reactor reads "
+		 "and copies 16 at a time)", &g.promote_waits},
 		{"peercache_disk_promote_errors_total",
 		 "promotions that failed (I/O, damaged record, no pool room)",
 		 &g.promote_errors},
@@ -1906,6 +2032,7 @@ static void disk_stop(struct rx_reactor *r, struct pc_ctx *ctx)
 	rx_timer_stop(r, &q->sync);
 	rx_timer_stop(r, &q->hand_timer);
 	promos_hand(r, &q->hand_timer); /* asks not handed over yet */
+	promo_next(q); /* those waiting for a read slot end */
 }
 
 static void disk_exit(struct rx_reactor *r, struct pc_ctx *ctx)
@@ -1938,8 +2065,10 @@ static void disk_exit(struct rx_reactor *r, struct pc_ctx *ctx)
 	free(q->fill);
 	free(q->sent);
 	q->fill = q->sent = NULL;
-	while (q->nbufs)
-		free(q->bufs[--q->nbufs]);
+	while (q->nbufs) {
+		q->nbufs--;
+		read_buf_free(q->bufs[q->nbufs], q->bufcap[q->nbufs]);
+	}
 	q->kept = 0;
 }
 
@@ -1962,7 +2091,7 @@ static void disk_fini(struct pc_ctx *ctx)
 				p->waiters = w->next;
 				free(w);
 			}
-			free(p->buf);
+			read_buf_free(p->buf, p->cap);
 			free(p);
 		}
 	}
