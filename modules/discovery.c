@@ -97,6 +97,8 @@ struct target {
 	uint64_t ok_ns;      /* last answer */
 	uint64_t up_ns;      /* answering again since (after a silence) */
 	uint64_t pulled_ns;  /* last member list */
+	uint64_t hb_epoch;   /* table epoch and states of its latest answer */
+	uint64_t hb_states;  /* (a heartbeat reply or a list) */
 	struct disc_list list;
 };
 
@@ -328,6 +330,20 @@ static bool target_answering(const struct target *t, uint64_t now)
 	       now - t->ok_ns < g.ttl_ns / 2;
 }
 
+/* The latest heartbeat reply of a target showed a table (epoch or states)
+ * newer than the list pulled from it: a pull is on its way, and the list
+ * is not one to move to meanwhile. Seen at start-up: a master (not the
+ * head) follows the cold head, then its own table once it is warm itself,
+ * until the heartbeat reply that shows the head warm; that reply also
+ * showed a member that had registered in the last interval, and the next
+ * view_choose (another target's list, a sweep), before the head's list
+ * came, moved the node to the head's list as pulled an interval earlier,
+ * without that member: it left the ring and came back with the pull. */
+static bool target_stale(const struct target *t)
+{
+	return t->hb_epoch != t->list.epoch || t->hb_states != t->list.states;
+}
+
 /* A target's table lists this node, and not as a master: this node's own
  * table is then no view to follow (unless it is the head). Nobody
  * heartbeats a node that is not a master, so its table holds only the few
@@ -355,7 +371,7 @@ static bool own_table_outranked(void)
  * seed order: a warm one if any, else any (this node's own table only once
  * warm, unless it is the head, and never while a target's table names it
  * no master; another target only while it answers); none, or the first
- * one not settled: the last view stays
+ * one not settled or with a pull on its way: the last view stays
  * (g.lock held; view_apply gives it to the ring after). */
 static void view_choose(uint64_t now)
 {
@@ -380,7 +396,9 @@ static void view_choose(uint64_t now)
 				if (t && t->have && now - t->ok_ns < g.ttl_ns &&
 				    target_answering(t, now) &&
 				    (t->warm || pass == 1)) {
-					if (!target_settled(t, now))
+					bool other = strcmp(t->meta, g.view_from) != 0;
+					if (!target_settled(t, now) ||
+					    (other && target_stale(t)))
 						return;
 					src = &t->list;
 				}
@@ -508,6 +526,8 @@ static void call_done(void *arg, const struct rpc_result *res)
 			return;
 		}
 		t->warm = h.warm;
+		t->hb_epoch = h.epoch;
+		t->hb_states = h.states;
 		if (!h.known)
 			send_call(c->meta, 1);
 		else if (!t->have || h.epoch != t->list.epoch ||
@@ -529,6 +549,8 @@ static void call_done(void *arg, const struct rpc_result *res)
 			t->list = l;
 			t->have = true;
 			t->pulled_ns = now;
+			t->hb_epoch = l.epoch; /* the newest it showed */
+			t->hb_states = l.states;
 			view_choose(now);
 			targets_rebuild();
 			pthread_mutex_unlock(&g.lock);
