@@ -4,20 +4,8 @@ those keys again without a directory lookup; a record whose page its
 producer deleted since reads as a failure (the producer's data port finds
 no live page there), is dropped, and the key is looked up again in the
 same call; pages set again are found again."""
-import hashlib
-
 from conftest import RpcClient, metrics_of
-
-
-def page(key, size):
-    """The content oracle: page bytes are derived from the key alone."""
-    seed = hashlib.sha256(key.encode()).digest()
-    out = bytearray()
-    counter = 0
-    while len(out) < size:
-        out += hashlib.sha256(seed + counter.to_bytes(8, "little")).digest()
-        counter += 1
-    return bytes(out[:size])
+from test_p2p import page
 
 
 def lookups(node):
