@@ -1036,6 +1036,8 @@ static void fetch_lookup(struct fetch *f)
 {
 	uint64_t now = pc_now_ns();
 	f->nrec = f->ncached = f->nreads = 0;
+	if (f->again) /* the records' indexes start over */
+		memset(f->pr, 0, f->n * sizeof(*f->pr));
 	for (unsigned i = 0; i < f->n && g.rcache && !f->again; i++) {
 		struct dir_rec *r = &f->recs[f->nrec];
 		/* A record of another length than the one wanted: the page
