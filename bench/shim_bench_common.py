@@ -1,14 +1,16 @@
 """bench/shim_bench_common.py — what the SGLang shim's benches
-(shim_bench.py, hostpool_bench.py) share: the import paths, reading SIZES, starting
+(shim_bench.py, hostpool_bench.py, read_cache_bench.py) share: the import paths, reading SIZES, starting
 peercached nodes on loopback in a scratch directory, and timing one call.
 
 Nodes: every node started here listens on 127.0.0.1 only (ports the kernel
 picks, except an --rpc-port the caller gives) and is stopped by PID by
-stop_all(), which each bench calls on its way out however it exits.
+stop_all(), which each bench calls on its way out however it exits, and
+which removes the scratch directory.
 Single-threaded: the benches start and stop nodes from their main thread.
 """
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -93,6 +95,9 @@ class Nodes:
         return n
 
     def stop_all(self):
+        """Stop every node, then remove the scratch directory (their
+        sockets and logs)."""
         for n in self.started:
             if n.proc.poll() is None:
                 n.stop()
+        shutil.rmtree(self.work, ignore_errors=True)

@@ -233,17 +233,21 @@ def test_non_loopback_bind_needs_a_secret():
     assert "needs cluster_secret" in r.stderr
 
 
+@pytest.fixture
 def open_socket_dir():
-    """A directory another user can reach (pytest's tmp dirs are 0700)."""
+    """A socket path in a directory another user can reach (pytest's tmp
+    dirs are 0700); the directory is removed after the test."""
+    import shutil
     import tempfile
     d = tempfile.mkdtemp(prefix="pc-sock-", dir="/tmp")
     os.chmod(d, 0o755)
-    return os.path.join(d, "node.sock")
+    yield os.path.join(d, "node.sock")
+    shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as another user")
-def test_unix_socket_refuses_other_users(node_factory):
-    n = node_factory("--socket", open_socket_dir())
+def test_unix_socket_refuses_other_users(node_factory, open_socket_dir):
+    n = node_factory("--socket", open_socket_dir)
     path = n.endpoint("socket")
     pid = os.fork()
     if pid == 0:  # child: become nobody and try
@@ -265,8 +269,8 @@ def test_unix_socket_refuses_other_users(node_factory):
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as another user")
-def test_unix_socket_admits_the_configured_group(node_factory):
-    n = node_factory("--socket-group", "65534", "--socket", open_socket_dir())
+def test_unix_socket_admits_the_configured_group(node_factory, open_socket_dir):
+    n = node_factory("--socket-group", "65534", "--socket", open_socket_dir)
     path = n.endpoint("socket")
     pid = os.fork()
     if pid == 0:
