@@ -337,9 +337,14 @@ static void kinds_done(struct rx_reactor *r, struct rx_timer *t)
 	rx_reactor_stop(r);
 }
 
-Test(stall, cpu_clock_tells_work_from_sleep)
+/* One run of the three callbacks on a fresh reactor (destroyed before any
+ * assertion): false when another of its callbacks stalled between them too
+ * (a loaded machine; CI runs two test processes on two cores), so that
+ * the counts cannot tell. */
+static bool kinds_run(void)
 {
-	cr_assert_eq(rx_stall_setup(1, RX_MS(1), true), 0);
+	memset(kinds, 0, sizeof(kinds));
+	spin_until = 0;
 	struct rx_reactor *r = tu_reactor(NULL);
 	struct rx_timer a, b, d;
 	rx_timer_init(&a, spin_cb, NULL);
@@ -349,11 +354,29 @@ Test(stall, cpu_clock_tells_work_from_sleep)
 	rx_timer_start(r, &b, RX_MS(10), 0);
 	rx_timer_start(r, &d, RX_MS(20), 0);
 	tu_run(r, 20000);
-	cr_assert_eq(kinds[1][0], kinds[0][0] + 1, "3 ms of CPU: one work stall");
-	cr_assert_eq(kinds[2][1], kinds[1][1] + 1, "a 3 ms sleep: one stall "
-		     "that slept");
-	cr_assert_eq(kinds[2][0], kinds[1][0], "the sleep is not work");
 	rx_reactor_destroy(r);
+	uint64_t n0 = kinds[0][0] + kinds[0][1], n1 = kinds[1][0] + kinds[1][1],
+		 n2 = kinds[2][0] + kinds[2][1];
+	return n1 - n0 <= 1 && n2 - n1 <= 1;
+}
+
+Test(stall, cpu_clock_tells_work_from_sleep)
+{
+	cr_assert_eq(rx_stall_setup(1, RX_MS(1), true), 0);
+	bool clean = false;
+	for (unsigned i = 0; i < 5 && !clean; i++)
+		clean = kinds_run();
+	cr_assert(clean, "other stalls in each of 5 runs");
+	cr_assert_eq(kinds[1][0], kinds[0][0] + 1, "3 ms of CPU: one work stall "
+		     "(work %llu -> %llu)", (unsigned long long)kinds[0][0],
+		     (unsigned long long)kinds[1][0]);
+	cr_assert_eq(kinds[2][1], kinds[1][1] + 1, "a 3 ms sleep: one stall "
+		     "that slept (slept %llu -> %llu, work %llu -> %llu)",
+		     (unsigned long long)kinds[1][1],
+		     (unsigned long long)kinds[2][1],
+		     (unsigned long long)kinds[1][0],
+		     (unsigned long long)kinds[2][0]);
+	cr_assert_eq(kinds[2][0], kinds[1][0], "the sleep is not work");
 }
 
 /* At log level debug every stall is logged, none suppressed, and a line
