@@ -519,6 +519,15 @@ static int kv_publish(struct rx_reactor *rr, const struct kv_item *it,
 	return 0;
 }
 
+/* A record a lookup returned, for the read cache (when on): another node's
+ * (rc_put keeps only found, resident ones). */
+static void cache_learn(const char *key, size_t klen, const struct dir_rec *r,
+			uint64_t now)
+{
+	if (g.rcache && r->found && !g.pl->is_here(r))
+		rc_put(g.rcache, key, klen, r, now);
+}
+
 /* ---------------------------------------------------------------- fetch */
 
 /* An item's state: during a fetch's local pass (PINNED, READY); its record
@@ -875,11 +884,8 @@ static void fetch_looked_up(void *arg)
 {
 	struct fetch *f = arg;
 	uint64_t now = pc_now_ns();
-	for (unsigned j = f->ncached; j < f->nrec && g.rcache; j++) {
-		const struct dir_rec *r = &f->recs[j];
-		if (r->found && r->resident && !g.pl->is_here(r))
-			rc_put(g.rcache, f->lk[j], f->ll[j], r, now);
-	}
+	for (unsigned j = f->ncached; j < f->nrec; j++)
+		cache_learn(f->lk[j], f->ll[j], &f->recs[j], now);
 	f->promoting = 1; /* until every producer was asked */
 	for (unsigned j = 0; j < f->nrec && pc_now_ns() < f->deadline; j++) {
 		struct dir_rec *r = &f->recs[j];
@@ -1168,11 +1174,8 @@ static void exists_done(void *arg)
 {
 	struct exists_op *e = arg;
 	uint64_t now = pc_now_ns();
-	for (unsigned i = e->looked; i < e->ks.n && e->recs && g.rcache; i++) {
-		const struct dir_rec *r = &e->recs[i - e->local];
-		if (r->found && r->resident && !g.pl->is_here(r))
-			rc_put(g.rcache, e->ks.k[i], e->ks.len[i], r, now);
-	}
+	for (unsigned i = e->looked; i < e->ks.n && e->recs; i++)
+		cache_learn(e->ks.k[i], e->ks.len[i], &e->recs[i - e->local], now);
 	unsigned count = e->local;
 	for (unsigned i = e->local; i < e->ks.n && e->recs; i++) {
 		const struct dir_rec *r = &e->recs[i - e->local];
