@@ -8,6 +8,7 @@
  * allocates nothing, and the destination is treated as garbage by callers.
  */
 #include "guard.h"
+#include "copy.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -83,7 +84,7 @@ struct copy_args {
 static void do_copy(void *arg)
 {
 	struct copy_args *a = arg;
-	memcpy(a->dst, a->src, a->n);
+	pc_copy(a->dst, a->src, a->n);
 }
 
 int pc_guarded_copy(void *dst, const void *src, size_t n)

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "common/copy.h"
 #include "common/guard.h"
 #include "common/util.h"
 #include "modules/copier.h"
@@ -57,7 +58,7 @@ static bool job_run(struct copier_job *j, size_t room)
 		if (j->guarded)
 			j->res = pc_guarded_copy(d, s, n);
 		else
-			memcpy(d, s, n);
+			pc_copy(d, s, n);
 		if (!j->res && j->sum)
 			pc_sum_update(&j->st, d, n);
 	}

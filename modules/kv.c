@@ -62,6 +62,7 @@
 #include "common/arena.h"
 #include "common/budget.h"
 #include "common/checksum.h"
+#include "common/copy.h"
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/settings.h"
@@ -472,7 +473,7 @@ static void publish_next(struct publish *p)
 				 &dst) < 0)
 			continue;
 		if (!p->client_mem) {
-			memcpy(dst, it->data, it->len);
+			pc_copy(dst, it->data, it->len);
 			if (publish_commit(it, &p->ref, false, 0,
 					   &p->recs[p->npub]))
 				publish_add(p);
@@ -963,7 +964,7 @@ static void fetch_local_copies(struct fetch *f)
 			continue;
 		}
 		if (!f->client_mem) {
-			memcpy(f->at[i], f->src[i], f->len[i]);
+			pc_copy(f->at[i], f->src[i], f->len[i]);
 			fetch_local_settle(f, i, 0);
 			continue;
 		}

@@ -49,6 +49,7 @@
 
 #include "common/arena.h"
 #include "common/checksum.h"
+#include "common/copy.h"
 #include "common/guard.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -1189,7 +1190,7 @@ static int sm_publish(struct rx_reactor *r, const struct kv_item *items,
 			continue;
 		}
 		if (local_begin(t) == 0) {
-			memcpy(t->w.payload, t->src, t->want);
+			pc_copy(t->w.payload, t->src, t->want);
 			met_add(sm_st.copy_set, t->want);
 			slot_write_commit(sm_st.reg, &t->w);
 			t->ok = true;
@@ -1217,7 +1218,7 @@ static int sm_publish(struct rx_reactor *r, const struct kv_item *items,
 			queue_copy(o, i, CQ_STAGE);
 			continue;
 		}
-		memcpy(t->scratch, t->src, t->want);
+		pc_copy(t->scratch, t->src, t->want);
 		met_add(sm_st.copy_set, t->want);
 		t->hash = pc_page_sum(t->scratch, t->want);
 	}

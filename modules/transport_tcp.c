@@ -35,6 +35,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/copy.h"
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/settings.h"
@@ -417,7 +418,7 @@ static size_t write_payload(struct dconn *d, const uint8_t *p, size_t avail)
 {
 	size_t n = (size_t)PC_MIN((uint64_t)avail, d->wleft);
 	if (d->wdst) {
-		memcpy(d->wdst, p, n);
+		pc_copy(d->wdst, p, n);
 		d->wdst += n;
 	}
 	d->wleft -= n;

@@ -31,6 +31,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "common/copy.h"
 #include "fault.h"
 #include "rx_internal.h"
 
@@ -610,7 +611,7 @@ static bool in_append(struct rx_conn *c, const uint8_t *data, size_t len)
 		c->in = p;
 		c->in_cap = cap;
 	}
-	memcpy(c->in + c->in_len, data, len);
+	pc_copy(c->in + c->in_len, data, len);
 	c->in_len += len;
 	return true;
 }
@@ -997,7 +998,7 @@ int rx_conn_write(struct rx_conn *c, const void *data, size_t len)
 	uint8_t *p = rx_conn_reserve(c, len);
 	if (!p)
 		return -ENOMEM;
-	memcpy(p, data, len);
+	pc_copy(p, data, len);
 	rx_conn_commit(c, len);
 	return 0;
 }
