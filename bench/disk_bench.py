@@ -14,7 +14,10 @@ peercached --threads], CLIENTS [2 connections setting pages], SET_BATCH [16
 pages per set], PROMOTE_WINDOW [32: pages per kv.exists while promoting],
 PROMOTE_DEPTH [512: pages asked and not yet counted promoted, at most],
 PROMOTE_SCRAPE_MS [10: the node's metrics scraped while promoting], LAT_SETS [5000 one-page sets per latency run],
-LAT_POOL [256mb], NODE_ARGS [more peercached options for every node, e.g.
+LAT_POOL [256mb], LAT_FIO [0; 1: a third latency run per round, tier off
+with fio writing beside it at the write-through's queue depth and the
+tier's sync cadence: what the disk's own work costs the sets],
+NODE_ARGS [more peercached options for every node, e.g.
 "--copy-slice-bytes 2mb"], RESULTS_DIR [$PEERCACHE_BUILD_DIR/bench-results].
 
 Per run, on DISK_PATH:
@@ -51,7 +54,8 @@ Per run, on DISK_PATH:
   4. set latency: LAT_SETS one-page sets (new keys, one local client,
      closed loop) into a node with the tier off, then on (the
      order alternates between runs), LAT_POOL pool (the pool evicts); p50
-     and p99 of the calls as the client sees them.
+     and p99 of the calls as the client sees them. LAT_FIO=1 adds a run
+     with the tier off and fio writing beside it (set_p99_off_fio_off).
 Prints each run and the min/median/max of every figure, and writes the
 JSON to RESULTS_DIR/disk-bench-<time>.json. Only 127.0.0.1 is contacted;
 nodes are stopped by PID.
@@ -95,6 +99,7 @@ PROMOTE_WINDOW = int(os.environ.get("PROMOTE_WINDOW", "32"))
 PROMOTE_DEPTH = int(os.environ.get("PROMOTE_DEPTH", "512"))
 PROMOTE_SCRAPE_MS = float(os.environ.get("PROMOTE_SCRAPE_MS", "10"))
 LAT_SETS = int(os.environ.get("LAT_SETS", "5000"))
+LAT_FIO = os.environ.get("LAT_FIO", "0") == "1"
 LAT_POOL = os.environ.get("LAT_POOL", "256mb")
 NODE_ARGS = os.environ.get("NODE_ARGS", "").split()
 RESULTS_DIR = os.environ.get("RESULTS_DIR", os.path.join(BUILD, "bench-results"))
@@ -308,9 +313,26 @@ def fio(path, rw, qd, *extra):
     return job["bw_bytes"] / GB, pct.get("50.000000", 0) / 1e9, pct.get("99.000000", 0) / 1e9
 
 
-def set_latency(path, disk):
-    """Phase 4: p50, p99 (s) of one-page sets, the tier on or off."""
+def fio_beside(path, qd):
+    """fio writing sequentially (QD qd, PAGE blocks, O_DIRECT, the tier's
+    sync cadence) until stopped: the disk's own work beside a tier-off
+    node (LAT_FIO=1)."""
+    p = subprocess.Popen(
+        ["fio", "--name=beside", "--filename=" + os.path.join(path, "fio.dat"),
+         "--size=%d" % VOLUME, "--bs=%d" % PAGE, "--rw=write", "--ioengine=io_uring",
+         "--direct=1", "--iodepth=%d" % qd, "--time_based", "--runtime=3600",
+         "--fdatasync=%d" % max(1, REGION // PAGE), "--output=/dev/null"])
+    time.sleep(1)  # laid out and writing
+    if p.poll() is not None:
+        raise SystemExit("fio beside the node exited with %d" % p.returncode)
+    return p
+
+
+def set_latency(path, disk, beside=None):
+    """Phase 4: p50, p99 (s) of one-page sets, the tier on or off (beside:
+    with fio writing on the same file system meanwhile)."""
     n = node(path, LAT_POOL, disk=disk)
+    fio_p = fio_beside(os.path.dirname(path), beside) if beside else None
     cl = Local(n, 1)
     lat = []
     tag = "on" if disk else "off"
@@ -321,6 +343,10 @@ def set_latency(path, disk):
         dt = time.perf_counter() - t0
         if i >= 200:       # warm-up
             lat.append(dt)
+    if fio_p:
+        fio_p.send_signal(signal.SIGINT)
+        fio_p.wait()
+        os.unlink(os.path.join(os.path.dirname(path), "fio.dat"))
     cl.close()
     stop(n)
     lat.sort()
@@ -377,6 +403,10 @@ def main():
                 clear(store)
                 tag = "on" if disk else "off"
                 r["set_p50_%s_s" % tag], r["set_p99_%s_s" % tag] = set_latency(store, disk)
+            if LAT_FIO:
+                clear(store)
+                r["set_p50_off_fio_s"], r["set_p99_off_fio_s"] = set_latency(store, False, wq)
+                r["set_p99_off_fio_off"] = r["set_p99_off_fio_s"] / r["set_p99_off_s"]
             r["wt_ratio"] = r["wt_gbps"] / r["fio_write_gbps"] if r["wt_gbps"] else None
             r["wt_sync_ratio"] = (r["wt_gbps"] / r["fio_write_sync_gbps"]
                                   if r["wt_gbps"] else None)
@@ -393,7 +423,8 @@ def main():
     keys = ["fio_write_gbps", "wt_gbps", "wt_ratio", "fio_write_sync_gbps", "wt_sync_ratio",
             "fio_read_gbps", "promote_gbps",
             "promote_ratio", "set_p99_off_s", "set_p99_on_s", "set_p99_on_off",
-            "set_p50_off_s", "set_p50_on_s", "fio_write_p50_s", "fio_write_p99_s",
+            "set_p50_off_s", "set_p50_on_s", "set_p99_off_fio_s", "set_p99_off_fio_off",
+            "fio_write_p50_s", "fio_write_p99_s",
             "fio_read_p50_s", "fio_read_p99_s", "promote_p50_s", "promote_p99_s",
             "set_ingest_gbps", "wt_qd", "promote_qd", "promote_ios", "promote_scrape_hz",
             "wt_busy_s"]
@@ -413,7 +444,7 @@ def main():
         {"page": PAGE, "volume": VOLUME, "runs": RUNS, "threads": THREADS,
          "clients": CLIENTS, "set_batch": SET_BATCH, "promote_window": PROMOTE_WINDOW,
          "promote_depth": PROMOTE_DEPTH, "promote_scrape_ms": PROMOTE_SCRAPE_MS,
-         "lat_sets": LAT_SETS, "node_args": NODE_ARGS, "lat_pool": LAT_POOL, "path": path},
+         "lat_sets": LAT_SETS, "lat_fio": LAT_FIO, "node_args": NODE_ARGS, "lat_pool": LAT_POOL, "path": path},
         runs=rows, summary=sp)
     log("results in %s" % out)
 

@@ -23,6 +23,8 @@
 #   PROMOTE_SCRAPE_MS    metrics scrape gap while promoting, ms [10]
 #   LAT_SETS             one-page sets per latency measurement [5000]
 #   LAT_POOL             pool of the latency nodes [256mb]
+#   LAT_FIO              1: one more latency run, tier off with fio writing
+#                        beside it (what the disk's own work costs) [0]
 #   NODE_ARGS            more peercached options for every node []
 #   RESULTS_DIR          where the JSON goes [$BUILD/bench-results]
 #
@@ -44,6 +46,7 @@ PROMOTE_DEPTH=${PROMOTE_DEPTH:-512}
 PROMOTE_SCRAPE_MS=${PROMOTE_SCRAPE_MS:-10}
 LAT_SETS=${LAT_SETS:-5000}
 LAT_POOL=${LAT_POOL:-256mb}
+LAT_FIO=${LAT_FIO:-0}
 NODE_ARGS=${NODE_ARGS:-}
 DISK_PATH=${DISK_PATH:-}
 
@@ -58,6 +61,7 @@ need_count PROMOTE_DEPTH "$PROMOTE_DEPTH"
 need_count PROMOTE_SCRAPE_MS "$PROMOTE_SCRAPE_MS"
 ((PROMOTE_DEPTH >= PROMOTE_WINDOW)) || die "PROMOTE_DEPTH must be at least PROMOTE_WINDOW"
 need_count LAT_SETS "$LAT_SETS"
+[[ $LAT_FIO == 0 || $LAT_FIO == 1 ]] || die "LAT_FIO must be 0 or 1, got $LAT_FIO"
 need_python
 if ! command -v fio >/dev/null; then
 	log "installing fio"
@@ -70,5 +74,5 @@ if [[ ! -x $BUILD/server/peercached || ! -e $BUILD/client/libpeercache.so.0 ]]; 
 fi
 
 export PEERCACHE_BUILD_DIR=$BUILD RUNS PAGE VOLUME THREADS CLIENTS SET_BATCH \
-	PROMOTE_WINDOW PROMOTE_DEPTH PROMOTE_SCRAPE_MS LAT_SETS LAT_POOL NODE_ARGS DISK_PATH RESULTS_DIR
+	PROMOTE_WINDOW PROMOTE_DEPTH PROMOTE_SCRAPE_MS LAT_SETS LAT_POOL LAT_FIO NODE_ARGS DISK_PATH RESULTS_DIR
 exec "$PY" "$REPO/bench/disk_bench.py"
