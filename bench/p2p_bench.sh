@@ -132,7 +132,8 @@ tcp_sink_up() {
 # ---------------------------------------------------------------- runs ----
 
 # p2p_bench LABEL OUT ARG...: one pc-p2p-bench --json run with ARG..., its
-# JSON into OUT; on failure shows the client's stderr and the node's log.
+# JSON into OUT; on failure shows the client's stderr and the node's log,
+# and stops the bench.
 p2p_bench() {
 	local label=$1 out=$2
 	local err=${out%.json}.err
@@ -141,6 +142,22 @@ p2p_bench() {
 		cat "$err" >&2
 		node_log_tail
 		die "pc-p2p-bench $label failed"
+	fi
+}
+
+# baseline_run LABEL OUT ARG...: the same for a baseline (memcached, redis,
+# the tcp sink), whose failure is theirs, not the node's: the run is kept
+# as {"failed": why} in OUT, the bench goes on, and the summary leaves the
+# pairs with a failed run out (and says how many).
+baseline_run() {
+	local label=$1 out=$2
+	local err=${out%.json}.err
+	shift 2
+	if ! "${CLIENT_CPU[@]}" "$P2P_BIN" --host "$HOST" --json "$@" >"$out" 2>"$err"; then
+		log "WARNING: $label failed (a baseline; left out of the ratios): $(tail -c 300 "$err" | tr '\n' ' ')"
+		"$PY" -c 'import json, sys; print(json.dumps({"failed": sys.argv[1]}))' \
+			"$(tail -c 300 "$err")" >"$out"
+		return 1
 	fi
 }
 
@@ -169,10 +186,12 @@ measure() {
 			for ((k = 0; k < ${#tg[@]}; k++)); do
 				tgt=${tg[(k + run - 1) % ${#tg[@]}]}
 				out=$RUNDIR/$name-$tgt-t$t-r$run.json
+				local run_fn=p2p_bench
+				[[ $tgt == p2p* || $tgt == dir ]] || run_fn=baseline_run
 				# shellcheck disable=SC2046  # target_args is words on purpose
-				p2p_bench "$name $tgt, $t threads, run $run" "$out" \
+				$run_fn "$name $tgt, $t threads, run $run" "$out" \
 					$(target_args "$tgt") --no-setup --threads "$t" \
-					--duration "$DURATION" --warmup "$WARMUP" "$@"
+					--duration "$DURATION" --warmup "$WARMUP" "$@" || continue
 				log "  $tgt: $(json_num "$out" gb_per_s) GB/s, $(json_num "$out" items_per_s) items/s, p50 $(json_num "$out" p50_us) us, p99 $(json_num "$out" p99_us) us"
 			done
 		done
@@ -258,8 +277,17 @@ RATIOS = (("p2p", "memcached"), ("p2p", "redis"), ("p2p", "tcp"),
 FIELDS = ("gb_per_s", "items_per_s", "p50_us", "p99_us")
 
 def ratio(xs, ys):
-    """Run i of xs over run i of ys (items/s): neighbours in time."""
-    return spread([x["items_per_s"] / y["items_per_s"] for x, y in zip(xs, ys)])
+    """Run i of xs over run i of ys (items/s): neighbours in time. Pairs
+    with a failed run (a baseline's: {"failed": why}) are left out; None
+    when no pair is left."""
+    r = [x["items_per_s"] / y["items_per_s"] for x, y in zip(xs, ys)
+         if "failed" not in x and "failed" not in y]
+    return spread(r) if r else None
+
+def ok_runs(rs):
+    return [x for x in rs if "failed" not in x]
+
+failed_runs = []
 
 def size_name(n):
     return f"{n >> 20}m" if n % (1 << 20) == 0 else f"{n >> 10}k" if n % 1024 == 0 else str(n)
@@ -272,7 +300,13 @@ for n in sizes:
         raw.append({"value_bytes": n, "threads": t, **rs})
         s = {"value_bytes": n, "threads": t, "keys": keys_of[n]}
         for g in TARGETS:
-            s[g] = {k: med(rs[g], k) for k in FIELDS}
+            ok = ok_runs(rs[g])
+            s[g] = {k: med(ok, k) if ok else None for k in FIELDS}
+            if len(ok) < len(rs[g]):
+                s[g]["failed_runs"] = len(rs[g]) - len(ok)
+                failed_runs.append(f"{g} at {size_name(n)}, {t} thread(s): "
+                                   f"{len(rs[g]) - len(ok)} of {len(rs[g])} "
+                                   f"({rs[g][[i for i, x in enumerate(rs[g]) if 'failed' in x][0]]['failed'][-120:]})")
         for a, b in RATIOS:
             s[f"ratio_{a}_over_{b}"] = ratio(rs[a], rs[b])
         summary.append(s)
@@ -284,7 +318,11 @@ for t in dir_threads:
     raw.append({"dir": True, "threads": t, **rs})
     d = {"threads": t}
     for g in ("dir", "redis"):
-        d[g] = {k: med(rs[g], k) for k in ("items_per_s", "p50_us", "p99_us")}
+        ok = ok_runs(rs[g])
+        d[g] = {k: med(ok, k) if ok else None for k in ("items_per_s", "p50_us", "p99_us")}
+        if len(ok) < len(rs[g]):
+            failed_runs.append(f"{g} (lookups), {t} thread(s): {len(rs[g]) - len(ok)} "
+                               f"of {len(rs[g])}")
     d["ratio_dir_over_redis"] = ratio(rs["dir"], rs["redis"])
     dir_summary.append(d)
 
@@ -296,11 +334,13 @@ for label, key, want in GOALS:
     for s in summary:
         if s["value_bytes"] == 1 << 20:
             goals.append({"goal": label, "threads": s["threads"], "min_ratio": want,
-                          "ratio": s[key], "met": s[key]["median"] >= want})
+                          "ratio": s[key],
+                          "met": s[key]["median"] >= want if s[key] else None})
 for d in dir_summary:
+    r = d["ratio_dir_over_redis"]
     goals.append({"goal": "dir.get/redis GET keys/s", "threads": d["threads"],
-                  "min_ratio": 2.0, "ratio": d["ratio_dir_over_redis"],
-                  "met": d["ratio_dir_over_redis"]["median"] >= 2.0})
+                  "min_ratio": 2.0, "ratio": r,
+                  "met": r["median"] >= 2.0 if r else None})
 
 write_json({
     **doc_head("p2p"),
@@ -318,9 +358,11 @@ write_json({
                "units": "gb_per_s: 1e9 bytes of payload per second; items: pages "
                         "(values) or, for dir, keys"},
     "summary": summary, "dir_summary": dir_summary, "goals": goals, "runs": raw,
+    "failed_baseline_runs": failed_runs,
 })
 
 def f2(x): return "n/a" if x is None else f"{x:.2f}"
+def rr_(s): return "n/a (a baseline failed)" if s is None else rr(s)
 def row(s, cells): print(f"| {size_name(s['value_bytes'])} | {s['threads']} | " + " | ".join(cells) + " |")
 head = "| size | threads | p2p | p2p no lookup | memcached | redis | tcp |"
 rule = "|---:|---:|---:|---:|---:|---:|---:|"
@@ -338,7 +380,7 @@ for s in summary: row(s, [f"{f0(s[g]['p50_us'])} / {f0(s[g]['p99_us'])}" for g i
 print("\nPaired ratios (run i over run i), median (min-max):\n")
 print("| size | threads | p2p/memcached | p2p/redis | p2p/tcp | p2p no lookup/memcached |")
 print("|---:|---:|---:|---:|---:|---:|")
-for s in summary: row(s, [rr(s[f"ratio_{a}_over_{b}"]) for a, b in RATIOS])
+for s in summary: row(s, [rr_(s[f"ratio_{a}_over_{b}"]) for a, b in RATIOS])
 if dir_summary:
     print(f"\nDirectory lookups: dir.get of {env['PB_DIR_BATCH']} keys vs redis "
           f"GET x {env['PB_DIR_BATCH']} (16-byte values), {env['PB_DIR_PIPELINE']} "
@@ -347,7 +389,7 @@ if dir_summary:
     print("|---:|---:|---:|---:|---:|---:|")
     for d in dir_summary:
         print(f"| {d['threads']} | {f0(d['dir']['items_per_s'])} | {f0(d['redis']['items_per_s'])} "
-              f"| {rr(d['ratio_dir_over_redis'])} "
+              f"| {rr_(d['ratio_dir_over_redis'])} "
               f"| {f0(d['dir']['p50_us'])} / {f0(d['dir']['p99_us'])} "
               f"| {f0(d['redis']['p50_us'])} / {f0(d['redis']['p99_us'])} |")
 print("\nGoals (median paired ratio):\n")
@@ -356,8 +398,13 @@ if (1 << 20) not in sizes:
 if not dir_on:
     print("- dir.get/redis GET keys/s >= 2: not measured (DIR=0)")
 for g in goals:
-    print(f"- {g['goal']}, {g['threads']} thread(s): {rr(g['ratio'])}, "
-          f"goal >= {g['min_ratio']:g}: {'met' if g['met'] else 'NOT met'}")
+    verdict = {True: "met", False: "NOT met", None: "not measured"}[g["met"]]
+    print(f"- {g['goal']}, {g['threads']} thread(s): {rr_(g['ratio'])}, "
+          f"goal >= {g['min_ratio']:g}: {verdict}")
+if failed_runs:
+    print("\nBaseline runs that failed (left out of the medians and ratios):\n")
+    for f in failed_runs:
+        print(f"- {f}")
 print(f"\nnode: {env['PB_NODE_DESC']}; memcached {env['PB_MEMCACHED_VERSION']} "
       f"-t {env['PB_MEMCACHED_THREADS']}; redis {env['PB_REDIS_VERSION']}. "
       f"Load average {loadavg_span()}.")
