@@ -15,8 +15,9 @@ pages per set], PROMOTE_WINDOW [32: pages per kv.exists while promoting],
 PROMOTE_DEPTH [512: pages asked and not yet counted promoted, at most],
 PROMOTE_SCRAPE_MS [10: the node's metrics scraped while promoting], LAT_SETS [5000 one-page sets per latency run],
 LAT_POOL [256mb], LAT_FIO [0; 1: a third latency run per round, tier off
-with fio writing beside it at the write-through's queue depth and the
-tier's sync cadence: what the disk's own work costs the sets],
+with fio writing beside it at the write-through's queue depth, the tier's
+sync cadence and the bytes/s the tier wrote in the round's tier-on latency
+run (set_wt_gbps): what the disk's own work costs the sets],
 NODE_ARGS [more peercached options for every node, e.g.
 "--copy-slice-bytes 2mb"], RESULTS_DIR [$PEERCACHE_BUILD_DIR/bench-results].
 
@@ -55,7 +56,8 @@ Per run, on DISK_PATH:
      closed loop) into a node with the tier off, then on (the
      order alternates between runs), LAT_POOL pool (the pool evicts); p50
      and p99 of the calls as the client sees them. LAT_FIO=1 adds a run
-     with the tier off and fio writing beside it (set_p99_off_fio_off).
+     with the tier off and fio writing beside it as many bytes/s as the
+     tier wrote in the tier-on run (set_p99_off_fio_off).
 Prints each run and the min/median/max of every figure, and writes the
 JSON to RESULTS_DIR/disk-bench-<time>.json. Only 127.0.0.1 is contacted;
 nodes are stopped by PID.
@@ -313,15 +315,17 @@ def fio(path, rw, qd, *extra):
     return job["bw_bytes"] / GB, pct.get("50.000000", 0) / 1e9, pct.get("99.000000", 0) / 1e9
 
 
-def fio_beside(path, qd):
+def fio_beside(path, qd, rate):
     """fio writing sequentially (QD qd, PAGE blocks, O_DIRECT, the tier's
-    sync cadence) until stopped: the disk's own work beside a tier-off
-    node (LAT_FIO=1)."""
+    sync cadence, at most `rate` bytes/s: what the tier wrote in the same
+    round's latency run) until stopped: the disk's own work beside a
+    tier-off node (LAT_FIO=1)."""
     p = subprocess.Popen(
         ["fio", "--name=beside", "--filename=" + os.path.join(path, "fio.dat"),
          "--size=%d" % VOLUME, "--bs=%d" % PAGE, "--rw=write", "--ioengine=io_uring",
          "--direct=1", "--iodepth=%d" % qd, "--time_based", "--runtime=3600",
-         "--fdatasync=%d" % max(1, REGION // PAGE), "--output=/dev/null"])
+         "--fdatasync=%d" % max(1, REGION // PAGE), "--rate=%d" % max(PAGE, int(rate)),
+         "--output=/dev/null"])
     time.sleep(1)  # laid out and writing
     if p.poll() is not None:
         raise SystemExit("fio beside the node exited with %d" % p.returncode)
@@ -329,12 +333,15 @@ def fio_beside(path, qd):
 
 
 def set_latency(path, disk, beside=None):
-    """Phase 4: p50, p99 (s) of one-page sets, the tier on or off (beside:
-    with fio writing on the same file system meanwhile)."""
+    """Phase 4: p50, p99 (s) of one-page sets, the tier on or off, and the
+    bytes/s the tier wrote meanwhile (beside: (qd, rate), with fio writing
+    on the same file system meanwhile)."""
     n = node(path, LAT_POOL, disk=disk)
-    fio_p = fio_beside(os.path.dirname(path), beside) if beside else None
+    fio_p = fio_beside(os.path.dirname(path), *beside) if beside else None
     cl = Local(n, 1)
     lat = []
+    w0 = metrics_of(n).get("peercache_disk_write_bytes_total", 0)
+    t_start = time.monotonic()
     tag = "on" if disk else "off"
     for i in range(LAT_SETS + 200):
         k = ["lat-%s/%d" % (tag, i)]
@@ -343,6 +350,8 @@ def set_latency(path, disk, beside=None):
         dt = time.perf_counter() - t0
         if i >= 200:       # warm-up
             lat.append(dt)
+    wrote = ((metrics_of(n).get("peercache_disk_write_bytes_total", 0) - w0)
+             / (time.monotonic() - t_start))
     if fio_p:
         fio_p.send_signal(signal.SIGINT)
         fio_p.wait()
@@ -350,7 +359,7 @@ def set_latency(path, disk, beside=None):
     cl.close()
     stop(n)
     lat.sort()
-    return lat[len(lat) // 2], lat[min(len(lat) - 1, int(len(lat) * 0.99))]
+    return lat[len(lat) // 2], lat[min(len(lat) - 1, int(len(lat) * 0.99))], wrote
 
 
 def clear(path):
@@ -402,10 +411,13 @@ def main():
             for disk in order:
                 clear(store)
                 tag = "on" if disk else "off"
-                r["set_p50_%s_s" % tag], r["set_p99_%s_s" % tag] = set_latency(store, disk)
+                r["set_p50_%s_s" % tag], r["set_p99_%s_s" % tag], wrote = set_latency(store, disk)
+                if disk:
+                    r["set_wt_gbps"] = wrote / GB
             if LAT_FIO:
                 clear(store)
-                r["set_p50_off_fio_s"], r["set_p99_off_fio_s"] = set_latency(store, False, wq)
+                r["set_p50_off_fio_s"], r["set_p99_off_fio_s"], _ = set_latency(
+                    store, False, (wq, r["set_wt_gbps"] * GB))
                 r["set_p99_off_fio_off"] = r["set_p99_off_fio_s"] / r["set_p99_off_s"]
             r["wt_ratio"] = r["wt_gbps"] / r["fio_write_gbps"] if r["wt_gbps"] else None
             r["wt_sync_ratio"] = (r["wt_gbps"] / r["fio_write_sync_gbps"]
@@ -423,7 +435,8 @@ def main():
     keys = ["fio_write_gbps", "wt_gbps", "wt_ratio", "fio_write_sync_gbps", "wt_sync_ratio",
             "fio_read_gbps", "promote_gbps",
             "promote_ratio", "set_p99_off_s", "set_p99_on_s", "set_p99_on_off",
-            "set_p50_off_s", "set_p50_on_s", "set_p99_off_fio_s", "set_p99_off_fio_off",
+            "set_p50_off_s", "set_p50_on_s", "set_wt_gbps", "set_p99_off_fio_s",
+            "set_p99_off_fio_off",
             "fio_write_p50_s", "fio_write_p99_s",
             "fio_read_p50_s", "fio_read_p99_s", "promote_p50_s", "promote_p99_s",
             "set_ingest_gbps", "wt_qd", "promote_qd", "promote_ios", "promote_scrape_hz",

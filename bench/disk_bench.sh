@@ -24,7 +24,8 @@
 #   LAT_SETS             one-page sets per latency measurement [5000]
 #   LAT_POOL             pool of the latency nodes [256mb]
 #   LAT_FIO              1: one more latency run, tier off with fio writing
-#                        beside it (what the disk's own work costs) [0]
+#                        beside it as many bytes/s as the tier wrote in the
+#                        tier-on run (what the disk's own work costs) [0]
 #   NODE_ARGS            more peercached options for every node []
 #   RESULTS_DIR          where the JSON goes [$BUILD/bench-results]
 #
