@@ -79,6 +79,11 @@ def serves():
         if s.proc.poll() is None:
             s.proc.kill()
             s.proc.wait()
+        s.err.close()
+        try:
+            os.unlink(s.err_path)  # serve's log: no scratch file left in /tmp
+        except FileNotFoundError:
+            pass
 
 
 def load(prefix):
