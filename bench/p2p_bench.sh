@@ -131,15 +131,21 @@ tcp_sink_up() {
 
 # ---------------------------------------------------------------- runs ----
 
-# p2p_bench LABEL OUT ARG...: one pc-p2p-bench --json run with ARG..., its
-# JSON into OUT; on failure shows the client's stderr and the node's log,
-# and stops the bench.
+# client_run OUT ARG...: one pc-p2p-bench --json run with ARG..., its JSON
+# into OUT, its stderr into OUT's .err; the client's exit status.
+client_run() {
+	local out=$1
+	shift
+	"${CLIENT_CPU[@]}" "$P2P_BIN" --host "$HOST" --json "$@" >"$out" 2>"${out%.json}.err"
+}
+
+# p2p_bench LABEL OUT ARG...: client_run; on failure shows the client's
+# stderr and the node's log, and stops the bench.
 p2p_bench() {
 	local label=$1 out=$2
-	local err=${out%.json}.err
 	shift 2
-	if ! "${CLIENT_CPU[@]}" "$P2P_BIN" --host "$HOST" --json "$@" >"$out" 2>"$err"; then
-		cat "$err" >&2
+	if ! client_run "$out" "$@"; then
+		cat "${out%.json}.err" >&2
 		node_log_tail
 		die "pc-p2p-bench $label failed"
 	fi
@@ -147,18 +153,17 @@ p2p_bench() {
 
 # baseline_run LABEL OUT ARG...: the same for a baseline (memcached, redis,
 # the tcp sink), whose failure is theirs, not the node's: the run is kept
-# as {"failed": why} in OUT, the bench goes on, and the summary leaves the
-# pairs with a failed run out (and says how many).
+# as {"failed": why} in OUT, the bench goes on (status 1), and the summary
+# leaves the pairs with a failed run out (and says how many).
 baseline_run() {
 	local label=$1 out=$2
-	local err=${out%.json}.err
 	shift 2
-	if ! "${CLIENT_CPU[@]}" "$P2P_BIN" --host "$HOST" --json "$@" >"$out" 2>"$err"; then
-		log "WARNING: $label failed (a baseline; left out of the ratios): $(tail -c 300 "$err" | tr '\n' ' ')"
-		"$PY" -c 'import json, sys; print(json.dumps({"failed": sys.argv[1]}))' \
-			"$(tail -c 300 "$err")" >"$out"
-		return 1
-	fi
+	client_run "$out" "$@" && return 0
+	local why
+	why=$(tail -c 300 "${out%.json}.err")
+	log "WARNING: $label failed (a baseline; left out of the ratios): ${why//$'\n'/ }"
+	"$PY" -c 'import json, sys; print(json.dumps({"failed": sys.argv[1]}))' "$why" >"$out"
+	return 1
 }
 
 # target_args TARGET: the arguments that point pc-p2p-bench at TARGET.
@@ -284,10 +289,19 @@ def ratio(xs, ys):
          if "failed" not in x and "failed" not in y]
     return spread(r) if r else None
 
-def ok_runs(rs):
-    return [x for x in rs if "failed" not in x]
-
 failed_runs = []
+
+def medians(runs, fields, what):
+    """Medians of `fields` over the runs that did not fail (None when all
+    did); failed runs are counted in the result and listed in failed_runs
+    under `what`."""
+    ok = [x for x in runs if "failed" not in x]
+    m = {k: med(ok, k) if ok else None for k in fields}
+    if len(ok) < len(runs):
+        why = next(x["failed"] for x in runs if "failed" in x)
+        m["failed_runs"] = len(runs) - len(ok)
+        failed_runs.append(f"{what}: {len(runs) - len(ok)} of {len(runs)} ({why[-120:]})")
+    return m
 
 def size_name(n):
     return f"{n >> 20}m" if n % (1 << 20) == 0 else f"{n >> 10}k" if n % 1024 == 0 else str(n)
@@ -300,13 +314,7 @@ for n in sizes:
         raw.append({"value_bytes": n, "threads": t, **rs})
         s = {"value_bytes": n, "threads": t, "keys": keys_of[n]}
         for g in TARGETS:
-            ok = ok_runs(rs[g])
-            s[g] = {k: med(ok, k) if ok else None for k in FIELDS}
-            if len(ok) < len(rs[g]):
-                s[g]["failed_runs"] = len(rs[g]) - len(ok)
-                failed_runs.append(f"{g} at {size_name(n)}, {t} thread(s): "
-                                   f"{len(rs[g]) - len(ok)} of {len(rs[g])} "
-                                   f"({rs[g][[i for i, x in enumerate(rs[g]) if 'failed' in x][0]]['failed'][-120:]})")
+            s[g] = medians(rs[g], FIELDS, f"{g} at {size_name(n)}, {t} thread(s)")
         for a, b in RATIOS:
             s[f"ratio_{a}_over_{b}"] = ratio(rs[a], rs[b])
         summary.append(s)
@@ -318,11 +326,8 @@ for t in dir_threads:
     raw.append({"dir": True, "threads": t, **rs})
     d = {"threads": t}
     for g in ("dir", "redis"):
-        ok = ok_runs(rs[g])
-        d[g] = {k: med(ok, k) if ok else None for k in ("items_per_s", "p50_us", "p99_us")}
-        if len(ok) < len(rs[g]):
-            failed_runs.append(f"{g} (lookups), {t} thread(s): {len(rs[g]) - len(ok)} "
-                               f"of {len(rs[g])}")
+        d[g] = medians(rs[g], ("items_per_s", "p50_us", "p99_us"),
+                       f"{g} (lookups), {t} thread(s)")
     d["ratio_dir_over_redis"] = ratio(rs["dir"], rs["redis"])
     dir_summary.append(d)
 
