@@ -124,6 +124,7 @@ static struct {
 	uint64_t last_sweep_ns;
 	bool leaving;
 	bool stop_posted;                /* main / reactor 0 */
+	struct rx_msg stop_msg;          /* leave_start's: needs no memory */
 	unsigned leave_calls;
 	pthread_mutex_t start_lock;
 	pthread_cond_t start_cond;
@@ -1303,13 +1304,23 @@ static int d_start(struct rx_reactor *r, struct pc_ctx *ctx)
 	return ret;
 }
 
+/* Once: the thread's stop must arrive even when allocations fail, or fini
+ * would wait for the thread forever. */
+static void post_leave(void)
+{
+	if (!g.thread_on || g.stop_posted)
+		return;
+	g.stop_posted = true;
+	rx_post_msg(g.r, &g.stop_msg, leave_start, NULL);
+}
+
 static void d_stop(struct rx_reactor *r, struct pc_ctx *ctx)
 {
 	(void)ctx;
 	if (g.etcd && rx_reactor_id(r) == 0)
 		disc_etcd_stop();
-	if (rx_reactor_id(r) == 0 && g.thread_on && !g.stop_posted)
-		g.stop_posted = rx_post(g.r, leave_start, NULL) == 0;
+	if (rx_reactor_id(r) == 0)
+		post_leave();
 }
 
 static void d_fini(struct pc_ctx *ctx)
@@ -1317,8 +1328,7 @@ static void d_fini(struct pc_ctx *ctx)
 	(void)ctx;
 	if (g.etcd)
 		disc_etcd_fini();
-	if (g.thread_on && !g.stop_posted)
-		g.stop_posted = rx_post(g.r, leave_start, NULL) == 0;
+	post_leave();
 	if (g.thread_on)
 		pthread_join(g.thread, NULL);
 	rpc_server_free(g.srv);

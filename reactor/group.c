@@ -4,7 +4,8 @@
  * Owns: struct rx_group and the thread per reactor. Threading: the group lock
  * guards the start handshake and each thread's "alive" flag; a stop request
  * posts to a reactor only while its thread is alive, so a post never reaches
- * a freed reactor. All signals a process cares about are blocked in reactor
+ * a freed reactor, and posts each thread's own stop message (no allocation,
+ * so a stop cannot fail). All signals a process cares about are blocked in reactor
  * threads (they inherit the mask from the starter), so only main sees them.
  */
 #include <errno.h>
@@ -29,6 +30,8 @@ struct rx_thread {
 	bool created;
 	bool alive;             /* reactor exists and may receive posts */
 	bool reported;          /* start result reported */
+	bool stop_posted;       /* stop_msg queued (posted once, never freed) */
+	struct rx_msg stop;
 	int start_err;
 	int run_err;
 	struct rx_reactor *r;
@@ -187,8 +190,12 @@ void rx_group_stop(struct rx_group *g)
 	pthread_mutex_lock(&g->lock);
 	for (unsigned i = 0; i < g->n; i++) {
 		struct rx_thread *t = &g->th[i];
-		if (t->alive && rx_post(t->r, stop_msg, g) < 0)
-			PC_LOGE(LOG_MOD, "cannot post stop to reactor %u", i);
+		/* The thread's own message: a stop needs no memory, so it
+		 * reaches every reactor even when allocations fail. */
+		if (t->alive && !t->stop_posted) {
+			t->stop_posted = true;
+			rx_post_msg(t->r, &t->stop, stop_msg, g);
+		}
 	}
 	pthread_mutex_unlock(&g->lock);
 }

@@ -77,9 +77,11 @@ static void msg_run_list(struct rx_reactor *r, struct rx_msg *m)
 {
 	while (m) {
 		struct rx_msg *next = m->next;
+		bool heap = m->heap;
 		RX_STAT_INC(r->st.msgs);
-		m->fn(r, m->arg);
-		free(m);
+		m->fn(r, m->arg); /* may free a poster's own m */
+		if (heap)
+			free(m);
 		m = next;
 	}
 }
@@ -97,16 +99,9 @@ static void msg_on_cqe(struct rx_reactor *r, struct rx_op *op,
 	msg_run_list(r, msg_take_all(r));
 }
 
-int rx_post(struct rx_reactor *target, void (*fn)(struct rx_reactor *r,
-						  void *arg),
-	    void *arg)
+static void msg_enqueue(struct rx_reactor *target, struct rx_msg *m)
 {
-	struct rx_msg *m = malloc(sizeof(*m));
-	if (!m)
-		return -ENOMEM;
 	m->next = NULL;
-	m->fn = fn;
-	m->arg = arg;
 	pthread_mutex_lock(&target->msg_lock);
 	bool was_empty = target->msg_head == NULL;
 	if (target->msg_tail)
@@ -121,7 +116,29 @@ int rx_post(struct rx_reactor *target, void (*fn)(struct rx_reactor *r,
 		ssize_t w = write(target->efd, &one, sizeof(one));
 		(void)w;
 	}
+}
+
+int rx_post(struct rx_reactor *target, void (*fn)(struct rx_reactor *r,
+						  void *arg),
+	    void *arg)
+{
+	struct rx_msg *m = malloc(sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+	m->fn = fn;
+	m->arg = arg;
+	m->heap = true;
+	msg_enqueue(target, m);
 	return 0;
+}
+
+void rx_post_msg(struct rx_reactor *target, struct rx_msg *m,
+		 void (*fn)(struct rx_reactor *r, void *arg), void *arg)
+{
+	m->fn = fn;
+	m->arg = arg;
+	m->heap = false;
+	msg_enqueue(target, m);
 }
 
 /* --------------------------------------------------------------- test hooks */

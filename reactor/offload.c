@@ -28,7 +28,6 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <string.h>
-#include <time.h>
 
 #include "common/log.h"
 #include "reactor/rx_internal.h"
@@ -70,12 +69,9 @@ static void *offload_main(void *arg)
 			l->tail = NULL;
 		pthread_mutex_unlock(&l->lock);
 		o->work(o);
-		/* The reactor waits for this done (its offload count): a post
-		 * that cannot allocate is retried, never dropped. */
-		while (rx_post(o->r_, offload_back, o) < 0) {
-			struct timespec ms = {0, 1000000};
-			nanosleep(&ms, NULL);
-		}
+		/* The reactor waits for this done (its offload count): the
+		 * way back is o's own message, so it cannot fail. */
+		rx_post_msg(o->r_, &o->back_, offload_back, o);
 		pthread_mutex_lock(&l->lock);
 	}
 	return NULL;

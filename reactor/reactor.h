@@ -137,6 +137,22 @@ int rx_post(struct rx_reactor *target, void (*fn)(struct rx_reactor *r,
 						  void *arg),
 	    void *arg);
 
+/*
+ * A message its poster owns (embed it where it lives): rx_post_msg() needs
+ * no memory, so it cannot fail, for the posts that must not (a stop asked
+ * for while allocations fail). fn(target, arg) runs once and the reactor
+ * never touches m after it starts fn, so fn may free m. Post m again only
+ * after fn has run.
+ */
+struct rx_msg {
+	struct rx_msg *next;
+	void (*fn)(struct rx_reactor *r, void *arg);
+	void *arg;
+	bool heap;              /* rx_post()'s own: freed after fn */
+};
+void rx_post_msg(struct rx_reactor *target, struct rx_msg *m,
+		 void (*fn)(struct rx_reactor *r, void *arg), void *arg);
+
 /* ------------------------------------------------------------------ offloads */
 
 /*
@@ -157,6 +173,7 @@ struct rx_offload {
 	unsigned lane;           /* enum rx_lane; 0 = RX_LANE_SYSCALL */
 	struct rx_reactor *r_;   /* private */
 	struct rx_offload *next_;
+	struct rx_msg back_;     /* private: the way back, needs no memory */
 };
 
 /* Queue o. Own thread only. 0, or -ESHUTDOWN (the reactor is being

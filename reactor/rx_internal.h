@@ -176,12 +176,6 @@ struct rx_watch {
 	struct rx_watch *prev, *next;
 };
 
-struct rx_msg {
-	struct rx_msg *next;
-	void (*fn)(struct rx_reactor *r, void *arg);
-	void *arg;
-};
-
 struct rx_stop_hook {
 	struct rx_stop_hook *next;
 	void (*fn)(struct rx_reactor *r, void *arg);
