@@ -147,8 +147,10 @@ static int rpc_init(struct pc_ctx *ctx)
 	g.tcp = calloc(ctx->threads, sizeof(*g.tcp));
 	g.labels = calloc(ctx->threads, sizeof(*g.labels));
 	if (!g.tcp || !g.labels ||
-	    pc_spread_init(&g.spread_tcp, ctx, tcp_load, serve_tcp) < 0 ||
-	    pc_spread_init(&g.spread_unix, ctx, unix_load, serve_unix) < 0) {
+	    pc_spread_init(&g.spread_tcp, ctx, PC_SPREAD_LEAD, tcp_load,
+			   serve_tcp) < 0 ||
+	    pc_spread_init(&g.spread_unix, ctx, PC_SPREAD_ALONE, unix_load,
+			   serve_unix) < 0) {
 		free(g.tcp);
 		free(g.labels);
 		pc_spread_fini(&g.spread_tcp);

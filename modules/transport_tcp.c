@@ -642,6 +642,12 @@ static void on_accept(struct rx_listener *l, int fd, void *arg)
 
 /* ---------------------------------------------------------------- lifecycle */
 
+static double paired_count(void *arg)
+{
+	(void)arg;
+	return (double)__atomic_load_n(&g.spread.paired, __ATOMIC_RELAXED);
+}
+
 static double budget_in_used(void *arg)
 {
 	(void)arg;
@@ -938,8 +944,15 @@ static int t_init(struct pc_ctx *ctx)
 				 "peercache_transport_refused_total",
 				 "data requests refused (range, rkey, access, "
 				 "auth)", NULL);
-	if (pc_spread_init(&g.spread, ctx, d_load, d_accept) < 0)
+	/* A client's data connection joins its RPC connection's reactor
+	 * (modules/spread.h, "Pairing"). */
+	if (pc_spread_init(&g.spread, ctx, PC_SPREAD_FOLLOW, d_load,
+			   d_accept) < 0)
 		return -ENOMEM;
+	met_register_counter_fn("peercache_transport_paired_connections_total",
+				"data-port connections served on the reactor "
+				"of their client's RPC connection", NULL,
+				paired_count, NULL);
 	return server_guards_init(s, ctx->threads);
 }
 
