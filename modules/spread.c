@@ -126,7 +126,8 @@ static int pair_note_take(const struct pc_ctx *ctx, int fd, unsigned n)
 		struct pair_note *c = &pairs.note[i];
 		if (!c->open || c->ctx != ctx || c->reactor >= n)
 			continue;
-		if (now - c->at_ns > PC_SPREAD_PAIR_NS) {
+		/* at_ns may be a little after now: noted meanwhile */
+		if (now > c->at_ns && now - c->at_ns > PC_SPREAD_PAIR_NS) {
 			c->open = false;
 			continue;
 		}
