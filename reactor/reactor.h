@@ -140,9 +140,9 @@ int rx_post(struct rx_reactor *target, void (*fn)(struct rx_reactor *r,
 /*
  * A message its poster owns (embed it where it lives): rx_post_msg() needs
  * no memory, so it cannot fail, for the posts that must not (a stop asked
- * for while allocations fail). fn(target, arg) runs once and the reactor
- * never touches m after it starts fn, so fn may free m. Post m again only
- * after fn has run.
+ * for while allocations fail). fn(target, arg) runs once; the reactor
+ * reads m only before fn starts, so from then on m may be freed or posted
+ * again (an offload's done re-queues it), never while it is still queued.
  */
 struct rx_msg {
 	struct rx_msg *next;
