@@ -19,12 +19,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "common/log.h"
 #include "common/util.h"
 #include "modules/spread.h"
 #include "reactor/group.h"
 
-#define LOG_MOD "spread"
 #define PAIR_NOTES 128
 
 /* Where the lead placed one client: its address, the fd it was accepted
@@ -159,7 +157,6 @@ int pc_spread_init(struct pc_spread *sp, struct pc_ctx *ctx,
 		   void (*serve)(struct rx_reactor *r, int fd))
 {
 	sp->pair = pair;
-	sp->ctx = ctx;
 	sp->paired = 0;
 	sp->load = load;
 	sp->serve = serve;

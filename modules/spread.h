@@ -47,7 +47,6 @@ enum pc_spread_pair {
 
 struct pc_spread {
 	enum pc_spread_pair pair;
-	struct pc_ctx *ctx; /* pairs are made within one node */
 	/* Connections of this kind that reactor i serves now (a gauge). */
 	uint64_t (*load)(unsigned i);
 	/* Serve fd on r (r's thread); r is stopping: close fd instead. */
