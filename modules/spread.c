@@ -108,17 +108,12 @@ static void pair_note_add(struct pair_note *n, unsigned reactor)
 	pthread_mutex_unlock(&pairs.lock);
 }
 
-/* The reactor of the oldest open, live, recent note of fd's host in ctx
- * (the note is closed), or -1. */
-static int pair_note_take(const struct pc_ctx *ctx, int fd, unsigned n)
+/* The oldest open, recent note of peer's host in ctx, or NULL (notes past
+ * their time are closed on the way). Under the notes' lock. */
+static struct pair_note *pair_note_oldest(const struct pc_ctx *ctx,
+					  const struct sockaddr_storage *peer,
+					  unsigned n, uint64_t now)
 {
-	struct sockaddr_storage peer;
-	socklen_t len = sizeof(peer);
-	if (getpeername(fd, (struct sockaddr *)&peer, &len) < 0)
-		return -1;
-	uint64_t now = pc_now_ns();
-	int ret = -1;
-	pthread_mutex_lock(&pairs.lock);
 	struct pair_note *best = NULL;
 	for (unsigned i = 0; i < PAIR_NOTES; i++) {
 		struct pair_note *c = &pairs.note[i];
@@ -129,18 +124,36 @@ static int pair_note_take(const struct pc_ctx *ctx, int fd, unsigned n)
 			c->open = false;
 			continue;
 		}
-		if (!same_host(&c->peer, &peer))
-			continue;
-		if (!note_live(c)) {
-			c->open = false;
-			continue;
-		}
-		if (!best || c->at_ns < best->at_ns)
+		if (same_host(&c->peer, peer) && (!best || c->at_ns < best->at_ns))
 			best = c;
 	}
-	if (best) {
-		best->open = false;
-		ret = (int)best->reactor;
+	return best;
+}
+
+/* The reactor of the oldest open, live, recent note of fd's host in ctx
+ * (the note is closed), or -1. Only the oldest candidate's liveness is
+ * checked (two system calls); a dead one is closed and the next oldest
+ * tried, so each note is found dead at most once and a host that holds
+ * many RPC connections open costs one check per data connection, not one
+ * per note. *checks counts them. */
+static int pair_note_take(const struct pc_ctx *ctx, int fd, unsigned n,
+			  uint64_t *checks)
+{
+	struct sockaddr_storage peer;
+	socklen_t len = sizeof(peer);
+	if (getpeername(fd, (struct sockaddr *)&peer, &len) < 0)
+		return -1;
+	uint64_t now = pc_now_ns();
+	int ret = -1;
+	pthread_mutex_lock(&pairs.lock);
+	struct pair_note *c;
+	while ((c = pair_note_oldest(ctx, &peer, n, now))) {
+		c->open = false;
+		__atomic_add_fetch(checks, 1, __ATOMIC_RELAXED);
+		if (note_live(c)) {
+			ret = (int)c->reactor;
+			break;
+		}
 	}
 	pthread_mutex_unlock(&pairs.lock);
 	return ret;
@@ -158,6 +171,7 @@ int pc_spread_init(struct pc_spread *sp, struct pc_ctx *ctx,
 {
 	sp->pair = pair;
 	sp->paired = 0;
+	sp->checks = 0;
 	sp->load = load;
 	sp->serve = serve;
 	sp->handing = calloc(ctx->threads ? ctx->threads : 1,
@@ -212,7 +226,8 @@ void pc_spread_accept(struct pc_spread *sp, struct pc_ctx *ctx,
 		      pair_note_make(&note, ctx, fd);
 	if (grp) {
 		int p = sp->pair == PC_SPREAD_FOLLOW
-				? pair_note_take(ctx, fd, ctx->threads)
+				? pair_note_take(ctx, fd, ctx->threads,
+						 &sp->checks)
 				: -1;
 		if (p >= 0)
 			__atomic_add_fetch(&sp->paired, 1, __ATOMIC_RELAXED);

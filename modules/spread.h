@@ -26,6 +26,9 @@
  * reactor of the oldest unpaired RPC client of the same address (the
  * host, not the port) that is still connected and at most
  * PC_SPREAD_PAIR_NS old; with none, to the least-loaded reactor as above.
+ * Only the oldest candidate is checked for liveness (a dead one is closed
+ * and the next tried), so a data connection costs one check however many
+ * RPC connections its host holds open.
  * A wrong pair costs what independent placement costs, nothing more.
  */
 #ifndef PC_MODULES_SPREAD_H
@@ -54,6 +57,7 @@ struct pc_spread {
 	uint64_t *handing; /* per reactor, atomic: handed, not yet served */
 	unsigned next;     /* atomic: where ties start */
 	uint64_t paired;   /* atomic: followers placed by a lead's note */
+	uint64_t checks;   /* atomic: notes checked for liveness (2 syscalls) */
 };
 
 /* Set up sp for ctx->threads reactors: 0 or -ENOMEM. */

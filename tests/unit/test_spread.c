@@ -124,6 +124,8 @@ Test(spread, a_clients_data_connection_follows_its_rpc_connection)
 	cr_assert_eq(place(&t.data, d1), r1,
 		     "data went elsewhere than its RPC connection (or paired "
 		     "with the closed one)");
+	/* the closed client's note, found dead, then the live one */
+	cr_assert_eq(__atomic_load_n(&t.data.checks, __ATOMIC_RELAXED), 2);
 	int c2 = client("127.0.0.1", &s2);
 	unsigned r2 = place(&t.rpc, s2);
 	int e2 = client("127.0.0.1", &d2);
@@ -134,6 +136,8 @@ Test(spread, a_clients_data_connection_follows_its_rpc_connection)
 	int e3 = client("127.0.0.1", &d3);
 	place(&t.data, d3);
 	cr_assert_eq(__atomic_load_n(&t.data.paired, __ATOMIC_RELAXED), 2);
+	cr_assert_eq(__atomic_load_n(&t.data.checks, __ATOMIC_RELAXED), 3,
+		     "a dead note is checked once, taken notes never again");
 	int fds[] = {c1, c2, e1, e2, e3, s0, s1, s2, d1, d2, d3};
 	for (unsigned i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
 		close(fds[i]);
@@ -156,6 +160,42 @@ Test(spread, a_data_connection_from_another_host_is_not_paired)
 	cr_assert_eq(place(&t.data, d1), r0, "the oldest open note");
 	cr_assert_eq(__atomic_load_n(&t.data.paired, __ATOMIC_RELAXED), 1);
 	int fds[] = {c0, c1, ex, e1, s0, s1, dx, d1};
+	for (unsigned i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
+		close(fds[i]);
+}
+
+/* A host that holds many RPC connections open (idle, or hostile) costs a
+ * data connection one liveness check, of the oldest note, not one per note
+ * (two system calls each, under the notes' lock, on the accepting reactor). */
+Test(spread, a_data_connection_checks_one_note_however_many_are_open)
+{
+	enum { N = 60 };
+	int c[N], s[N];
+	unsigned r[N];
+	for (unsigned i = 0; i < N; i++) {
+		c[i] = client("127.0.0.1", &s[i]);
+		r[i] = place(&t.rpc, s[i]);
+	}
+	int d0, d1;
+	int e0 = client("127.0.0.1", &d0);
+	cr_assert_eq(place(&t.data, d0), r[0], "the oldest open note");
+	cr_assert_eq(__atomic_load_n(&t.data.checks, __ATOMIC_RELAXED), 1,
+		     "checked %lu notes for one data connection",
+		     (unsigned long)__atomic_load_n(&t.data.checks,
+						    __ATOMIC_RELAXED));
+	/* The next oldest's client has gone: one dead check, then the next. */
+	close(c[1]);
+	cr_assert_neq(r[1], r[2], "least loaded");
+	int e1 = client("127.0.0.1", &d1);
+	cr_assert_eq(place(&t.data, d1), r[2]);
+	cr_assert_eq(__atomic_load_n(&t.data.checks, __ATOMIC_RELAXED), 3);
+	cr_assert_eq(__atomic_load_n(&t.data.paired, __ATOMIC_RELAXED), 2);
+	for (unsigned i = 0; i < N; i++) {
+		if (i != 1)
+			close(c[i]);
+		close(s[i]);
+	}
+	int fds[] = {e0, e1, d0, d1};
 	for (unsigned i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
 		close(fds[i]);
 }
