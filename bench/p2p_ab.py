@@ -7,7 +7,8 @@ the same working set in each with pc-p2p-bench, then per reader count runs
 ROUNDS rounds of one pc-p2p-bench run per target in rotating order
 (memcached, then the nodes). Prints each run's GB/s and the paired ratios
 (run i over run i), min / median / max: every node over memcached, and
-every node over the first one. Stops everything it started, by PID.
+every node over the first one. --no-lookup-too adds each node without its
+per-batch dir.get (the reads alone) as a further target. Stops everything it started, by PID.
 
   bench/p2p_ab.py --node before=/tmp/old/build/server/peercached \\
                   --node after=build/server/peercached --size 64k --threads "1 2 4 8"
@@ -46,6 +47,9 @@ def main():
     ap.add_argument("--threads", default="2", help='reader counts (default "2")')
     ap.add_argument("--rounds", type=int, default=6, help="rounds per reader count (default 6)")
     ap.add_argument("--duration", default="2", help="seconds per run (default 2)")
+    ap.add_argument("--no-lookup-too", action="store_true",
+                    help="also run each node with --no-lookup (records cached: the reads alone, "
+                         "as a get after exists runs), as NAME-nolookup")
     ap.add_argument("--client", default=os.path.join(build, "bench", "pc-p2p-bench"))
     a = ap.parse_args()
     nodes = []
@@ -99,8 +103,11 @@ def main():
         time.sleep(0.5)
         targets = [("memcached", ["--target", "memcached", "--port", str(mport)])]
         targets += [(n, ["--target", "p2p", "--port", str(p)]) for (n, _), p in zip(nodes, ports)]
-        for _, t in targets:
+        for _, t in list(targets):
             run(t + ["--setup-only"])
+        if a.no_lookup_too:
+            targets += [(n + "-nolookup", ["--target", "p2p", "--port", str(p), "--no-lookup"])
+                        for (n, _), p in zip(nodes, ports)]
         base = nodes[0][0]
         for t in a.threads.split():
             gbs = {n: [] for n, _ in targets}
@@ -113,7 +120,7 @@ def main():
             print("size %s, %s reader(s), %d rounds of %s s" % (a.size, t, a.rounds, a.duration))
             for n, _ in targets:
                 print("  %-12s GB/s %s" % (n, " ".join("%.2f" % x for x in gbs[n])))
-            for n, _ in nodes:
+            for n, _ in targets[1:]:
                 for other in ["memcached"] + ([base] if n != base else []):
                     rs = [x / y for x, y in zip(gbs[n], gbs[other])]
                     print("  %s / %s: %.2f / %.2f / %.2f" % (

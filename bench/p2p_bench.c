@@ -132,19 +132,38 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
+/* One node.health call on c: the node has accepted and placed the
+ * connection once it answers. */
+static int worker_ping(struct worker *w, struct wire_conn *c)
+{
+	struct wire_rd r;
+	uint32_t id = ++w->msgid;
+	wire_rpc_begin(&w->req, id, "node.health");
+	wire_mp_array(&w->req, 0);
+	int ret = wire_send(c, w->req.p, w->req.len);
+	return ret < 0 ? ret : wire_rpc_reply(c, "node.health", id, &r);
+}
+
 /* Opens the worker's connections: after every worker's buffers are
  * touched (up to DST_BYTES_MAX of them, seconds on a loaded machine), so
  * that no connection sits idle past the node's rpc_handshake_timeout
- * before its first request. */
+ * before its first request. p2p: each RPC connection is answered once
+ * before the data connections open, as a node's own reads go (a lookup,
+ * then the reads): the node pairs a data connection with the oldest open
+ * RPC connection of its host (modules/spread.h), and an RPC connection
+ * still waiting in another reactor's accept queue has not been noted. */
 static int worker_connect(struct worker *w)
 {
 	const struct bench *b = w->b;
 	const struct opts *o = &b->o;
 	int ret = 0;
 	if (o->target == T_P2P || o->target == T_DIR) {
-		for (unsigned m = 0; m < b->nmembers && ret == 0; m++)
+		for (unsigned m = 0; m < b->nmembers && ret == 0; m++) {
 			ret = wire_conn_open(&w->rpc[m], "rpc", b->members[m].host,
 					     b->members[m].port, o->timeout_ms);
+			if (ret == 0 && o->target == T_P2P)
+				ret = worker_ping(w, &w->rpc[m]);
+		}
 		for (unsigned p = 0; p < b->npeers && ret == 0 && o->target == T_P2P; p++)
 			ret = wire_conn_open(&w->data[p], "data", b->peers[p].host,
 					     b->peers[p].port, o->timeout_ms);
