@@ -8,7 +8,8 @@ ROUNDS rounds of one pc-p2p-bench run per target in rotating order
 (memcached, then the nodes). Prints each run's GB/s and the paired ratios
 (run i over run i), min / median / max: every node over memcached, and
 every node over the first one. --no-lookup-too adds each node without its
-per-batch dir.get (the reads alone) as a further target. Stops everything it started, by PID.
+per-batch dir.get (the reads alone) as a further target. Stops everything
+it started, by PID.
 
   bench/p2p_ab.py --node before=/tmp/old/build/server/peercached \\
                   --node after=build/server/peercached --size 64k --threads "1 2 4 8"
