@@ -18,9 +18,11 @@ the nodes copied per page: 1 page per set and per local get, 0 for a remote
 get, whose bytes land straight in the host pool (peercache_bytes_landed).
 
 STALL_CPU=1 runs node B with reactor_stall_cpu_clock on and counts the
-reactor callbacks over 1 ms of CPU it ran during the remote gets (a check of
-the checksums done inline for a whole batch); off by default, because the
-clock costs two system calls per callback.
+reactor callbacks over 1 ms of CPU it ran during the remote gets (each
+page's checksum is checked as the page lands); off by default, because the
+clock costs two system calls per callback. NODE_B_ARGS adds arguments to
+node B, the remote reader (e.g. "--page-checksums false", to see what
+verifying the pages costs).
 
 Prints a markdown table (GB/s medians, ratios paired per round with
 min/median/max) on stdout; progress on stderr; every round plus the summary
@@ -212,7 +214,8 @@ def main():
     pool = "%dmb" % max(1024, 2 * per_round >> 20)
     a = node("a", "--rpc-port", str(pa_port), "--peers", peers, "--pool-size", pool)
     b = node("b", "--rpc-port", str(pb_port), "--peers", peers, "--pool-size", "256mb",
-             *(["--reactor-stall-cpu-clock", "true"] if STALL_CPU else []))
+             *(["--reactor-stall-cpu-clock", "true"] if STALL_CPU else []),
+             *env.get("NODE_B_ARGS", "").split())
     c = node("c", "--rpc-port", "0", "--pool-size", "1536mb")
     results = {}
     for size in SIZES:

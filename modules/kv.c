@@ -25,7 +25,9 @@
  *          network; otherwise a placement lookup, then one read straight
  *          into the destination. Every remotely read page is validated (key
  *          hash, generation, length, checksum unless page_checksums=false)
- *          and a page that fails is a miss, counted. A record of a page on
+ *          as soon as its bytes landed (fetch_landed, the transport's
+ *          per-read hook: while they are still in cache), and a page that
+ *          fails is a miss, counted. A record of a page on
  *          another node's disk (non-resident) is first promoted by its
  *          producer (the tier's promote_remote); the reads wait for the
  *          fresh locations, within the call's deadline.
@@ -544,6 +546,17 @@ struct fetch_pr {
 	bool promoted; /* the producer promoted it: read, a disk hit */
 };
 
+/* A remote page checked as its bytes landed (fetch_landed), while they
+ * were still in this CPU's caches: a page's checksum over memory that
+ * has left them costs several times as much (up to a fifth of a remote
+ * get's time at 256 KiB pages, bench/README.md "SGLang shim"). */
+struct fetch_check {
+	struct fetch *f;
+	unsigned k;   /* the read */
+	int res;      /* pool_hdr_check_split's */
+	bool have;
+};
+
 struct fetch {
 	struct rx_reactor *r;
 	unsigned n;
@@ -570,6 +583,8 @@ struct fetch {
 	unsigned ncached;    /* records [0, ncached) came from the read cache */
 	bool again;          /* the lookup of cached records that failed */
 	struct tp_read *reads;
+	struct fetch_check *checks; /* per read: its page's check, when done
+				     * as it landed */
 	unsigned *readr;     /* read -> record */
 	unsigned nreads;
 	struct fetch_pr *pr; /* record -> its remote promotion */
@@ -607,6 +622,7 @@ static struct fetch *fetch_layout(struct pc_arena *a, const struct kv_item *it,
 	const char **lk = pc_arena_take(a, n * sizeof(*lk));
 	size_t *ll = pc_arena_take(a, n * sizeof(*ll));
 	struct tp_read *reads = pc_arena_take(a, n * sizeof(*reads));
+	struct fetch_check *checks = pc_arena_take(a, n * sizeof(*checks));
 	unsigned *readr = pc_arena_take(a, n * sizeof(*readr));
 	struct fetch_pr *pr = pc_arena_take(a, n * sizeof(*pr));
 	if (f)
@@ -614,7 +630,8 @@ static struct fetch *fetch_layout(struct pc_arena *a, const struct kv_item *it,
 				    .len = len, .ok = ok, .loc = loc,
 				    .refs = refs, .src = src, .hdr = hdr,
 				    .recs = recs, .ridx = ridx, .lk = lk,
-				    .ll = ll, .reads = reads, .readr = readr,
+				    .ll = ll, .reads = reads,
+				    .checks = checks, .readr = readr,
 				    .pr = pr};
 	return f;
 }
@@ -714,6 +731,27 @@ static int guarded_sum(const void *p, size_t n, uint64_t *out)
 
 static void fetch_lookup(struct fetch *f);
 
+/* Read k's page against its record: header, and checksum when on. */
+static int fetch_check_page(struct fetch *f, unsigned k, const void *dst)
+{
+	unsigned ri = f->readr[k];
+	const struct dir_rec *r = &f->recs[ri];
+	unsigned i = f->ridx[ri];
+	uint64_t hi, lo;
+	pool_key_hash(f->ks.k[i], f->ks.len[i], &hi, &lo);
+	return pool_hdr_check_split(f->hdr[i], dst, r->len, hi, lo, r->gen,
+				    r->len, g.checksums,
+				    f->client_mem ? guarded_sum : NULL);
+}
+
+/* tp_read.landed: read k's bytes are all here, likely still in cache. */
+static void fetch_landed(void *arg, const struct tp_read *rd)
+{
+	struct fetch_check *c = arg;
+	c->res = fetch_check_page(c->f, c->k, rd->dst);
+	c->have = true;
+}
+
 static void fetch_read_done(void *arg, struct tp_read *reads, unsigned n)
 {
 	struct fetch *f = arg;
@@ -726,14 +764,11 @@ static void fetch_read_done(void *arg, struct tp_read *reads, unsigned n)
 		struct dir_rec *r = &f->recs[ri];
 		unsigned i = f->ridx[ri];
 		int bad = reads[j].res;
-		if (!bad) {
-			uint64_t hi, lo;
-			pool_key_hash(f->ks.k[i], f->ks.len[i], &hi, &lo);
-			bad = pool_hdr_check_split(
-				f->hdr[i], reads[j].dst, r->len, hi, lo, r->gen,
-				r->len, g.checksums,
-				f->client_mem ? guarded_sum : NULL);
-		}
+		if (!bad) /* checked as it landed (every transport runs the
+			   * hook of a read that succeeded); else now */
+			bad = f->checks[j].have
+				      ? f->checks[j].res
+				      : fetch_check_page(f, j, reads[j].dst);
 		if (bad) {
 			bool cached = ri < f->ncached;
 			if (cached)
@@ -850,6 +885,10 @@ static void fetch_reads(struct fetch *f)
 		rd->hdr_len = POOL_HDR_BYTES;
 		rd->dst = f->at[i]; /* the payload lands here: no copy */
 		rd->node = r->node; /* f->recs outlive the batch */
+		f->checks[k] = (struct fetch_check){.f = f, .k = k};
+		rd->landed = fetch_landed;
+		rd->landed_arg = &f->checks[k];
+		rd->landed_ran = false;
 	}
 	f->read_ms = (unsigned)PC_MIN(left_ms, (uint64_t)g.read_timeout_ms);
 	if (f->nreads == 0 || f->refused ||

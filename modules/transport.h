@@ -119,6 +119,20 @@ struct tp_read {
 	 * (then got <= len) rather than the whole range (got == len). */
 	uint32_t got;
 	bool narrowed;
+	/*
+	 * Optional (NULL: none): landed(landed_arg, rd) runs on the reactor
+	 * once this read's bytes are all in hdr and dst (res 0, got set),
+	 * before the batch's done, so the caller can use them while they are
+	 * likely still in this CPU's caches (kv checks a page's checksum
+	 * there). A transport that lands bytes without telling the CPU (RDMA)
+	 * or keeps no per-read state runs it from the batch's delivery, just
+	 * before done. Never for a read that failed; never twice (landed_ran,
+	 * the transport's to set). rd may be a transport's copy of the
+	 * caller's read: use landed_arg to find the caller's state.
+	 */
+	void (*landed)(void *landed_arg, const struct tp_read *rd);
+	void *landed_arg;
+	bool landed_ran;
 };
 
 /* One write of a batch: len bytes (hdr_len from hdr, the rest from src)
@@ -338,6 +352,7 @@ struct tp_io {
 	const uint8_t *sel;
 	uint32_t *got;
 	bool *narrowed;
+	struct tp_read *rd;      /* reads: the read itself (its landed hook) */
 };
 
 /* Fill b (zeroed by the caller) and put it first on *list. */
@@ -347,7 +362,10 @@ void tp_bcore_link(struct tp_bcore *b, struct tp_bcore **list, bool write,
 /* Operation i of b, with its res reset to 0 (and a read's got to its len,
  * narrowed to false). */
 void tp_bcore_io(struct tp_bcore *b, unsigned i, struct tp_io *io);
-/* Stop the timer, leave *list and run done (once). b is not freed. */
+/* A read's bytes have all landed (res 0): run its landed hook, once. */
+void tp_read_landed(struct tp_read *rd);
+/* Stop the timer, leave *list, run the landed hooks of the reads that
+ * succeeded and have not run theirs, and run done (once). b is not freed. */
 void tp_bcore_deliver(struct tp_bcore *b, struct tp_bcore **list,
 		      struct rx_reactor *r);
 /* The res an operation that failed with err reports: -ECANCELED once the

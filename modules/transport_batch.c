@@ -36,18 +36,27 @@ void tp_bcore_io(struct tp_bcore *b, unsigned i, struct tp_io *io)
 				     w->len, w->hdr_len,
 				     (uint8_t *)(uintptr_t)w->hdr,
 				     (uint8_t *)(uintptr_t)w->src, &w->res,
-				     NULL, NULL, NULL};
+				     NULL, NULL, NULL, NULL};
 	} else {
 		struct tp_read *rd = &((struct tp_read *)b->ops)[i];
 		*io = (struct tp_io){rd->ph, rd->peer, rd->node, rd->rkey,
 				     rd->addr, rd->len, rd->hdr_len, rd->hdr,
 				     rd->dst, &rd->res,
 				     rd->select ? rd->sel : NULL, &rd->got,
-				     &rd->narrowed};
+				     &rd->narrowed, rd};
 		rd->got = rd->len;
 		rd->narrowed = false;
+		rd->landed_ran = false;
 	}
 	*io->res = 0;
+}
+
+void tp_read_landed(struct tp_read *rd)
+{
+	if (rd->landed && !rd->landed_ran && rd->res == 0) {
+		rd->landed_ran = true;
+		rd->landed(rd->landed_arg, rd);
+	}
 }
 
 void tp_bcore_deliver(struct tp_bcore *b, struct tp_bcore **list,
@@ -61,10 +70,13 @@ void tp_bcore_deliver(struct tp_bcore *b, struct tp_bcore **list,
 	if (b->next)
 		b->next->prev = b->prev;
 	b->prev = b->next = NULL;
-	if (b->write)
+	if (b->write) {
 		b->wdone(b->arg, b->ops, b->n);
-	else
-		b->rdone(b->arg, b->ops, b->n);
+		return;
+	}
+	for (unsigned i = 0; i < b->n; i++)
+		tp_read_landed(&((struct tp_read *)b->ops)[i]);
+	b->rdone(b->arg, b->ops, b->n);
 }
 
 int tp_bcore_res(const struct tp_bcore *b, int err)

@@ -310,6 +310,8 @@ static void sub_done(void *arg, void *ops, unsigned n)
 			((struct tp_read *)dst)->got = ((struct tp_read *)src)->got;
 			((struct tp_read *)dst)->narrowed =
 				((struct tp_read *)src)->narrowed;
+			((struct tp_read *)dst)->landed_ran =
+				((struct tp_read *)src)->landed_ran;
 		}
 		if (s == &b->s[SUB_RDMA] && no_rdma(*sres) &&
 		    !b->c.cancelled) {
@@ -360,6 +362,8 @@ static int batch_start(struct tp_client *mc, bool write, void *opsv,
 		const char *name = op_name(b, op_at(b, opsv, i));
 		op_peer(b, op_at(b, opsv, i), &ph, &res);
 		*res = 0;
+		if (!write) /* the sub-batches' copies say when it ran */
+			((struct tp_read *)op_at(b, opsv, i))->landed_ran = false;
 		if (tcp_only(mc, name))
 			ti[nt++] = i;
 		else

@@ -57,6 +57,7 @@ struct tp_pending {
 	int *res;
 	uint32_t *got;           /* reads: the extent that landed */
 	bool *narrowed;
+	struct tp_read *rd;      /* reads: the caller's (its landed hook) */
 	uint32_t rlen;           /* the answer's bytes */
 	bool rnarrowed;          /* the answer is the region's selection */
 	uint8_t sel[TP_SEL_BYTES]; /* a READ_SEL's selector */
@@ -150,6 +151,7 @@ static void pending_done(struct tp_pending *p, int res)
 		if (!w) {
 			*p->got = p->rlen;
 			*p->narrowed = p->rnarrowed;
+			tp_read_landed(p->rd); /* its bytes are hot now */
 		}
 	} else {
 		met_inc(w ? cfg->write_errors : cfg->read_errors);
@@ -584,7 +586,8 @@ static int batch_start(struct tp_client *tc, bool write, void *ops,
 			      : io.sel ? TP_OP_READ_SEL : TP_OP_READ,
 			.rkey = io.rkey, .addr = io.addr, .len = io.len,
 			.hdr = io.hdr, .hdr_len = io.hdr_len, .buf = io.buf,
-			.res = io.res, .got = io.got, .narrowed = io.narrowed};
+			.res = io.res, .got = io.got, .narrowed = io.narrowed,
+			.rd = io.rd};
 		if (io.sel)
 			memcpy(p->sel, io.sel, sizeof(p->sel));
 		int check = tp_io_check(io.len, io.hdr_len, io.hdr, io.buf);

@@ -96,6 +96,14 @@ struct tfx {
 	uint8_t hdr[OPS_MAX][16];
 	unsigned n;
 	int done_calls;
+	/* landed hooks (case "landed"): per read */
+	struct tland {
+		struct tfx *f;
+		unsigned i;
+		int calls;
+		int done_calls_then; /* f->done_calls when it ran */
+		bool bytes_ok;       /* every byte in place when it ran */
+	} land[OPS_MAX];
 	uint64_t t0;
 	struct tp_peer *ph;
 	int cancel_arg;
@@ -571,6 +579,85 @@ static void batch_check2(struct tfx *f)
 }
 
 static const step_fn batching[] = {batch_go, batch_check, batch_check2, NULL};
+
+/* ------------------------------------------------- case: landed hooks */
+
+#define L_N 16
+
+/* Read i's bytes, seen from its landed hook: rd may be a transport's
+ * copy, so it is checked through what it names. */
+static void t_landed(void *arg, const struct tp_read *rd)
+{
+	struct tland *l = arg;
+	l->calls++;
+	l->done_calls_then = l->f->done_calls;
+	uint64_t off = perm_off(l->i);
+	l->bytes_ok = rd->res == 0 && rd->got == rd->len &&
+		      rd->dst == dst_of(l->f, l->i) &&
+		      tu_check_pattern(rd->hdr ? rd->hdr : rd->dst,
+				       rd->hdr_len, 1, off) == -1 &&
+		      tu_check_pattern(rd->dst, rd->len - rd->hdr_len, 1,
+				       off + rd->hdr_len) == -1;
+}
+
+/* Even reads are fine, odd ones name a wrong key: each fine read's hook
+ * runs once, before done, with its bytes in place; a failed read's never. */
+static void landed_go(struct tfx *f)
+{
+	for (unsigned i = 0; i < L_N; i++) {
+		rd_set(f, i, f->ep, &f->ro, perm_off(i), 3000 + i * 1000,
+		       i % 4 == 0 ? 16 : 0);
+		if (i % 2)
+			f->rd[i].rkey ^= 0x5a5a5a5a;
+		f->land[i] = (struct tland){.f = f, .i = i};
+		f->rd[i].landed = t_landed;
+		f->rd[i].landed_arg = &f->land[i];
+	}
+	go_reads(f, L_N, 10000);
+}
+
+static void landed_expect(struct tfx *f, int calls)
+{
+	for (unsigned i = 0; i < L_N; i++) {
+		const struct tland *l = &f->land[i];
+		if (i % 2) {
+			cr_assert_neq(f->rd[i].res, 0);
+			cr_assert_eq(l->calls, 0, "%s: read %u failed (%s), yet "
+				     "its landed hook ran", f->k->name, i,
+				     strerror(-f->rd[i].res));
+			continue;
+		}
+		rd_check(f, i, 1, perm_off(i));
+		cr_assert_eq(l->calls, calls, "%s: read %u: landed ran %d "
+			     "times, expected %d", f->k->name, i, l->calls,
+			     calls);
+		cr_assert_eq(l->done_calls_then, f->done_calls - 1,
+			     "%s: read %u: landed ran after done", f->k->name,
+			     i);
+		cr_assert(l->bytes_ok, "%s: read %u: landed ran before its "
+			  "bytes were in place", f->k->name, i);
+		cr_assert(f->rd[i].landed_ran);
+	}
+}
+
+static void landed_check(struct tfx *f)
+{
+	landed_expect(f, 1);
+	/* The same reads again, as they are (landed_ran set): a batch runs
+	 * each hook afresh. */
+	for (unsigned i = 0; i < L_N; i++)
+		memset(dst_of(f, i), 0, f->rd[i].len - f->rd[i].hdr_len);
+	go_reads(f, L_N, 10000);
+}
+
+static void landed_check2(struct tfx *f)
+{
+	landed_expect(f, 2);
+	next(f);
+}
+
+static const step_fn landed[] = {landed_go, landed_check, landed_check2,
+				 NULL};
 
 /* ------------------------------------------------- case: bounds, keys */
 
@@ -1337,6 +1424,7 @@ static void rdma_hw_run(unsigned chans, const step_fn *steps, bool hole)
 
 CASE(batching_and_ordering, batching, 16)
 CASE(bounds_and_key_checks, bounds, 16)
+CASE(landed_hooks_run_once_before_done, landed, 16)
 CASE(writes_land_and_read_back, writes, 16)
 CASE_HOLE(timeouts, timeouts, 16)
 CASE_HOLE(peer_loss_mid_batch, peer_loss, 16)
