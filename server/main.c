@@ -362,14 +362,20 @@ static int check_config(const char *path)
  * page, and a reading node's reactor spent 75 ms on a 32 x 256 KiB
  * kv.get (0.11 GB/s; 2.1 GB/s with the buffers kept, bench/README.md
  * "Freed memory kept"). Below 32 MiB (the most glibc allows) allocations
- * come from its heaps, and up to kv_staging_max (what kv calls may hold
- * at once) of free memory at a heap's top is kept. The node's RSS then
- * stays at its peak use of these buffers instead of returning to idle;
- * the pool, the bulk of the node, is mapped on its own and unaffected.
+ * come from its heaps, and each heap keeps up to its reactor's share of
+ * kv_staging_max (what kv calls may hold at once; at least 64 MiB) of
+ * free memory at its top, a call's buffers being taken and freed on its
+ * reactor. The node's RSS then stays at its peak use of these buffers
+ * instead of returning to idle; the pool, the bulk of the node, is mapped
+ * on its own and unaffected.
  */
 static void keep_freed_memory(const struct pc_settings *s)
 {
-	uint64_t keep = s->kv_staging_max;
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	uint64_t threads = s->threads > 0 ? (uint64_t)s->threads
+			   : cpus > 0	  ? (uint64_t)cpus
+					  : 1;
+	uint64_t keep = s->kv_staging_max / threads;
 	if (keep > (1ull << 30))
 		keep = 1ull << 30;
 	if (keep < (64ull << 20))
