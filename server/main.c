@@ -369,12 +369,8 @@ static int check_config(const char *path)
  * instead of returning to idle; the pool, the bulk of the node, is mapped
  * on its own and unaffected.
  */
-static void keep_freed_memory(const struct pc_settings *s)
+static void keep_freed_memory(const struct pc_settings *s, unsigned threads)
 {
-	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	uint64_t threads = s->threads > 0 ? (uint64_t)s->threads
-			   : cpus > 0	  ? (uint64_t)cpus
-					  : 1;
 	uint64_t keep = s->kv_staging_max / threads;
 	if (keep > (1ull << 30))
 		keep = 1ull << 30;
@@ -382,7 +378,7 @@ static void keep_freed_memory(const struct pc_settings *s)
 		keep = 64ull << 20;
 	if (!mallopt(M_MMAP_THRESHOLD, 32 << 20) ||
 	    !mallopt(M_TRIM_THRESHOLD, (int)keep))
-		PC_LOGW("main", "mallopt refused; freed buffers go back to the "
+		PC_LOGW(LOG_MOD, "mallopt refused; freed buffers go back to the "
 			"kernel (kv.get pays page faults per call)");
 }
 
@@ -446,7 +442,6 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	pc_log_set_level((enum pc_log_level)s.log_level);
-	keep_freed_memory(&s);
 
 	/* Block the stop and reload signals before any thread exists; main
 	 * takes them. */
@@ -461,6 +456,7 @@ int main(int argc, char **argv)
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	unsigned threads = s.threads ? (unsigned)s.threads
 				     : (unsigned)(ncpu > 0 ? ncpu : 1);
+	keep_freed_memory(&s, threads); /* before any thread allocates */
 	int ret = pc_ctx_init(&g_ctx, &s, threads, pc_node_modules,
 			      pc_node_modules_count);
 	if (ret < 0) {

@@ -500,17 +500,25 @@ static void rd_set(struct tfx *f, unsigned i, const char *peer,
 	rd->dst = dst_of(f, i);
 }
 
+/* Did rd (its header, then the rest at dst) get the region's pattern
+ * (seed) at off? */
+static bool rd_bytes_ok(const struct tp_read *rd, const uint8_t *dst,
+			uint64_t seed, uint64_t off)
+{
+	return tu_check_pattern(rd->hdr ? rd->hdr : dst, rd->hdr_len, seed,
+				off) == -1 &&
+	       tu_check_pattern(dst, rd->len - rd->hdr_len, seed,
+				off + rd->hdr_len) == -1;
+}
+
 /* The bytes of read i against the region's pattern (seed) at off. */
 static void rd_check(struct tfx *f, unsigned i, uint64_t seed, uint64_t off)
 {
 	struct tp_read *rd = &f->rd[i];
 	cr_assert_eq(rd->res, 0, "%s: read %u: %s", f->k->name, i,
 		     strerror(-rd->res));
-	cr_assert_eq(tu_check_pattern(rd->hdr ? rd->hdr : dst_of(f, i),
-				      rd->hdr_len, seed, off), -1);
-	cr_assert_eq(tu_check_pattern(dst_of(f, i), rd->len - rd->hdr_len,
-				      seed, off + rd->hdr_len), -1,
-		     "%s: read %u landed wrong bytes", f->k->name, i);
+	cr_assert(rd_bytes_ok(rd, dst_of(f, i), seed, off),
+		  "%s: read %u landed wrong bytes", f->k->name, i);
 }
 
 static void rdone_next(void *arg, struct tp_read *reads, unsigned n)
@@ -591,13 +599,9 @@ static void t_landed(void *arg, const struct tp_read *rd)
 	struct tland *l = arg;
 	l->calls++;
 	l->done_calls_then = l->f->done_calls;
-	uint64_t off = perm_off(l->i);
 	l->bytes_ok = rd->res == 0 && rd->got == rd->len &&
 		      rd->dst == dst_of(l->f, l->i) &&
-		      tu_check_pattern(rd->hdr ? rd->hdr : rd->dst,
-				       rd->hdr_len, 1, off) == -1 &&
-		      tu_check_pattern(rd->dst, rd->len - rd->hdr_len, 1,
-				       off + rd->hdr_len) == -1;
+		      rd_bytes_ok(rd, rd->dst, 1, perm_off(l->i));
 }
 
 /* Even reads are fine, odd ones name a wrong key: each fine read's hook
