@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "common/blocks.h"
 #include "common/budget.h"
 #include "common/metrics.h"
 #include "modules/kv.h"
@@ -32,15 +33,6 @@ struct svc_cluster;
 struct ph_api;
 struct mb_api;
 
-#define SM_KEEP_BLOCKS 4            /* scratch blocks a reactor keeps */
-#define SM_KEEP_BYTES (64ull << 20) /* ... of at most this much in all */
-
-/* A scratch or staging block and its size. */
-struct sm_blk {
-	uint8_t *p;
-	uint64_t cap;
-};
-
 /* Per reactor: the RPC client to owners, the layouts seen, and the blocks
  * the last calls gave back (fresh memory costs a page fault per 4 KiB on
  * first touch — in a VM, more than the copy itself). */
@@ -48,8 +40,7 @@ struct sm_rx {
 	struct rx_reactor *r;
 	struct rpc_client *cl;
 	struct sm_layout lay[SM_LAYOUTS];
-	struct sm_blk keep[SM_KEEP_BLOCKS];
-	uint64_t kept;
+	struct pc_blocks warm;
 };
 
 /* The module's state (slotmap.c). */

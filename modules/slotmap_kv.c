@@ -103,6 +103,8 @@ struct sm_own {
 	bool suspect;
 };
 
+enum { SM_BLK, SM_BLK_LOCAL }; /* an op's blocks (struct sm_op.blk) */
+
 struct sm_op {
 	int kind, phase;
 	struct rx_reactor *r;
@@ -123,9 +125,8 @@ struct sm_op {
 	uint64_t stage_max, staged; /* get: page bytes staged */
 	int refused;
 	unsigned pending;           /* round trips and batches out */
-	uint8_t *block, *block2;    /* remote scratch or staging; get's
-				     * local staging */
-	uint64_t block_cap, block2_cap;
+	struct pc_block_set blk;    /* b[SM_BLK]: remote scratch or staging;
+				     * b[SM_BLK_LOCAL]: get's local staging */
 	uint64_t held;              /* of the node's staging budget */
 	struct tp_read *reads;
 	unsigned read_ms;           /* the bucket reads' timeout */
@@ -159,63 +160,20 @@ static void release(uint64_t bytes)
 	pc_budget_release(&sm_st.staging, bytes);
 }
 
-/* A block of bytes of the budget (one the reactor kept, if one fits):
- * NULL when over the budget or out of memory. */
-static uint8_t *take_block(struct sm_op *o, uint64_t bytes, uint64_t *cap)
+/* Block which of the op (SM_BLK, SM_BLK_LOCAL), of bytes of the budget
+ * (one the reactor kept, if one fits): NULL when over the budget or out of
+ * memory. */
+static uint8_t *take_block(struct sm_op *o, unsigned which, uint64_t bytes)
 {
 	if (!bytes || hold(bytes) < 0)
 		return NULL;
-	struct sm_rx *x = o->x;
-	int best = -1;
-	for (int i = 0; i < SM_KEEP_BLOCKS; i++)
-		if (x->keep[i].p && x->keep[i].cap >= bytes &&
-		    (best < 0 || x->keep[i].cap < x->keep[best].cap))
-			best = i;
-	uint8_t *b;
-	if (best >= 0) {
-		b = x->keep[best].p;
-		*cap = x->keep[best].cap;
-		x->kept -= *cap;
-		x->keep[best] = (struct sm_blk){0};
-	} else if ((b = malloc(bytes))) {
-		*cap = bytes;
-	} else {
+	uint8_t *b = pc_block_set_take(&o->blk, which, bytes);
+	if (!b) {
 		release(bytes);
 		return NULL;
 	}
 	o->held += bytes;
 	return b;
-}
-
-/* Give a block back: kept for the next call on this reactor while the
- * reactor keeps little, else freed (the smallest kept one makes room for a
- * larger one). */
-static void put_block(struct sm_rx *x, uint8_t *p, uint64_t cap)
-{
-	if (!p)
-		return;
-	int slot = -1;
-	for (int i = 0; i < SM_KEEP_BLOCKS && slot < 0; i++)
-		if (!x->keep[i].p)
-			slot = i;
-	if (slot < 0) {
-		int small = 0;
-		for (int i = 1; i < SM_KEEP_BLOCKS; i++)
-			if (x->keep[i].cap < x->keep[small].cap)
-				small = i;
-		if (x->keep[small].cap < cap) {
-			x->kept -= x->keep[small].cap;
-			free(x->keep[small].p);
-			x->keep[small] = (struct sm_blk){0};
-			slot = small;
-		}
-	}
-	if (slot < 0 || x->kept + cap > SM_KEEP_BYTES) {
-		free(p);
-		return;
-	}
-	x->keep[slot] = (struct sm_blk){p, cap};
-	x->kept += cap;
 }
 
 /* ------------------------------------------------------------- layouts */
@@ -300,6 +258,7 @@ static struct sm_op *op_new(struct rx_reactor *r, int kind,
 	o->kind = kind;
 	o->r = r;
 	o->x = t_x;
+	o->blk.home = &t_x->warm;
 	o->items = in;
 	o->t0 = pc_now_ns();
 	o->deadline = o->t0 + sm_st.deadline_ns;
@@ -348,8 +307,7 @@ static struct sm_op *op_new(struct rx_reactor *r, int kind,
 
 static void op_free(struct sm_op *o)
 {
-	put_block(o->x, o->block, o->block_cap);
-	put_block(o->x, o->block2, o->block2_cap);
+	pc_block_set_put(&o->blk);
 	if (o->held)
 		release(o->held);
 	free(o); /* the arena */
@@ -849,7 +807,8 @@ static void start_reads(struct sm_op *o)
 	if (!need || !ms)
 		return;
 	o->read_ms = ms;
-	if (!(o->block = take_block(o, need, &o->block_cap))) {
+	uint8_t *at = take_block(o, SM_BLK, need);
+	if (!at) {
 		if (o->kind == K_GET && !o->refused)
 			o->refused = -EBUSY;
 		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "no staging for %llu bytes of "
@@ -858,7 +817,6 @@ static void start_reads(struct sm_op *o)
 			  (unsigned long long)sm_st.staging.max);
 		return;
 	}
-	uint8_t *at = o->block;
 	unsigned k = 0;
 	for (unsigned i = 0; i < o->n; i++) {
 		struct sm_it *t = &o->it[i];
@@ -1198,12 +1156,12 @@ static int sm_publish(struct rx_reactor *r, const struct kv_item *items,
 	}
 	/* Other owners' pages: staged now (the sources may not outlive this
 	 * call, or may shrink under a transport write). */
-	if (stage && !(o->block = take_block(o, stage, &o->block_cap)))
+	uint8_t *at = stage ? take_block(o, SM_BLK, stage) : NULL;
+	if (stage && !at)
 		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "no staging for %llu bytes of "
 			  "pages to other owners (kv_staging_max %llu): not "
 			  "stored", (unsigned long long)stage,
 			  (unsigned long long)sm_st.staging.max);
-	uint8_t *at = o->block;
 	for (unsigned i = 0; i < n; i++) {
 		struct sm_it *t = &o->it[i];
 		if (t->own < 0 || !t->want)
@@ -1255,12 +1213,12 @@ static void local_reads(struct sm_op *o)
 	}
 	if (o->kind != K_GET || !stage)
 		return;
-	if (!(o->block2 = take_block(o, stage, &o->block2_cap))) {
+	uint8_t *at = take_block(o, SM_BLK_LOCAL, stage);
+	if (!at) {
 		if (!o->refused)
 			o->refused = -EBUSY;
 		return;
 	}
-	uint8_t *at = o->block2;
 	for (unsigned i = 0; i < o->n; i++) {
 		struct sm_it *t = &o->it[i];
 		if (t->own != SM_SELF || !t->loc.slot)
@@ -1378,9 +1336,6 @@ int sm_kv_start(struct rx_reactor *r)
 void sm_kv_exit(struct rx_reactor *r)
 {
 	struct sm_rx *x = &sm_st.rx[rx_reactor_id(r)];
-	for (int i = 0; i < SM_KEEP_BLOCKS; i++)
-		free(x->keep[i].p);
-	memset(x->keep, 0, sizeof(x->keep));
-	x->kept = 0;
+	pc_blocks_drop(&x->warm);
 	t_x = NULL;
 }

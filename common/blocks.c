@@ -1,0 +1,80 @@
+/*
+ * common/blocks.c — large buffers kept warm per thread (blocks.h).
+ *
+ * Owns: the blocks a cache keeps; the caller's struct. The thread that
+ * owns the cache only.
+ */
+#include <stdlib.h>
+
+#include "common/blocks.h"
+#include "common/util.h"
+
+uint8_t *pc_blocks_take(struct pc_blocks *c, uint64_t bytes,
+			struct pc_block *out)
+{
+	PC_ASSERT(bytes > 0 && !out->p);
+	int best = -1;
+	for (int i = 0; c && i < PC_BLOCKS_KEEP; i++)
+		if (c->keep[i].p && c->keep[i].cap >= bytes &&
+		    (best < 0 || c->keep[i].cap < c->keep[best].cap))
+			best = i;
+	if (best >= 0) {
+		*out = c->keep[best];
+		c->kept -= out->cap;
+		c->keep[best] = (struct pc_block){0};
+		return out->p;
+	}
+	out->p = malloc(bytes);
+	out->cap = out->p ? bytes : 0;
+	return out->p;
+}
+
+void pc_blocks_put(struct pc_blocks *c, struct pc_block *b)
+{
+	struct pc_block give = *b;
+	*b = (struct pc_block){0};
+	if (!give.p)
+		return;
+	int slot = -1, small = -1;
+	for (int i = 0; c && i < PC_BLOCKS_KEEP; i++) {
+		if (!c->keep[i].p)
+			slot = slot < 0 ? i : slot;
+		else if (small < 0 || c->keep[i].cap < c->keep[small].cap)
+			small = i;
+	}
+	/* Full: the smallest kept block makes room for a larger one, if the
+	 * larger one then fits the byte cap. */
+	if (c && slot < 0 && c->keep[small].cap < give.cap &&
+	    c->kept - c->keep[small].cap + give.cap <= PC_BLOCKS_KEEP_BYTES) {
+		c->kept -= c->keep[small].cap;
+		free(c->keep[small].p);
+		c->keep[small] = (struct pc_block){0};
+		slot = small;
+	}
+	if (slot < 0 || c->kept + give.cap > PC_BLOCKS_KEEP_BYTES) {
+		free(give.p);
+		return;
+	}
+	c->keep[slot] = give;
+	c->kept += give.cap;
+}
+
+void pc_blocks_drop(struct pc_blocks *c)
+{
+	for (int i = 0; i < PC_BLOCKS_KEEP; i++)
+		free(c->keep[i].p);
+	*c = (struct pc_blocks){0};
+}
+
+uint8_t *pc_block_set_take(struct pc_block_set *s, unsigned i,
+			   uint64_t bytes)
+{
+	PC_ASSERT(i < PC_BLOCK_SET_MAX);
+	return pc_blocks_take(s->home, bytes, &s->b[i]);
+}
+
+void pc_block_set_put(struct pc_block_set *s)
+{
+	for (unsigned i = 0; i < PC_BLOCK_SET_MAX; i++)
+		pc_blocks_put(s->home, &s->b[i]);
+}

@@ -1,0 +1,66 @@
+/*
+ * common/blocks.h — large buffers kept warm for the next call on a thread.
+ *
+ * A buffer of tens of MiB that is malloc'd and freed on every call costs a
+ * page fault per 4 KiB on every call (glibc maps blocks of 32 MiB and more
+ * afresh, and trims freed heap tops): in a VM about 13 us a page, so 16 MiB
+ * faulted in is ~50 ms of the thread's time, more than the copy into it.
+ * A cache keeps the last few blocks given back instead, up to a byte cap,
+ * so that the next call of a similar size reuses memory already faulted in.
+ *
+ * Owns: the blocks kept (struct pc_blocks). Threads: a cache belongs to
+ * one thread (a reactor's); a block may be taken and given back on that
+ * thread only. A NULL cache keeps nothing: take is malloc, put is free.
+ *
+ * Invariants: a cache keeps at most PC_BLOCKS_KEEP blocks of at most
+ * PC_BLOCKS_KEEP_BYTES in all (kept); a block is either kept or the
+ * caller's, never both; take returns the smallest kept block that fits.
+ *
+ * Users: kv's and slotmap's staging for kv.get replies and bucket reads
+ * (modules/kv.c, modules/slotmap_kv.c), handed over to the reply with
+ * struct pc_block_set (modules/kv.h, kv_got.stage).
+ */
+#ifndef PC_COMMON_BLOCKS_H
+#define PC_COMMON_BLOCKS_H
+
+#include <stdint.h>
+
+#define PC_BLOCKS_KEEP 4                  /* blocks a cache keeps */
+#define PC_BLOCKS_KEEP_BYTES (64ull << 20) /* ... of at most this much */
+#define PC_BLOCK_SET_MAX 3                /* blocks in one set */
+
+struct pc_block {
+	uint8_t *p;   /* NULL: none */
+	uint64_t cap; /* its size */
+};
+
+struct pc_blocks {
+	struct pc_block keep[PC_BLOCKS_KEEP];
+	uint64_t kept; /* bytes of keep[] */
+};
+
+/* The blocks one call took from one cache, given back together. */
+struct pc_block_set {
+	struct pc_blocks *home; /* where they go back (NULL: freed) */
+	struct pc_block b[PC_BLOCK_SET_MAX];
+};
+
+/* A block of at least bytes (> 0) into *out: the smallest kept one that
+ * fits, else a new one. Its address, or NULL (and *out empty) when out of
+ * memory. */
+uint8_t *pc_blocks_take(struct pc_blocks *c, uint64_t bytes,
+			struct pc_block *out);
+/* Give *b back to c and empty it: kept while c keeps little (the smallest
+ * kept block makes room for a larger one that then fits), else freed.
+ * NULL p: nothing. */
+void pc_blocks_put(struct pc_blocks *c, struct pc_block *b);
+/* Free every block c keeps. */
+void pc_blocks_drop(struct pc_blocks *c);
+
+/* Block i of set s (empty before), taken from s->home. */
+uint8_t *pc_block_set_take(struct pc_block_set *s, unsigned i,
+			   uint64_t bytes);
+/* Give every block of s back home; s is empty after. */
+void pc_block_set_put(struct pc_block_set *s);
+
+#endif /* PC_COMMON_BLOCKS_H */

@@ -1,0 +1,124 @@
+/*
+ * tests/unit/test_blocks.c — common/blocks.h: a block given back is the
+ * next one taken (warm memory, not a fresh mapping), the smallest that
+ * fits is taken, and the cache never keeps more than its cap of blocks
+ * and bytes; a set goes back home whole.
+ */
+#include <criterion/criterion.h>
+#include <string.h>
+
+#include "common/blocks.h"
+
+#define MB (1ull << 20)
+
+static unsigned kept_blocks(const struct pc_blocks *c)
+{
+	unsigned n = 0;
+	for (int i = 0; i < PC_BLOCKS_KEEP; i++)
+		n += c->keep[i].p != NULL;
+	return n;
+}
+
+Test(blocks, a_block_given_back_is_taken_again)
+{
+	struct pc_blocks c = {0};
+	struct pc_block b = {0};
+	uint8_t *p = pc_blocks_take(&c, 40 * MB, &b);
+	cr_assert(p && b.p == p && b.cap == 40 * MB);
+	memset(p, 0xa5, 40 * MB); /* faulted in: what the cache keeps */
+	pc_blocks_put(&c, &b);
+	cr_assert_null(b.p, "the caller's handle is emptied");
+	cr_assert_eq(c.kept, 40 * MB);
+	/* A smaller need takes it too, and gets its whole size. */
+	uint8_t *q = pc_blocks_take(&c, 8 * MB, &b);
+	cr_assert_eq(q, p, "the kept block, not a new one");
+	cr_assert_eq(b.cap, 40 * MB);
+	cr_assert_eq(c.kept, 0);
+	cr_assert_eq(q[40 * MB - 1], 0xa5);
+	pc_blocks_put(&c, &b);
+	pc_blocks_drop(&c);
+	cr_assert_eq(c.kept, 0);
+	cr_assert_eq(kept_blocks(&c), 0);
+}
+
+Test(blocks, the_smallest_that_fits_is_taken)
+{
+	struct pc_blocks c = {0};
+	struct pc_block b[3] = {{0}};
+	uint64_t sizes[3] = {4 * MB, 16 * MB, 8 * MB};
+	uint8_t *p[3];
+	for (int i = 0; i < 3; i++)
+		p[i] = pc_blocks_take(&c, sizes[i], &b[i]);
+	for (int i = 0; i < 3; i++)
+		pc_blocks_put(&c, &b[i]);
+	cr_assert_eq(c.kept, 28 * MB);
+	struct pc_block t = {0};
+	cr_assert_eq(pc_blocks_take(&c, 5 * MB, &t), p[2], "8 MiB, not 16");
+	struct pc_block u = {0};
+	cr_assert_eq(pc_blocks_take(&c, 1 * MB, &u), p[0], "4 MiB");
+	struct pc_block v = {0};
+	uint8_t *fresh = pc_blocks_take(&c, 20 * MB, &v);
+	cr_assert(fresh && fresh != p[1], "none fits: a new one");
+	cr_assert_eq(c.kept, 16 * MB);
+	pc_blocks_put(&c, &t);
+	pc_blocks_put(&c, &u);
+	pc_blocks_put(&c, &v);
+	pc_blocks_drop(&c);
+}
+
+Test(blocks, keeps_at_most_its_blocks_and_bytes)
+{
+	struct pc_blocks c = {0};
+	struct pc_block b[PC_BLOCKS_KEEP + 1] = {{0}};
+	/* One more block than it keeps: the smallest goes for a larger one. */
+	for (int i = 0; i <= PC_BLOCKS_KEEP; i++)
+		pc_blocks_take(&c, (uint64_t)(i + 1) * MB, &b[i]);
+	for (int i = 0; i <= PC_BLOCKS_KEEP; i++)
+		pc_blocks_put(&c, &b[i]);
+	cr_assert_eq(kept_blocks(&c), PC_BLOCKS_KEEP);
+	uint64_t want = 0;
+	for (int i = 1; i <= PC_BLOCKS_KEEP; i++)
+		want += (uint64_t)(i + 1) * MB;
+	cr_assert_eq(c.kept, want, "the 1 MiB block was freed");
+	/* A smaller one than every kept block is freed, not kept. */
+	struct pc_block s = {0};
+	pc_blocks_take(NULL, 512 << 10, &s);
+	pc_blocks_put(&c, &s);
+	cr_assert_eq(c.kept, want);
+	/* One that would not fit the byte cap even so: freed, and no kept
+	 * block made room for it in vain. */
+	struct pc_block big = {0};
+	pc_blocks_take(NULL, PC_BLOCKS_KEEP_BYTES, &big);
+	pc_blocks_put(&c, &big);
+	cr_assert_eq(c.kept, want);
+	cr_assert_eq(kept_blocks(&c), PC_BLOCKS_KEEP);
+	pc_blocks_drop(&c);
+	cr_assert_eq(c.kept, 0);
+}
+
+Test(blocks, no_cache_is_malloc_and_free)
+{
+	struct pc_block b = {0};
+	cr_assert_not_null(pc_blocks_take(NULL, 4096, &b));
+	cr_assert_eq(b.cap, 4096);
+	pc_blocks_put(NULL, &b);
+	cr_assert_null(b.p);
+}
+
+Test(blocks, a_set_goes_back_home_whole)
+{
+	struct pc_blocks c = {0};
+	struct pc_block_set s = {.home = &c};
+	uint8_t *a = pc_block_set_take(&s, 0, 2 * MB);
+	uint8_t *b = pc_block_set_take(&s, 2, 3 * MB);
+	cr_assert(a && b && !s.b[1].p);
+	/* Moved out (kv.get's reply keeps it): the old set gives nothing. */
+	struct pc_block_set moved = s;
+	memset(&s, 0, sizeof(s));
+	pc_block_set_put(&s);
+	cr_assert_eq(c.kept, 0);
+	pc_block_set_put(&moved);
+	cr_assert_eq(c.kept, 5 * MB);
+	cr_assert(!moved.b[0].p && !moved.b[2].p);
+	pc_blocks_drop(&c);
+}
