@@ -199,6 +199,21 @@ void rpc_call_budget_give(struct rpc_call *call, size_t bytes);
 
 /* Start the reply: returns a packer for exactly one result object. */
 msgpack_packer *rpc_reply_begin(struct rpc_call *call);
+/*
+ * Inside a reply (after rpc_reply_begin, before rpc_reply_end): its next
+ * len bytes are p's, sent from there without a copy — pack their
+ * MessagePack header first (msgpack_pack_bin). p must stay valid and
+ * unchanged until release(arg) (may be NULL) has run: on this reactor,
+ * once the kernel has sent the bytes or the connection is gone, or before
+ * this returns when they were copied instead. The bytes come out of the
+ * call's reservation (rpc_call_budget_take) and count in the node's reply
+ * budget until they have left; without len bytes reserved, with nobody to
+ * answer, or out of memory, they are copied like any other reply bytes
+ * (false; true: by reference). For large runs: each costs an allocation
+ * and a send vector of its own.
+ */
+bool rpc_reply_ref(struct rpc_call *call, const void *p, size_t len,
+		   void (*release)(void *arg), void *arg);
 /* Finish the reply and free the call. */
 void rpc_reply_end(struct rpc_call *call);
 /* Reply with an error object {"code", "message"} and free the call. */

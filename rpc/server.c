@@ -1485,6 +1485,52 @@ msgpack_packer *rpc_reply_begin(struct rpc_call *call)
 	return &call->pk;
 }
 
+/* A run of reply bytes sent from the handler's memory (rpc_reply_ref). */
+struct reply_ref {
+	struct rpc_server *srv;
+	size_t len;               /* of the node's reply budget until sent */
+	void (*release)(void *arg);
+	void *arg;
+};
+
+static void reply_ref_sent(void *arg)
+{
+	struct reply_ref *x = arg;
+	rx_budget_give(&x->srv->budget, x->len);
+	if (x->release)
+		x->release(x->arg);
+	free(x);
+}
+
+bool rpc_reply_ref(struct rpc_call *call, const void *p, size_t len,
+		   void (*release)(void *arg), void *arg)
+{
+	struct rpc_sconn *sc = call->sc;
+	struct reply_ref *x = NULL;
+	if (call->notify || !sc->c || len == 0 || len > call->reserved ||
+	    !(x = malloc(sizeof(*x)))) {
+		/* Nobody to answer (the packer packs into nothing), nothing
+		 * reserved for it, or out of memory: the bytes go the way of
+		 * every other reply byte, copied. */
+		msgpack_pack_bin_body(&call->pk, p, len);
+		if (release)
+			release(arg);
+		return false;
+	}
+	reply_flush(call); /* what was packed before goes first */
+	/* The call's reservation moves to these bytes: the connection's
+	 * queue counts them for its own cap, and the node's budget keeps
+	 * them until they have left. */
+	call->reserved -= len;
+	sc->reserved -= len;
+	*x = (struct reply_ref){sc->srv, len, release, arg};
+	bool began = !rx_conn_out_bytes(sc->c);
+	/* On failure (closing, no memory) reply_ref_sent runs at once. */
+	if (rx_conn_write_ref(sc->c, p, len, reply_ref_sent, x) == 0 && began)
+		sc_watch_output(sc);
+	return true;
+}
+
 void rpc_reply_end(struct rpc_call *call)
 {
 	reply_flush(call);

@@ -2,7 +2,8 @@
  * tests/unit/test_rpc.c — MessagePack-RPC server and clients in-process:
  * framing at every split point, pipelining with out-of-order replies,
  * timeouts, connection pools on error, reconnect backoff, authentication,
- * descriptor passing, and the per-connection limits.
+ * descriptor passing, the per-connection limits, and replies sent from
+ * the handler's memory (rpc_reply_ref).
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -89,7 +90,58 @@ static void m_fd(struct rpc_call *call, struct mp_rd *p)
 	rpc_reply_end(call);
 }
 
+/* test.ref [len, pieces, reserve]: an array of pieces bins of len pattern
+ * bytes, each sent from one buffer by reference (rpc_reply_ref), with the
+ * reply budget reserved first when reserve is 1. */
+static struct {
+	unsigned by_ref, copied, released; /* atomics */
+} R;
+
+struct ref_buf {
+	uint8_t *p;
+	unsigned left; /* pieces not released yet */
+};
+
+static void ref_release(void *arg)
+{
+	struct ref_buf *b = arg;
+	__atomic_add_fetch(&R.released, 1, __ATOMIC_RELAXED);
+	if (--b->left)
+		return;
+	free(b->p);
+	free(b);
+}
+
+static void m_ref(struct rpc_call *call, struct mp_rd *p)
+{
+	uint64_t len, pieces, reserve;
+	if (mp_rd_uint(p, &len) < 0 || mp_rd_uint(p, &pieces) < 0 ||
+	    mp_rd_uint(p, &reserve) < 0 || !len || !pieces || pieces > 64) {
+		rpc_reply_error(call, RPC_E_BAD_PARAMS, "[len, pieces, reserve]");
+		return;
+	}
+	if (reserve && rpc_call_budget_take(call, len * pieces) < 0) {
+		rpc_reply_error(call, RPC_E_BUSY, "no reply budget");
+		return;
+	}
+	struct ref_buf *b = malloc(sizeof(*b));
+	cr_assert(b && (b->p = malloc(len)));
+	tu_fill_pattern(b->p, len, 7, 0);
+	b->left = (unsigned)pieces;
+	uint8_t *src = b->p; /* b may be gone after its last piece */
+	msgpack_packer *pk = rpc_reply_begin(call);
+	msgpack_pack_array(pk, (uint32_t)pieces);
+	for (uint64_t i = 0; i < pieces; i++) {
+		msgpack_pack_bin(pk, len);
+		bool ref = rpc_reply_ref(call, src, len, ref_release, b);
+		__atomic_add_fetch(ref ? &R.by_ref : &R.copied, 1,
+				   __ATOMIC_RELAXED);
+	}
+	rpc_reply_end(call);
+}
+
 static const struct rpc_method test_methods[] = {
+	{"test.ref", m_ref, 0, "pattern bins sent by reference"},
 	{"test.echo", m_echo, 0, "echo the first param"},
 	{"test.sleep", m_sleep, 0, "reply tag after ms"},
 	{"test.close", m_close, 0, "error reply, then close"},
@@ -105,6 +157,7 @@ static struct {
 	uint16_t port;
 	char path[108];
 	struct rx_listener *unix_l;
+	const struct rpc_guard *guard; /* server_up sets it when given */
 } S;
 
 static void s_tcp(struct rx_listener *l, int fd, void *arg)
@@ -150,6 +203,8 @@ static void server_up(unsigned threads, const char *secret,
 	const struct rpc_method *tables[] = {test_methods};
 	cr_assert_eq(rpc_server_new(&S.srv, &lim, tables, 1, secret, -1,
 				    threads), 0);
+	if (S.guard)
+		cr_assert_eq(rpc_server_set_guard(S.srv, S.guard), 0);
 	snprintf(S.path, sizeof(S.path), "/tmp/pc-rpc-test-%d.sock",
 		 (int)getpid());
 	S.port = 0;
@@ -768,4 +823,124 @@ Test(rpc, async_client_fails_pending_calls_when_its_reactor_stops)
 	rpc_client_free(Z.cl);
 	rx_reactor_destroy(r);
 	close(s);
+}
+
+/* ------------------------------------------- replies sent by reference */
+
+static void send_ref(int fd, uint32_t msgid, uint64_t len, uint64_t pieces,
+		     uint64_t reserve)
+{
+	uint64_t v[] = {len, pieces, reserve};
+	cr_assert_eq(tu_rpc_send_uints(fd, msgid, "test.ref", v, 3), 0);
+}
+
+/* Reads one whole response of any size; its error code into code ("" for
+ * a result), and checks a result is pieces bins of len pattern bytes. */
+static void read_ref_reply(int fd, uint32_t msgid, uint64_t len,
+			   uint64_t pieces, char *code)
+{
+	size_t cap = len * pieces + 4096;
+	uint8_t *buf = malloc(cap);
+	cr_assert(buf);
+	uint32_t id;
+	struct rpc_result res;
+	const char *why = "";
+	cr_assert_eq(tu_rpc_read_reply(fd, buf, cap, &id, &res, &why), 0, "%s",
+		     why);
+	cr_assert_eq(id, msgid);
+	code[0] = 0;
+	if (res.err) {
+		strcpy(code, res.code);
+		free(buf);
+		return;
+	}
+	struct mp_rd r = res.result;
+	uint32_t n;
+	cr_assert_eq(mp_rd_array(&r, &n), 0);
+	cr_assert_eq(n, pieces);
+	for (uint32_t i = 0; i < n; i++) {
+		const uint8_t *b;
+		uint32_t bl;
+		cr_assert_eq(mp_rd_bin(&r, &b, &bl), 0, "piece %u", i);
+		cr_assert_eq(bl, len, "piece %u", i);
+		cr_assert_eq(tu_check_pattern(b, bl, 7, 0), -1,
+			     "piece %u: wrong bytes", i);
+	}
+	free(buf);
+}
+
+/* Waits up to 5 s for R.released to reach want. */
+static void wait_released(unsigned want)
+{
+	for (int i = 0; i < 500 && __atomic_load_n(&R.released,
+						   __ATOMIC_RELAXED) < want;
+	     i++)
+		usleep(10 * 1000);
+	cr_assert_eq(__atomic_load_n(&R.released, __ATOMIC_RELAXED), want,
+		     "released %u times, want %u", R.released, want);
+}
+
+Test(rpc, reply_by_reference_arrives_whole_and_gives_its_budget_back)
+{
+	/* Room in the node's reply budget for one such reply at a time:
+	 * the second call finds it only if the first gave its share back. */
+	const struct rpc_guard gd = {.max_reply_bytes = 3u << 20};
+	S.guard = &gd;
+	memset(&R, 0, sizeof(R));
+	server_up(1, NULL, NULL);
+	int fd = tu_connect(S.port);
+	char code[32];
+	for (uint32_t k = 1; k <= 3; k++) {
+		send_ref(fd, k, 256 << 10, 8, 1);
+		read_ref_reply(fd, k, 256 << 10, 8, code);
+		cr_assert_str_eq(code, "", "call %u: %s", k, code);
+		/* each piece once, after it was sent */
+		wait_released(8 * k);
+	}
+	cr_assert_eq(R.by_ref, 24);
+	cr_assert_eq(R.copied, 0);
+	close(fd);
+	server_down();
+	S.guard = NULL;
+}
+
+Test(rpc, reply_by_reference_without_a_reservation_is_copied)
+{
+	memset(&R, 0, sizeof(R));
+	server_up(1, NULL, NULL);
+	int fd = tu_connect(S.port);
+	char code[32];
+	send_ref(fd, 5, 64 << 10, 4, 0);
+	read_ref_reply(fd, 5, 64 << 10, 4, code);
+	cr_assert_str_eq(code, "");
+	cr_assert_eq(R.copied, 4);
+	cr_assert_eq(R.by_ref, 0);
+	cr_assert_eq(R.released, 4, "released before the reply ended");
+	close(fd);
+	server_down();
+}
+
+Test(rpc, reply_by_reference_to_a_client_that_left_is_released)
+{
+	memset(&R, 0, sizeof(R));
+	server_up(1, NULL, NULL);
+	/* 32 MiB the client never reads: the kernel takes a few MiB, the
+	 * rest waits in the queue when the client goes. */
+	int fd = tu_connect(S.port);
+	send_ref(fd, 9, 4u << 20, 8, 1);
+	for (int i = 0; i < 500 && __atomic_load_n(&R.by_ref,
+						   __ATOMIC_RELAXED) < 8;
+	     i++)
+		usleep(10 * 1000);
+	cr_assert_eq(R.by_ref, 8);
+	close(fd);
+	wait_released(8);
+	/* Still serving. */
+	fd = tu_connect(S.port);
+	char code[32];
+	send_ref(fd, 10, 4096, 2, 1);
+	read_ref_reply(fd, 10, 4096, 2, code);
+	cr_assert_str_eq(code, "");
+	close(fd);
+	server_down();
 }

@@ -115,15 +115,8 @@ static struct rpc_stats guard_down(void)
 
 static void send_take(int fd, uint32_t msgid, uint64_t bytes, uint64_t ms)
 {
-	struct pc_wbuf w;
-	msgpack_packer pk;
-	pc_wbuf_init(&w, 0);
-	pc_wbuf_packer(&w, &pk);
-	rpc_pack_request(&pk, msgid, "t.take", 2);
-	msgpack_pack_uint64(&pk, bytes);
-	msgpack_pack_uint64(&pk, ms);
-	cr_assert_eq(send(fd, w.data, w.len, 0), (ssize_t)w.len);
-	pc_wbuf_free(&w);
+	uint64_t v[] = {bytes, ms};
+	cr_assert_eq(tu_rpc_send_uints(fd, msgid, "t.take", v, 2), 0);
 }
 
 /* The answer to the one request in flight on fd: true for 0, false for
@@ -131,19 +124,12 @@ static void send_take(int fd, uint32_t msgid, uint64_t bytes, uint64_t ms)
 static bool answer(int fd, uint32_t msgid)
 {
 	uint8_t buf[512];
-	size_t have = 0, size = 0;
-	static const struct mp_limits lim = {512, 16, 4, 512};
-	while (have == 0 || mp_scan(buf, have, &lim, &size) != MP_COMPLETE) {
-		ssize_t n = recv(fd, buf + have, sizeof(buf) - have, 0);
-		cr_assert_gt(n, 0, "the node closed the connection");
-		have += (size_t)n;
-	}
-	struct rpc_msg m;
-	const char *why;
-	cr_assert_eq(rpc_msg_parse(buf, size, &m, &why), 0);
-	cr_assert_eq(m.msgid, msgid);
+	uint32_t id;
 	struct rpc_result res;
-	rpc_result_from_response(&m, &res);
+	const char *why = "";
+	cr_assert_eq(tu_rpc_read_reply(fd, buf, sizeof(buf), &id, &res, &why),
+		     0, "%s", why);
+	cr_assert_eq(id, msgid);
 	if (res.err)
 		cr_assert_str_eq(res.code, RPC_E_BUSY);
 	return res.err == 0;

@@ -7,7 +7,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <errno.h>
+#include <sys/socket.h>
 #include <unistd.h>
+
+#include "common/buf.h"
+#include "rpc/client.h"
+#include "rpc/mp.h"
+#include "rpc/msg.h"
 
 static inline uint8_t pattern_byte(uint64_t seed, uint64_t pos)
 {
@@ -118,4 +124,49 @@ __attribute__((constructor)) static void tu_log_level(void)
 	if (lv)
 		pc_log_level_parse(lv, &level);
 	pc_log_set_level(level);
+}
+
+int tu_rpc_send_uints(int fd, uint32_t msgid, const char *method,
+		      const uint64_t *v, unsigned n)
+{
+	struct pc_wbuf w;
+	msgpack_packer pk;
+	pc_wbuf_init(&w, 0);
+	pc_wbuf_packer(&w, &pk);
+	rpc_pack_request(&pk, msgid, method, n);
+	for (unsigned i = 0; i < n; i++)
+		msgpack_pack_uint64(&pk, v[i]);
+	ssize_t sent = send(fd, w.data, w.len, 0);
+	int ret = sent == (ssize_t)w.len ? 0 : -1;
+	pc_wbuf_free(&w);
+	return ret;
+}
+
+int tu_rpc_read_reply(int fd, uint8_t *buf, size_t cap, uint32_t *msgid,
+		      struct rpc_result *res, const char **why)
+{
+	const struct mp_limits lim = {cap, 65536, 16, (uint32_t)PC_MIN(cap, UINT32_MAX)};
+	size_t have = 0, size = 0;
+	while (have == 0 || mp_scan(buf, have, &lim, &size) != MP_COMPLETE) {
+		if (have == cap) {
+			*why = "reply longer than the buffer";
+			return -1;
+		}
+		ssize_t n = recv(fd, buf + have, cap - have, 0);
+		if (n <= 0) {
+			*why = "the server closed the connection";
+			return -1;
+		}
+		have += (size_t)n;
+	}
+	struct rpc_msg m;
+	if (size != have) {
+		*why = "bytes after the reply";
+		return -1;
+	}
+	if (rpc_msg_parse(buf, size, &m, why) < 0)
+		return -1;
+	*msgid = m.msgid;
+	rpc_result_from_response(&m, res);
+	return 0;
 }

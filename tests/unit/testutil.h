@@ -30,5 +30,16 @@ uint64_t tu_run(struct rx_reactor *r, unsigned limit_ms);
 int tu_connect(uint16_t port);
 /* Set O_NONBLOCK on fd. */
 void tu_nonblock(int fd);
+/* Send the MessagePack-RPC request [0, msgid, method, [v[0], ...]] (n
+ * uint params) on blocking fd: 0 when all of it went, else -1. */
+int tu_rpc_send_uints(int fd, uint32_t msgid, const char *method,
+		      const uint64_t *v, unsigned n);
+struct rpc_result;
+/* Receive one whole MessagePack-RPC response (the only one in flight, at
+ * most cap bytes) into buf on blocking fd and parse it: its msgid and its
+ * result, which points into buf. 0, or -1 with why (closed, too long,
+ * bytes after it, not a response). */
+int tu_rpc_read_reply(int fd, uint8_t *buf, size_t cap, uint32_t *msgid,
+		      struct rpc_result *res, const char **why);
 
 #endif
