@@ -109,6 +109,7 @@ static struct {
 				      * start, before any page moves) */
 	struct read_cache *rcache;  /* directory_read_cache_ttl, or NULL */
 	struct evq *evqs;           /* per reactor */
+	struct pc_blocks *warm;     /* per reactor: staging kept for reuse */
 	struct flush *flush;        /* the flush under way, or NULL; atomic */
 	bool checksums;
 	uint32_t rkey;              /* the transport's key of the pool */
@@ -127,6 +128,8 @@ static struct {
 /* This reactor's queue (set by kv_start on each reactor thread), where
  * evictions caused by its own reserves go. */
 static _Thread_local struct evq *t_evq;
+/* This reactor's warm blocks (kv_start), where get's staging comes from. */
+static _Thread_local struct pc_blocks *t_warm;
 
 /* ------------------------------------------------------------- evictions */
 
@@ -571,8 +574,10 @@ struct fetch {
 	bool client_mem;
 	bool staging;        /* get: pages go to buffers of kv's own */
 	uint64_t stage_max;  /* get: page bytes the call may stage */
-	uint8_t *stage[3];   /* get: local pages' block, remote pages' block,
-			      * those looked up again (f->again) */
+	struct pc_block_set stage; /* get: local pages' block, remote
+				    * pages' block, those looked up again
+				    * (f->again); from the reactor's warm
+				    * blocks (g.warm) */
 	uint8_t *loc;        /* LOC_* per item */
 	struct pool_ref *refs; /* local pass: pinned entries */
 	const uint8_t **src; /* local pass: pinned payloads */
@@ -642,9 +647,7 @@ static void fetch_free(struct fetch *f)
 {
 	if (f->staged)
 		kv_release(f->staged);
-	free(f->stage[0]);
-	free(f->stage[1]);
-	free(f->stage[2]);
+	pc_block_set_put(&f->stage); /* unless the got callback took them */
 	free(f); /* the arena */
 }
 
@@ -664,7 +667,7 @@ static void fetch_finish(struct fetch *f)
 		op_end(f->deadline); /* all local: no deadline to run into */
 	if (f->got) {
 		struct kv_got got = {f->n, f->ok, f->len, f->at, f->staged,
-				     f->refused};
+				     f->refused, &f->stage};
 		f->got(f->arg, &got);
 	} else {
 		f->done(f->arg, f->ok, f->n);
@@ -705,9 +708,8 @@ static bool fetch_dest_ok(struct fetch *f, unsigned i, uint64_t len)
 /* One staging block of need bytes; false when out of memory. */
 static bool stage_block(struct fetch *f, unsigned which, uint64_t need)
 {
-	PC_ASSERT(f->staging && !f->stage[which] && need <= f->staged);
-	f->stage[which] = malloc(need ? need : 1);
-	return f->stage[which] != NULL;
+	PC_ASSERT(f->staging && !f->stage.b[which].p && need <= f->staged);
+	return pc_block_set_take(&f->stage, which, PC_MAX(need, 1)) != NULL;
 }
 
 struct sum_args {
@@ -870,7 +872,7 @@ static void fetch_reads(struct fetch *f)
 		fetch_finish(f); /* out of memory: misses */
 		return;
 	}
-	uint8_t *stage = f->stage[block];
+	uint8_t *stage = f->stage.b[block].p;
 	for (unsigned k = 0; k < f->nreads; k++) {
 		struct dir_rec *r = &f->recs[f->readr[k]];
 		unsigned i = f->ridx[f->readr[k]];
@@ -1005,6 +1007,11 @@ static void fetch_local_copies(struct fetch *f)
 			continue;
 		}
 		if (!f->client_mem) {
+			/* At once: a get of local pages completes inline, so
+			 * a client pipelining gets meets its own backlog
+			 * (a reply queued pauses its input) before the next
+			 * one is taken; in slices, every get in its input
+			 * would start at once and hold its staging. */
 			pc_copy(f->at[i], f->src[i], f->len[i]);
 			fetch_local_settle(f, i, 0);
 			continue;
@@ -1030,7 +1037,7 @@ static void fetch_locals(struct fetch *f)
 			need += f->len[i];
 	}
 	if (need && stage_block(f, 0, need))
-		f->stage_cur = f->stage[0];
+		f->stage_cur = f->stage.b[0].p;
 	f->cur = 0;
 	fetch_local_copies(f);
 }
@@ -1059,6 +1066,7 @@ static int fetch_start(struct rx_reactor *r, const struct kv_item *it,
 	f->r = r;
 	f->client_mem = client_mem;
 	f->staging = staging;
+	f->stage.home = t_warm;
 	f->stage_max = stage_max;
 	f->done = done;
 	f->got = got;
@@ -1656,14 +1664,15 @@ static int kv_init(struct pc_ctx *ctx)
 	if ((ret = pc_guard_init()) < 0)
 		goto fail_kv_svc;
 	g.evqs = calloc(ctx->threads, sizeof(*g.evqs));
-	if (!g.evqs) {
-		ret = -ENOMEM;
-		goto fail_kv_svc;
-	}
-	if (s->directory_read_cache_ttl_ms &&
-	    (ret = read_cache_init(s)) < 0) {
+	g.warm = calloc(ctx->threads, sizeof(*g.warm));
+	if (!g.evqs || !g.warm ||
+	    (s->directory_read_cache_ttl_ms &&
+	     (ret = read_cache_init(s)) < 0)) {
+		ret = ret < 0 ? ret : -ENOMEM;
 		free(g.evqs);
+		free(g.warm);
 		g.evqs = NULL;
+		g.warm = NULL;
 		goto fail_kv_svc;
 	}
 #define CTR(var, name, help) var = met_register(MET_COUNTER, name, help, NULL)
@@ -1758,6 +1767,7 @@ static int kv_start(struct rx_reactor *r, struct pc_ctx *ctx)
 	q->r = r;
 	rx_timer_init(&q->flush, evq_flush, q);
 	t_evq = q;
+	t_warm = &g.warm[rx_reactor_id(r)];
 	return 0;
 }
 
@@ -1800,6 +1810,11 @@ static void kv_fini(struct pc_ctx *ctx)
 		g.tp->ops->dereg_region(g.tp->node, g.rkey);
 	pool_free(g.pool);
 	free(g.evqs);
+	/* After every reactor ended: a reply that still held staging gave
+	 * it back when its connection went, in the reactor's teardown. */
+	for (unsigned i = 0; g.warm && i < ctx->threads; i++)
+		pc_blocks_drop(&g.warm[i]);
+	free(g.warm);
 	rc_free(g.rcache);
 	memset(&g, 0, sizeof(g));
 }

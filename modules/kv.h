@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/blocks.h"
 #include "reactor/reactor.h"
 
 /* A page: its key and the memory its bytes come from or go to. */
@@ -31,7 +32,8 @@ struct kv_item {
 typedef void (*kv_done_fn)(void *arg, const bool *ok, unsigned n);
 
 /* What a get found: page i is data[i] (len[i] bytes) when ok[i]. Valid
- * until the done callback returns. */
+ * until the done callback returns, unless it takes the blocks they are in
+ * (stage). */
 struct kv_got {
 	unsigned n;
 	const bool *ok;
@@ -40,6 +42,12 @@ struct kv_got {
 	uint64_t staged;  /* page bytes staged for the call */
 	int refused;      /* 0; -E2BIG: the pages exceed the call's stage_max;
 			   * -EBUSY: the node's kv_staging_max is in use */
+	/* The blocks every data[i] is in. The done callback may move them
+	 * out (copy *stage, then empty it): data[] then stays valid until
+	 * it gives them back (pc_block_set_put) on this reactor. The bytes
+	 * leave kv_staging_max when the callback returns either way: the
+	 * taker accounts for them (kv.get's reply: the RPC reply budget). */
+	struct pc_block_set *stage;
 };
 typedef void (*kv_got_fn)(void *arg, const struct kv_got *got);
 

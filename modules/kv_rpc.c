@@ -219,6 +219,43 @@ static uint64_t get_reply_overhead(unsigned n)
 	return 32 + 5 * (uint64_t)n;
 }
 
+/* Pages of at least this many bytes leave in a kv.get reply from where kv
+ * staged them (rpc_reply_ref); smaller ones are copied into the reply (a
+ * reference costs an allocation and a send vector of its own). */
+#define GET_REF_MIN (64u * 1024)
+
+/* The staging a kv.get reply sends from: back to the reactor's warm
+ * blocks when the last page sent from it has left. */
+struct get_kept {
+	struct pc_block_set set;
+	unsigned refs;
+};
+
+static void get_kept_unref(void *arg)
+{
+	struct get_kept *k = arg;
+	if (--k->refs)
+		return;
+	pc_block_set_put(&k->set);
+	free(k);
+}
+
+/* The got's staging, moved out to send from; NULL when no page is large
+ * enough to be worth it, or out of memory (then the pages are copied). */
+static struct get_kept *get_keep(const struct kv_got *got)
+{
+	bool large = false;
+	for (unsigned i = 0; i < got->n && !large; i++)
+		large = got->ok[i] && got->len[i] >= GET_REF_MIN;
+	struct get_kept *k = large && got->stage ? malloc(sizeof(*k)) : NULL;
+	if (!k)
+		return NULL;
+	k->set = *got->stage;
+	*got->stage = (struct pc_block_set){0};
+	k->refs = 1; /* get_reply's own, dropped when the reply is built */
+	return k;
+}
+
 static void get_reply(void *arg, const struct kv_got *got)
 {
 	struct rpc_call *call = call_release(arg);
@@ -239,9 +276,11 @@ static void get_reply(void *arg, const struct kv_got *got)
 		refuse_busy(call, "kv.get");
 		return;
 	}
-	/* The reply is copied into the connection's output queue: the RPC
-	 * layer's reply budget (per connection and node-wide) must have room
-	 * for it first; the queue accounts for the bytes once written. */
+	/* The reply goes into the connection's output queue, large pages by
+	 * reference to their staging, the rest copied: the RPC layer's reply
+	 * budget (per connection and node-wide) must have room for it first;
+	 * the queue accounts for copied bytes once written, referenced ones
+	 * keep their share until they have left (rpc_reply_ref). */
 	size_t reply = (size_t)(got->staged + get_reply_overhead(got->n));
 	int ret = rpc_call_budget_take(call, reply);
 	if (ret < 0) {
@@ -253,6 +292,8 @@ static void get_reply(void *arg, const struct kv_got *got)
 				reply);
 		return;
 	}
+	struct get_kept *kept = get_keep(got);
+	size_t refd = 0;
 	msgpack_packer *pk = rpc_reply_begin(call);
 	msgpack_pack_array(pk, got->n);
 	for (unsigned i = 0; i < got->n; i++) {
@@ -261,10 +302,21 @@ static void get_reply(void *arg, const struct kv_got *got)
 			continue;
 		}
 		msgpack_pack_bin(pk, got->len[i]);
-		msgpack_pack_bin_body(pk, got->data[i], got->len[i]);
+		if (kept && got->len[i] >= GET_REF_MIN) {
+			kept->refs++;
+			if (rpc_reply_ref(call, got->data[i], got->len[i],
+					  get_kept_unref, kept)) {
+				refd += got->len[i];
+				continue;
+			}
+		} else {
+			msgpack_pack_bin_body(pk, got->data[i], got->len[i]);
+		}
 		met_add(g.copy_reply, got->len[i]);
 	}
-	rpc_call_budget_give(call, reply);
+	if (kept)
+		get_kept_unref(kept);
+	rpc_call_budget_give(call, reply - refd);
 	rpc_reply_end(call);
 }
 

@@ -385,7 +385,7 @@ static void op_finish(struct sm_op *o)
 	case K_GET: {
 		count_read(o);
 		struct kv_got got = {o->n, o->okv, o->lenv, o->datav,
-				     o->staged, o->refused};
+				     o->staged, o->refused, &o->blk};
 		o->got(o->arg, &got);
 		break;
 	}

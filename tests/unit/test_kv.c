@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -334,6 +335,122 @@ Test(kv, get_refuses_pages_over_its_stage_max_and_the_node_budget)
 	o = op_do(2, 4, "s");
 	cr_assert_eq(o->refused, 0);
 	cr_assert(o->ok[0] && o->ok[3]);
+	free(o);
+	node_stop();
+}
+
+/* A get whose callback takes the staging over (as kv.get's reply does):
+ * the pages stay valid after it returns, until given back on the reactor;
+ * given back, the reactor's next get stages into the same memory. */
+#define BIG_PAGES 4
+#define BIG_LEN (1u << 20)
+
+struct take_op {
+	struct kv_item it[BIG_PAGES];
+	char key[BIG_PAGES][16];
+	uint8_t *val[BIG_PAGES];
+	int ret;
+	bool publish; /* big_run: publish, else get */
+	bool ok[BIG_PAGES], had_stage, cb_ran, in_call;
+	const uint8_t *data[BIG_PAGES];
+	struct pc_block_set taken;
+};
+
+static void op_bools_big(void *arg, const bool *ok, unsigned n)
+{
+	struct take_op *o = arg;
+	memcpy(o->ok, ok, n * sizeof(*ok));
+	o->cb_ran = true;
+	if (!o->in_call)
+		signal_done();
+}
+
+static void take_got(void *arg, const struct kv_got *got)
+{
+	struct take_op *o = arg;
+	for (unsigned i = 0; i < got->n; i++) {
+		o->ok[i] = got->ok[i] && got->len[i] == BIG_LEN;
+		o->data[i] = got->data[i];
+	}
+	o->had_stage = got->stage != NULL;
+	if (got->stage) {
+		o->taken = *got->stage;
+		*got->stage = (struct pc_block_set){0};
+	}
+	o->cb_ran = true;
+	if (!o->in_call)
+		signal_done();
+}
+
+/* The op's publish (o->publish) or get (taking the staging over). */
+static void big_run(struct rx_reactor *r, void *arg)
+{
+	struct take_op *o = arg;
+	const struct kv_api *kv = svc_find_kv(&t.ctx);
+	o->in_call = true;
+	o->cb_ran = false;
+	o->ret = o->publish ? kv->publish(r, o->it, BIG_PAGES, false,
+					  op_bools_big, o)
+			    : kv->get(r, o->it, BIG_PAGES, UINT64_MAX, take_got,
+				      o);
+	o->in_call = false;
+	if (o->ret < 0 || o->cb_ran)
+		signal_done();
+}
+
+static void give_back(struct rx_reactor *r, void *arg)
+{
+	(void)r;
+	pc_block_set_put(arg);
+	signal_done();
+}
+
+Test(kv, a_get_hands_its_staging_over_and_the_reactor_reuses_it)
+{
+	node_start(64);
+	struct take_op *o = calloc(1, sizeof(*o));
+	cr_assert(o);
+	for (unsigned i = 0; i < BIG_PAGES; i++) {
+		snprintf(o->key[i], sizeof(o->key[i]), "big-%u", i);
+		o->val[i] = malloc(BIG_LEN);
+		cr_assert(o->val[i]);
+		tu_fill_pattern(o->val[i], BIG_LEN, 100 + i, 0);
+		o->it[i] = (struct kv_item){o->key[i], strlen(o->key[i]),
+					    o->val[i], BIG_LEN};
+	}
+	o->publish = true;
+	on_reactor(big_run, o);
+	cr_assert_eq(o->ret, 0);
+	for (unsigned i = 0; i < BIG_PAGES; i++)
+		cr_assert(o->ok[i], "set %u", i);
+
+	o->publish = false;
+	on_reactor(big_run, o);
+	cr_assert_eq(o->ret, 0);
+	cr_assert(o->had_stage, "a get names the blocks its pages are in");
+	uint8_t *block = o->taken.b[0].p;
+	cr_assert_not_null(block, "local pages: one block");
+	for (unsigned i = 0; i < BIG_PAGES; i++) {
+		cr_assert(o->ok[i], "get %u", i);
+		cr_assert(o->data[i] >= block &&
+			  o->data[i] + BIG_LEN <= block + o->taken.b[0].cap,
+			  "page %u is in the block taken", i);
+		/* read after the callback returned: still the page */
+		cr_assert_eq(tu_check_pattern(o->data[i], BIG_LEN, 100 + i, 0),
+			     -1, "page %u changed after its get", i);
+	}
+	on_reactor(give_back, &o->taken);
+	cr_assert_null(o->taken.b[0].p);
+
+	/* The next get on this reactor stages into the block given back. */
+	on_reactor(big_run, o);
+	cr_assert_eq(o->taken.b[0].p, block, "a fresh block, not the warm one");
+	for (unsigned i = 0; i < BIG_PAGES; i++)
+		cr_assert_eq(tu_check_pattern(o->data[i], BIG_LEN, 100 + i, 0),
+			     -1, "page %u, second get", i);
+	on_reactor(give_back, &o->taken);
+	for (unsigned i = 0; i < BIG_PAGES; i++)
+		free(o->val[i]);
 	free(o);
 	node_stop();
 }
