@@ -165,6 +165,7 @@ void rx_chunks_fini(struct rx_reactor *r)
 		free(ch);
 	}
 	r->chunk_cache_n = 0;
+	pc_blocks_drop(&r->in_warm); /* after the connections gave theirs */
 }
 
 /* ----------------------------------------------------------- budgets */
@@ -215,16 +216,57 @@ static bool in_budget_grow(struct rx_conn *c, size_t delta)
 	return false;
 }
 
+/* Give a kept-input buffer of room bytes up: to the reactor's warm
+ * blocks when it is large, else freed. */
+static void in_buf_put(struct rx_reactor *r, uint8_t *p, size_t room)
+{
+	struct pc_block b = {p, room};
+	if (room >= RX_IN_WARM_MIN)
+		pc_blocks_put(&r->in_warm, &b);
+	else
+		free(p);
+}
+
 /* Free the kept-input buffer and give its bytes back. */
 static void in_release(struct rx_conn *c)
 {
 	if (c->budget && c->in_cap)
 		__atomic_sub_fetch(&c->budget->in_used, c->in_cap,
 				   __ATOMIC_RELAXED);
-	free(c->in);
+	in_buf_put(c->r, c->in, c->in_room);
 	c->in = NULL;
-	c->in_cap = 0;
+	c->in_cap = c->in_room = 0;
 }
+
+/* A buffer of at least cap bytes holding the kept input: false when out of
+ * memory (the old one is kept). Large ones come from the warm blocks,
+ * where the smallest kept block that fits may be far larger: growing
+ * into it later moves nothing. The buffer outgrown is freed, not kept:
+ * the steps of one message's growth would fill the warm blocks and leave
+ * no room for the buffer it ends in, the one the next message needs. */
+static bool in_buf_grow(struct rx_conn *c, size_t cap)
+{
+	if (cap <= c->in_room)
+		return true;
+	if (cap < RX_IN_WARM_MIN) {
+		uint8_t *p = realloc(c->in, cap);
+		if (!p)
+			return false;
+		c->in = p;
+		c->in_room = cap;
+		return true;
+	}
+	struct pc_block b = {0};
+	if (!pc_blocks_take(&c->r->in_warm, cap, &b))
+		return false;
+	if (c->in_len)
+		pc_copy(b.p, c->in, c->in_len);
+	free(c->in);
+	c->in = b.p;
+	c->in_room = b.cap;
+	return true;
+}
+
 
 /* An owned chunk now belongs to c: account it. */
 static void out_owned_add(struct rx_conn *c, struct rx_chunk *ch)
@@ -599,8 +641,7 @@ static bool in_append(struct rx_conn *c, const uint8_t *data, size_t len)
 		cap = PC_MIN(cap, limit);
 		if (!in_budget_grow(c, cap - c->in_cap))
 			return false;
-		uint8_t *p = realloc(c->in, cap);
-		if (!p) {
+		if (!in_buf_grow(c, cap)) {
 			if (c->budget)
 				__atomic_sub_fetch(&c->budget->in_used,
 						   cap - c->in_cap,
@@ -608,7 +649,6 @@ static bool in_append(struct rx_conn *c, const uint8_t *data, size_t len)
 			rx_conn_close(c, RX_CLOSE_NOW, -ENOMEM);
 			return false;
 		}
-		c->in = p;
 		c->in_cap = cap;
 	}
 	pc_copy(c->in + c->in_len, data, len);

@@ -14,6 +14,7 @@
 #include <pthread.h>
 #include <sys/uio.h>
 
+#include "common/blocks.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "reactor.h"
@@ -95,6 +96,11 @@ struct rx_chunk {
 #define RX_CHUNK_BYTES (16u * 1024u) /* default owned chunk size */
 #define RX_CHUNK_CACHE 256u          /* free default chunks kept per reactor */
 #define RX_IOV_MAX 64u               /* iovecs per sendmsg */
+/* Input buffers this large come from, and go back to, the reactor's warm
+ * blocks (common/blocks.h): a message of tens of MiB (a kv.set of large
+ * values) then lands in memory already faulted in, not in a fresh mapping
+ * that faults a page per 4 KiB inside one callback. */
+#define RX_IN_WARM_MIN (1u << 20)
 
 /* Connection flags. */
 #define RXC_READING 0x001u     /* a recv op is armed (multishot or single) */
@@ -123,9 +129,11 @@ struct rx_conn {
 	void *udata;
 	struct rx_budget *budget;     /* shared memory budget, or NULL */
 	size_t out_owned;             /* owned chunk bytes taken from budget */
-	/* input kept between arrivals (unconsumed bytes) */
+	/* input kept between arrivals (unconsumed bytes); in_cap is what the
+	 * budget counts, in_room the buffer's real size (a warm block taken
+	 * from r->in_warm may be larger) */
 	uint8_t *in;
-	size_t in_len, in_cap, in_max;
+	size_t in_len, in_cap, in_room, in_max;
 	/* output queue */
 	struct rx_chunk *out_head, *out_tail;
 	size_t out_bytes;             /* unsent bytes in the queue */
@@ -222,6 +230,8 @@ struct rx_reactor {
 	struct rx_watch *watches;
 	struct rx_chunk *chunk_cache; /* free default-size chunks */
 	unsigned chunk_cache_n;
+	struct pc_blocks in_warm;     /* input buffers of RX_IN_WARM_MIN and
+				       * more, kept for the next large message */
 	uint64_t next_conn_id;
 	struct rx_stop_hook *stop_hooks;
 

@@ -555,6 +555,105 @@ Test(reactor, zero_copy_write_releases_after_send)
 	rx_reactor_destroy(r);
 }
 
+/* ------------------------------------------------ warm input buffers */
+
+/* Length-prefixed messages of pattern bytes, each on a connection of its
+ * own: the kept input of a large one grows into the reactor's warm blocks,
+ * which the next large message on any connection of the reactor reuses. */
+#define WI_MSGS 3
+#define WI_LEN (6u << 20)
+
+static struct {
+	const uint8_t *at[WI_MSGS]; /* where each whole message was handed */
+	unsigned whole, bad;
+} wi;
+
+static ssize_t wi_data(struct rx_conn *c, const uint8_t *d, size_t n)
+{
+	(void)c;
+	uint64_t len;
+	if (n < sizeof(len))
+		return 0;
+	memcpy(&len, d, sizeof(len));
+	if (n < sizeof(len) + len)
+		return 0; /* kept until it is whole */
+	if (wi.whole < WI_MSGS)
+		wi.at[wi.whole] = d;
+	wi.bad += tu_check_pattern(d + sizeof(len), len, wi.whole, 0) != -1;
+	wi.whole++;
+	return (ssize_t)(sizeof(len) + len);
+}
+
+static void wi_close(struct rx_conn *c, int err)
+{
+	(void)err;
+	if (wi.whole == WI_MSGS)
+		rx_reactor_stop(rx_conn_reactor(c));
+}
+
+static const struct rx_conn_ops wi_ops = {.on_data = wi_data,
+					  .on_close = wi_close};
+
+static void wi_accept(struct rx_listener *l, int fd, void *arg)
+{
+	int err;
+	(void)arg;
+	struct rx_conn *c = rx_conn_attach(rx_listener_reactor(l), fd, &wi_ops,
+					   NULL, &err);
+	if (c)
+		rx_conn_set_limits(c, 2 * WI_LEN, 1 << 20, 1 << 19, 1 << 20);
+}
+
+static void *wi_client_main(void *arg)
+{
+	uint16_t port = *(uint16_t *)arg;
+	uint8_t *buf = malloc(sizeof(uint64_t) + WI_LEN);
+	uint64_t len = WI_LEN;
+	memcpy(buf, &len, sizeof(len));
+	for (unsigned m = 0; m < WI_MSGS; m++) {
+		tu_fill_pattern(buf + sizeof(len), WI_LEN, m, 0);
+		int fd = tu_connect(port);
+		size_t off = 0, total = sizeof(len) + WI_LEN;
+		while (off < total) {
+			ssize_t k = send(fd, buf + off, total - off, 0);
+			if (k <= 0)
+				break;
+			off += (size_t)k;
+		}
+		/* the server has it all once it closes its side */
+		shutdown(fd, SHUT_WR);
+		char b;
+		while (recv(fd, &b, 1, 0) > 0)
+			;
+		close(fd);
+	}
+	free(buf);
+	return NULL;
+}
+
+Test(reactor, large_messages_land_in_warm_input_buffers)
+{
+	struct rx_reactor *r = tu_reactor(NULL);
+	memset(&wi, 0, sizeof(wi));
+	int err;
+	struct rx_listener *l = rx_listen_tcp(r, "127.0.0.1", 0, false, 16,
+					      wi_accept, NULL, &err);
+	cr_assert_not_null(l);
+	uint16_t port = rx_listener_port(l);
+	pthread_t th;
+	pthread_create(&th, NULL, wi_client_main, &port);
+	tu_run(r, 20000);
+	pthread_join(th, NULL);
+	cr_assert_eq(wi.whole, WI_MSGS);
+	cr_assert_eq(wi.bad, 0, "a message's bytes changed");
+	/* Each message was kept whole in the input buffer the one before it
+	 * gave back (the same block), not in fresh memory. */
+	for (unsigned m = 1; m < WI_MSGS; m++)
+		cr_assert_eq(wi.at[m], wi.at[0], "message %u in another buffer",
+			     m);
+	rx_reactor_destroy(r);
+}
+
 /* ------------------------------------------------- shutdown with work left */
 
 static struct {
