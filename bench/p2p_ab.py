@@ -8,11 +8,21 @@ ROUNDS rounds of one pc-p2p-bench run per target in rotating order
 (memcached, then the nodes). Prints each run's GB/s and the paired ratios
 (run i over run i), min / median / max: every node over memcached, and
 every node over the first one. --no-lookup-too adds each node without its
-per-batch dir.get (the reads alone) as a further target. Stops everything
-it started, by PID.
+per-batch dir.get (the reads alone) as a further target; --kvget-too each
+node's kv.get of the batch (the pages are the node's own: staged, then sent
+in the RPC reply), with the reactor stalls each node logged over its kv.get
+runs (peercache_reactor_stalls_total; the CPU-bound ones with
+reactor_stall_cpu_clock, which this bench turns on) and the longest loop
+iteration (the bound of its peercache_reactor_iteration_hist_seconds
+bucket); --health-too also
+runs pc-loadgen's node.health on 2 more connections of the node during
+each kv.get run, and prints its p99 (the latency of everything else while
+one client moves large pages). Stops everything it started, by PID.
 
   bench/p2p_ab.py --node before=/tmp/old/build/server/peercached \\
                   --node after=build/server/peercached --size 64k --threads "1 2 4 8"
+  bench/p2p_ab.py --node before=... --node after=... --size 4m --batch 8 --kvget-too \\
+                  --health-too
 
 Only 127.0.0.1 is contacted. A measurement: the exit status does not depend
 on the figures (1 on a failed run, 2 on bad usage).
@@ -39,6 +49,93 @@ def size_bytes(s):
     return int(m.group(1)) * {"": 1, "k": 1024, "m": 1 << 20}[m.group(2)]
 
 
+def node_specs(ap, specs):
+    """[(name, binary)] of the --node NAME=BINARY arguments (ap.error on a
+    bad one)."""
+    nodes = []
+    for spec in specs:
+        name, sep, binary = spec.partition("=")
+        if not sep or not name or not os.access(binary, os.X_OK):
+            ap.error("--node NAME=BINARY, an executable: %r" % spec)
+        nodes.append((name, binary))
+    return nodes
+
+
+def start_node(work, procs, binary, k, pool_mb, faulted=False):
+    """A peercached of binary (2 reactor threads, loopback, every port its
+    own, reactor_stall_cpu_clock), added to procs, its log in work: its
+    (rpc port, metrics port) once it listens (faulted: and its pool is
+    faulted in)."""
+    log = open(os.path.join(work, "node%d.log" % k), "w+")
+    p = subprocess.Popen([binary, "--bind", "127.0.0.1", "--rpc-port", "0", "--data-port", "0",
+                          "--meta-port", "0", "--metrics-port", "0", "--socket", "",
+                          "--threads", "2", "--pool-size", "%dmb" % pool_mb,
+                          "--log-level", "info", "--reactor-stall-cpu-clock", "true"],
+                         stdout=log, stderr=subprocess.STDOUT)
+    procs.append(p)
+    for _ in range(1200):
+        log.seek(0)
+        text = log.read()
+        m = re.search(r"listening: rpc on 127\.0\.0\.1:(\d+)", text)
+        mm = re.search(r"listening: metrics on 127\.0\.0\.1:(\d+)", text)
+        if m and mm and (not faulted or "region faulted in" in text):
+            return int(m.group(1)), int(mm.group(1))
+        if p.poll() is not None:
+            break
+        time.sleep(0.05)
+    log.seek(0)
+    sys.exit("%s did not start:\n%s" % (binary, log.read()[-2000:]))
+
+
+def stop_all(work, procs):
+    """Stops procs by PID (SIGTERM, then SIGKILL after 15 s) and removes
+    work."""
+    for p in procs:
+        p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(15)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    for f in os.listdir(work):
+        os.unlink(os.path.join(work, f))
+    os.rmdir(work)
+
+
+def reactor_load(mport):
+    """What the node's reactors counted so far: [stalls, CPU-bound stalls,
+    {le: loop iterations at most le seconds}] (all reactors together)."""
+    with socket.create_connection(("127.0.0.1", mport), timeout=5) as c:
+        c.sendall(b"GET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n")
+        data = b""
+        while True:
+            b = c.recv(1 << 16)
+            if not b:
+                break
+            data += b
+    out = [0, 0, {}]
+    for line in data.decode().splitlines():
+        for i, name in enumerate(("peercache_reactor_stalls_total{",
+                                  "peercache_reactor_stalls_cpu_total{")):
+            if line.startswith(name):
+                out[i] += int(float(line.rsplit(" ", 1)[1]))
+        m = re.match(r'peercache_reactor_iteration_hist_seconds_bucket\{.*le="([^"]+)"\} (\S+)', line)
+        if m:
+            le = float(m.group(1))
+            out[2][le] = out[2].get(le, 0) + int(float(m.group(2)))
+    return out
+
+
+def load_delta(a, b):
+    """b - a of reactor_load: [stalls, CPU-bound, longest iteration's
+    bucket bound in seconds (inf: over the last finite one)]."""
+    grew = [le for le in b[2] if b[2][le] - a[2].get(le, 0) !=
+            b[2].get(float("inf"), 0) - a[2].get(float("inf"), 0)]
+    longest = min((le for le in b[2] if le not in grew), default=float("inf"))
+    return [b[0] - a[0], b[1] - a[1], longest]
+
+
 def main():
     build = os.environ.get("PEERCACHE_BUILD_DIR", os.path.join(ROOT, "build"))
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -51,38 +148,22 @@ def main():
     ap.add_argument("--no-lookup-too", action="store_true",
                     help="also run each node with --no-lookup (records cached: the reads alone, "
                          "as a get after exists runs), as NAME-nolookup")
+    ap.add_argument("--batch", type=int, default=32, help="keys per batch (default 32)")
+    ap.add_argument("--kvget-too", action="store_true",
+                    help="also run each node's kv.get of the batch, as NAME-kvget, and count "
+                         "its reactor stalls over those runs")
+    ap.add_argument("--health-too", action="store_true",
+                    help="with --kvget-too: node.health p99 on 2 more connections during "
+                         "each kv.get run (pc-loadgen)")
     ap.add_argument("--client", default=os.path.join(build, "bench", "pc-p2p-bench"))
+    ap.add_argument("--loadgen", default=os.path.join(build, "bench", "pc-loadgen"))
     a = ap.parse_args()
-    nodes = []
-    for spec in a.node:
-        name, sep, binary = spec.partition("=")
-        if not sep or not name or not os.access(binary, os.X_OK):
-            ap.error("--node NAME=BINARY, an executable: %r" % spec)
-        nodes.append((name, binary))
+    nodes = node_specs(ap, a.node)
     nbytes = size_bytes(a.size)
-    keys = max(64, 512 * 1048576 // nbytes)
-    common = ["--value-bytes", a.size, "--keys", str(keys), "--batch", "32"]
+    keys = max(64, 512 * 1048576 // nbytes, a.batch)
+    common = ["--value-bytes", a.size, "--keys", str(keys), "--batch", str(a.batch)]
     work = tempfile.mkdtemp(prefix="pc-p2p-ab-")
     procs = []
-
-    def start_node(binary, k):
-        log = open(os.path.join(work, "node%d.log" % k), "w+")
-        pool = keys * (nbytes + 4096) * 3 // 1048576 + 256
-        p = subprocess.Popen([binary, "--bind", "127.0.0.1", "--rpc-port", "0", "--data-port", "0",
-                              "--meta-port", "0", "--metrics-port", "0", "--socket", "",
-                              "--threads", "2", "--pool-size", "%dmb" % pool, "--log-level", "info"],
-                             stdout=log, stderr=subprocess.STDOUT)
-        procs.append(p)
-        for _ in range(400):
-            log.seek(0)
-            m = re.search(r"listening: rpc on 127\.0\.0\.1:(\d+)", log.read())
-            if m:
-                return int(m.group(1))
-            if p.poll() is not None:
-                break
-            time.sleep(0.05)
-        log.seek(0)
-        sys.exit("%s did not start:\n%s" % (binary, log.read()[-2000:]))
 
     def run(args):
         out = subprocess.run([a.client, "--host", "127.0.0.1", "--json"] + args + common,
@@ -92,7 +173,10 @@ def main():
         return json.loads(out.stdout) if out.stdout.strip() else None
 
     try:
-        ports = [start_node(b, k) for k, (_, b) in enumerate(nodes)]
+        pool = keys * (nbytes + 4096) * 3 // 1048576 + 256
+        started = [start_node(work, procs, b, k, pool) for k, (_, b) in enumerate(nodes)]
+        ports = [p for p, _ in started]
+        mports = {n: mp for (n, _), (_, mp) in zip(nodes, started)}
         s = socket.socket()
         s.bind(("127.0.0.1", 0))
         mport = s.getsockname()[1]
@@ -106,39 +190,67 @@ def main():
         targets += [(n, ["--target", "p2p", "--port", str(p)]) for (n, _), p in zip(nodes, ports)]
         for _, t in list(targets):
             run(t + ["--setup-only"])
+        if a.kvget_too:
+            targets += [(n + "-kvget", ["--target", "kvget", "--port", str(p)])
+                        for (n, _), p in zip(nodes, ports)]
         if a.no_lookup_too:
             targets += [(n + "-nolookup", ["--target", "p2p", "--port", str(p), "--no-lookup"])
                         for (n, _), p in zip(nodes, ports)]
         base = nodes[0][0]
         for t in a.threads.split():
             gbs = {n: [] for n, _ in targets}
+            stalled = {n: [0, 0, []] for n, _ in targets}
+            health = {n: [] for n, _ in targets}
             for r in range(a.rounds):
                 order = targets[r % len(targets):] + targets[:r % len(targets)]
                 for n, args in order:
+                    node = n[:-len("-kvget")] if n.endswith("-kvget") else None
+                    s0 = reactor_load(mports[node]) if node else None
+                    lg = None
+                    if node and a.health_too:
+                        port = ports[[x for x, _ in nodes].index(node)]
+                        lg = subprocess.Popen(
+                            [a.loadgen, "--port", str(port), "--mode", "msgpack-rpc",
+                             "--method", "node.health", "--conns", "2", "--duration",
+                             a.duration, "--warmup", "1", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                     j = run(args + ["--no-setup", "--threads", t, "--duration", a.duration,
                                     "--warmup", "1"])
+                    if lg:
+                        out, err = lg.communicate(timeout=60)
+                        if lg.returncode:
+                            sys.exit("pc-loadgen node.health failed: %s" % err[-800:])
+                        health[n].append(json.loads(out)["p99_us"] / 1000)
                     gbs[n].append(j["gb_per_s"])
+                    if node:
+                        d = load_delta(s0, reactor_load(mports[node]))
+                        stalled[n][0] += d[0]
+                        stalled[n][1] += d[1]
+                        stalled[n][2].append(d[2])
             print("size %s, %s reader(s), %d rounds of %s s" % (a.size, t, a.rounds, a.duration))
             for n, _ in targets:
                 print("  %-12s GB/s %s" % (n, " ".join("%.2f" % x for x in gbs[n])))
+            for n, _ in targets:
+                if n.endswith("-kvget"):
+                    print("  %-12s reactor stalls over its runs (warm-up included): %d, "
+                          "%d of them CPU-bound; longest loop iteration per run <= ms %s"
+                          % (n, stalled[n][0], stalled[n][1],
+                             " ".join("%g" % (x * 1000) for x in stalled[n][2])))
+                    if health[n]:
+                        h = health[n]
+                        print("  %-12s node.health p99 meanwhile, ms: %.2f / %.2f / %.2f" % (
+                            n, min(h), statistics.median(h), max(h)))
             for n, _ in targets[1:]:
-                for other in ["memcached"] + ([base] if n != base else []):
+                # each over memcached, and over the first node's same kind
+                suffix = next((x for x in ("-nolookup", "-kvget") if n.endswith(x)), "")
+                first = base + suffix
+                for other in ["memcached"] + ([first] if n != first else []):
                     rs = [x / y for x, y in zip(gbs[n], gbs[other])]
                     print("  %s / %s: %.2f / %.2f / %.2f" % (
                         n, other, min(rs), statistics.median(rs), max(rs)))
             sys.stdout.flush()
     finally:
-        for p in procs:
-            p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(15)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-        for f in os.listdir(work):
-            os.unlink(os.path.join(work, f))
-        os.rmdir(work)
+        stop_all(work, procs)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,105 @@
+#!/usr/bin/python3
+"""kv.set of large values, two (or more) peercached builds side by side:
+what one call costs its reactor.
+
+Starts one node per --node NAME=BINARY (2 reactor threads, loopback, with
+reactor_stall_cpu_clock, pool faulted in before anything is measured),
+then per round, in rotating order, one client connection per node makes
+--calls kv.set calls of --values fresh values of --size each. Per node and
+round: the reactor stalls the node counted over those calls
+(peercache_reactor_stalls_total, and the CPU-bound ones,
+peercache_reactor_stalls_cpu_total), its longest loop iteration (the bound
+of its peercache_reactor_iteration_hist_seconds bucket) and the median call
+time seen by the client (which includes packing and sending the values from Python). The
+first round of each node includes its first call, which warms the blocks
+large input lands in (common/blocks.h). Stops everything it started, by
+PID.
+
+  bench/kvset_ab.py --node before=/tmp/before/build/server/peercached \\
+                    --node after=build/server/peercached
+
+Only 127.0.0.1 is contacted. A measurement: the exit status does not depend
+on the figures (1 on a failed run, 2 on bad usage).
+"""
+import argparse
+import os
+import socket
+import statistics
+import sys
+import tempfile
+import time
+
+import msgpack
+
+from p2p_ab import load_delta, node_specs, reactor_load, size_bytes, start_node, stop_all
+
+
+def call(sock, unpacker, msgid, method, params):
+    sock.sendall(msgpack.packb([0, msgid, method, params], use_bin_type=True))
+    while True:
+        for msg in unpacker:
+            return msg
+        data = sock.recv(1 << 20)
+        if not data:
+            sys.exit("the node closed the connection")
+        unpacker.feed(data)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--node", action="append", required=True, metavar="NAME=BINARY",
+                    help="a peercached build to measure (repeat)")
+    ap.add_argument("--size", default="4m", type=size_bytes, help="value size (default 4m)")
+    ap.add_argument("--values", type=int, default=8, help="values per kv.set (default 8)")
+    ap.add_argument("--calls", type=int, default=10, help="kv.set calls per round (default 10)")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds (default 3)")
+    a = ap.parse_args()
+    nodes = node_specs(ap, a.node)
+    if a.size * a.values > 60 << 20:
+        ap.error("--size x --values must fit one 64 MiB message")
+    work = tempfile.mkdtemp(prefix="pc-kvset-ab-")
+    procs = []
+
+    try:
+        ports = [start_node(work, procs, b, k, 1024, faulted=True)
+                 for k, (_, b) in enumerate(nodes)]
+        values = [os.urandom(a.size) for _ in range(a.values)]
+        seq = 0
+        res = {n: [] for n, _ in nodes}
+        for r in range(a.rounds):
+            order = list(range(len(nodes)))
+            order = order[r % len(nodes):] + order[:r % len(nodes)]
+            for k in order:
+                name = nodes[k][0]
+                rport, mport = ports[k]
+                s0 = reactor_load(mport)
+                sock = socket.create_connection(("127.0.0.1", rport), timeout=60)
+                unpacker = msgpack.Unpacker(raw=False)
+                times = []
+                for i in range(a.calls):
+                    seq += 1
+                    keys = ["kvset-ab-%d-%d" % (seq, j) for j in range(a.values)]
+                    t = time.monotonic()
+                    msg = call(sock, unpacker, seq, "kv.set", [keys, values])
+                    times.append((time.monotonic() - t) * 1000)
+                    if msg[2] is not None or msg[3] != [True] * a.values:
+                        sys.exit("%s: kv.set failed: %r" % (name, msg[2]))
+                sock.close()
+                d = load_delta(s0, reactor_load(mport))
+                res[name].append((d[0], d[1], d[2], statistics.median(times)))
+        mib = a.size * a.values / (1 << 20)
+        print("kv.set of %d x %d KiB (%.0f MiB) per call, %d calls per round, %d rounds"
+              % (a.values, a.size // 1024, mib, a.calls, a.rounds))
+        for name, _ in nodes:
+            print("  %-10s stalls per round %s; CPU-bound %s; longest loop iteration "
+                  "<= ms %s; median call ms %s" % (
+                      name, " ".join(str(x[0]) for x in res[name]),
+                      " ".join(str(x[1]) for x in res[name]),
+                      " ".join("%g" % (x[2] * 1000) for x in res[name]),
+                      " ".join("%.0f" % x[3] for x in res[name])))
+    finally:
+        stop_all(work, procs)
+
+
+if __name__ == "__main__":
+    main()
