@@ -137,11 +137,7 @@ static void *worker_main(void *arg)
 static int worker_ping(struct worker *w, struct wire_conn *c)
 {
 	struct wire_rd r;
-	uint32_t id = ++w->msgid;
-	wire_rpc_begin(&w->req, id, "node.health");
-	wire_mp_array(&w->req, 0);
-	int ret = wire_send(c, w->req.p, w->req.len);
-	return ret < 0 ? ret : wire_rpc_reply(c, "node.health", id, &r);
+	return wire_rpc_call0(c, &w->req, ++w->msgid, "node.health", &r);
 }
 
 /* Opens the worker's connections: after every worker's buffers are

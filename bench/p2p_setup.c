@@ -230,11 +230,9 @@ static int learn_members(struct bench *b, struct wire_conn *c)
 	struct wire_buf w = {0};
 	struct wire_rd r;
 	uint64_t n;
-	wire_rpc_begin(&w, 1, "cluster.members");
-	wire_mp_array(&w, 0);
-	int ret = wire_send(c, w.p, w.len);
-	free(w.p);
-	if (ret < 0 || (ret = wire_rpc_reply(c, "cluster.members", 1, &r)) < 0)
+	int ret = wire_rpc_call0(c, &w, 1, "cluster.members", &r);
+	free(w.p); /* r reads c's receive buffer, not w */
+	if (ret < 0)
 		return ret;
 	if (wire_rd_array(&r, &n) < 0 || n == 0 || n > MEMBERS_MAX)
 		return wire_fail(EPROTO, "cluster.members: expected 1..%u members",

@@ -388,3 +388,12 @@ int wire_rpc_reply(struct wire_conn *c, const char *method, uint32_t msgid,
 	*res = r;
 	return 0;
 }
+
+int wire_rpc_call0(struct wire_conn *c, struct wire_buf *b, uint32_t msgid,
+		   const char *method, struct wire_rd *res)
+{
+	wire_rpc_begin(b, msgid, method);
+	wire_mp_array(b, 0);
+	int ret = wire_send(c, b->p, b->len);
+	return ret < 0 ? ret : wire_rpc_reply(c, method, msgid, res);
+}

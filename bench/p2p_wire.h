@@ -103,5 +103,9 @@ int wire_rd_skip(struct wire_rd *r);
  */
 int wire_rpc_reply(struct wire_conn *c, const char *method, uint32_t msgid,
 		   struct wire_rd *res);
+/* Calls method with no params on c (the request built in b) and reads
+ * its reply as wire_rpc_reply does. */
+int wire_rpc_call0(struct wire_conn *c, struct wire_buf *b, uint32_t msgid,
+		   const char *method, struct wire_rd *res);
 
 #endif /* PC_BENCH_P2P_WIRE_H */
