@@ -16,9 +16,11 @@
  * PC_BLOCKS_KEEP_BYTES in all (kept); a block is either kept or the
  * caller's, never both; take returns the smallest kept block that fits.
  *
- * Users: kv's and slotmap's staging for kv.get replies and bucket reads
- * (modules/kv.c, modules/slotmap_kv.c), handed over to the reply with
- * struct pc_block_set (modules/kv.h, kv_got.stage).
+ * Users: each reactor keeps two caches (reactor/rx_internal.h): one for
+ * the input of large messages, and one for its modules
+ * (rx_reactor_blocks): kv's and slotmap's staging for kv.get replies and
+ * bucket reads (modules/kv.c, modules/slotmap_kv.c), handed over to the
+ * reply with struct pc_block_set (modules/kv.h, kv_got.stage).
  */
 #ifndef PC_COMMON_BLOCKS_H
 #define PC_COMMON_BLOCKS_H

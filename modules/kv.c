@@ -109,7 +109,6 @@ static struct {
 				      * start, before any page moves) */
 	struct read_cache *rcache;  /* directory_read_cache_ttl, or NULL */
 	struct evq *evqs;           /* per reactor */
-	struct pc_blocks *warm;     /* per reactor: staging kept for reuse */
 	struct flush *flush;        /* the flush under way, or NULL; atomic */
 	bool checksums;
 	uint32_t rkey;              /* the transport's key of the pool */
@@ -128,8 +127,6 @@ static struct {
 /* This reactor's queue (set by kv_start on each reactor thread), where
  * evictions caused by its own reserves go. */
 static _Thread_local struct evq *t_evq;
-/* This reactor's warm blocks (kv_start), where get's staging comes from. */
-static _Thread_local struct pc_blocks *t_warm;
 
 /* ------------------------------------------------------------- evictions */
 
@@ -577,7 +574,7 @@ struct fetch {
 	struct pc_block_set stage; /* get: local pages' block, remote
 				    * pages' block, those looked up again
 				    * (f->again); from the reactor's warm
-				    * blocks (g.warm) */
+				    * blocks (rx_reactor_blocks) */
 	uint8_t *loc;        /* LOC_* per item */
 	struct pool_ref *refs; /* local pass: pinned entries */
 	const uint8_t **src; /* local pass: pinned payloads */
@@ -1066,7 +1063,7 @@ static int fetch_start(struct rx_reactor *r, const struct kv_item *it,
 	f->r = r;
 	f->client_mem = client_mem;
 	f->staging = staging;
-	f->stage.home = t_warm;
+	f->stage.home = rx_reactor_blocks(r);
 	f->stage_max = stage_max;
 	f->done = done;
 	f->got = got;
@@ -1664,15 +1661,14 @@ static int kv_init(struct pc_ctx *ctx)
 	if ((ret = pc_guard_init()) < 0)
 		goto fail_kv_svc;
 	g.evqs = calloc(ctx->threads, sizeof(*g.evqs));
-	g.warm = calloc(ctx->threads, sizeof(*g.warm));
-	if (!g.evqs || !g.warm ||
-	    (s->directory_read_cache_ttl_ms &&
-	     (ret = read_cache_init(s)) < 0)) {
-		ret = ret < 0 ? ret : -ENOMEM;
+	if (!g.evqs) {
+		ret = -ENOMEM;
+		goto fail_kv_svc;
+	}
+	if (s->directory_read_cache_ttl_ms &&
+	    (ret = read_cache_init(s)) < 0) {
 		free(g.evqs);
-		free(g.warm);
 		g.evqs = NULL;
-		g.warm = NULL;
 		goto fail_kv_svc;
 	}
 #define CTR(var, name, help) var = met_register(MET_COUNTER, name, help, NULL)
@@ -1767,7 +1763,6 @@ static int kv_start(struct rx_reactor *r, struct pc_ctx *ctx)
 	q->r = r;
 	rx_timer_init(&q->flush, evq_flush, q);
 	t_evq = q;
-	t_warm = &g.warm[rx_reactor_id(r)];
 	return 0;
 }
 
@@ -1810,11 +1805,6 @@ static void kv_fini(struct pc_ctx *ctx)
 		g.tp->ops->dereg_region(g.tp->node, g.rkey);
 	pool_free(g.pool);
 	free(g.evqs);
-	/* After every reactor ended: a reply that still held staging gave
-	 * it back when its connection went, in the reactor's teardown. */
-	for (unsigned i = 0; g.warm && i < ctx->threads; i++)
-		pc_blocks_drop(&g.warm[i]);
-	free(g.warm);
 	rc_free(g.rcache);
 	memset(&g, 0, sizeof(g));
 }

@@ -1007,10 +1007,6 @@ static void sm_fini(struct pc_ctx *ctx)
 		pthread_mutex_destroy(&cl.lock);
 	if (sm_st.base)
 		munmap(sm_st.base, sm_st.bytes);
-	/* A reply that held staging past its reactor's exit (a forced stop
-	 * tears connections down after the exit hooks) gave it back there. */
-	for (unsigned i = 0; sm_st.rx && i < ctx->threads; i++)
-		pc_blocks_drop(&sm_st.rx[i].warm);
 	free(sm_st.rx);
 	memset(&cl, 0, sizeof(cl));
 	memset(&sm_st, 0, sizeof(sm_st));

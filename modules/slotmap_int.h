@@ -14,7 +14,6 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "common/blocks.h"
 #include "common/budget.h"
 #include "common/metrics.h"
 #include "modules/kv.h"
@@ -33,14 +32,14 @@ struct svc_cluster;
 struct ph_api;
 struct mb_api;
 
-/* Per reactor: the RPC client to owners, the layouts seen, and the blocks
- * the last calls gave back (fresh memory costs a page fault per 4 KiB on
- * first touch — in a VM, more than the copy itself). */
+/* Per reactor: the RPC client to owners and the layouts seen. (The blocks
+ * the last calls gave back are the reactor's, rx_reactor_blocks: fresh
+ * memory costs a page fault per 4 KiB on first touch — in a VM, more than
+ * the copy itself.) */
 struct sm_rx {
 	struct rx_reactor *r;
 	struct rpc_client *cl;
 	struct sm_layout lay[SM_LAYOUTS];
-	struct pc_blocks warm;
 };
 
 /* The module's state (slotmap.c). */

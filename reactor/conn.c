@@ -165,7 +165,9 @@ void rx_chunks_fini(struct rx_reactor *r)
 		free(ch);
 	}
 	r->chunk_cache_n = 0;
-	pc_blocks_drop(&r->in_warm); /* after the connections gave theirs */
+	/* after the connections gave theirs */
+	pc_blocks_drop(&r->in_warm);
+	pc_blocks_drop(&r->mod_warm);
 }
 
 /* ----------------------------------------------------------- budgets */
@@ -266,7 +268,6 @@ static bool in_buf_grow(struct rx_conn *c, size_t cap)
 	c->in_room = b.cap;
 	return true;
 }
-
 
 /* An owned chunk now belongs to c: account it. */
 static void out_owned_add(struct rx_conn *c, struct rx_chunk *ch)

@@ -381,6 +381,11 @@ unsigned rx_reactor_id(const struct rx_reactor *r)
 	return r->id;
 }
 
+struct pc_blocks *rx_reactor_blocks(struct rx_reactor *r)
+{
+	return &r->mod_warm;
+}
+
 uint64_t rx_now_ns(const struct rx_reactor *r)
 {
 	return r->now_ns;

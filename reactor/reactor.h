@@ -119,6 +119,11 @@ int rx_reactor_on_stop(struct rx_reactor *r, void (*fn)(struct rx_reactor *r,
 void rx_reactor_destroy(struct rx_reactor *r);
 
 unsigned rx_reactor_id(const struct rx_reactor *r);
+/* Large buffers modules keep warm on this reactor for their next call
+ * (common/blocks.h; kv's and slotmap's staging): taken and given back on
+ * the reactor's thread only; freed when the reactor is destroyed, after
+ * its connections (so a reply still holding one gives it back first). */
+struct pc_blocks *rx_reactor_blocks(struct rx_reactor *r);
 /* Monotonic time cached at the top of the current loop iteration. */
 uint64_t rx_now_ns(const struct rx_reactor *r);
 const struct rx_stats *rx_reactor_stats(const struct rx_reactor *r);

@@ -232,6 +232,7 @@ struct rx_reactor {
 	unsigned chunk_cache_n;
 	struct pc_blocks in_warm;     /* input buffers of RX_IN_WARM_MIN and
 				       * more, kept for the next large message */
+	struct pc_blocks mod_warm;    /* modules' (rx_reactor_blocks) */
 	uint64_t next_conn_id;
 	struct rx_stop_hook *stop_hooks;
 
