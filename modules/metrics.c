@@ -138,6 +138,7 @@ static void reactor_collector(struct met_writer *w, void *arg)
 		ROW(out_pauses, MET_COUNTER, "reading paused because output was high"),
 		ROW(out_cap_closes, MET_COUNTER, "connections closed: output cap exceeded"),
 		ROW(in_cap_closes, MET_COUNTER, "connections closed: input cap exceeded"),
+		ROW(in_taken, MET_COUNTER, "large requests a handler worked on in place, over loop passes"),
 		ROW(accept_errors, MET_COUNTER, "accept completions with an error"),
 		ROW(file_ops, MET_COUNTER, "file operations completed"),
 #undef ROW

@@ -36,7 +36,6 @@
 #include "rx_internal.h"
 
 #define LOG_MOD "conn"
-#define RXC_REDELIVER 0x800u /* re-feed kept input after a resume */
 #define FLUSH_CLOSE_MS 5000u /* a flush-close gives the peer this long */
 
 static void conn_touch(struct rx_conn *c);
@@ -657,10 +656,68 @@ static bool in_append(struct rx_conn *c, const uint8_t *data, size_t len)
 	return true;
 }
 
+/* The kept input was taken during on_data, which consumed n of its
+ * in_len bytes: the connection starts a new buffer with the rest. */
+static void conn_in_detach(struct rx_conn *c, size_t n)
+{
+	const uint8_t *old = c->in;
+	size_t rest = c->in_len - n;
+	c->flags &= ~RXC_IN_TAKEN;
+	c->in = NULL;
+	c->in_len = c->in_cap = c->in_room = 0;
+	if (rest && !(c->flags & (RXC_CLOSING | RXC_CLOSE_FLUSH)))
+		in_append(c, old + n, rest);
+}
+
+bool rx_conn_take_input(struct rx_conn *c, const uint8_t *p, size_t len,
+			struct rx_input *out)
+{
+	*out = (struct rx_input){0};
+	if (!(c->flags & RXC_IN_FEED) || (c->flags & RXC_IN_TAKEN) ||
+	    p < c->in || len > c->in_len ||
+	    (size_t)(p - c->in) > c->in_len - len)
+		return false;
+	*out = (struct rx_input){c->r, c->budget, c->in, c->in_room,
+				 c->budget ? c->in_cap : 0};
+	c->flags |= RXC_IN_TAKEN;
+	RX_STAT_INC(c->r->st.in_taken);
+	return true;
+}
+
+void rx_input_put(struct rx_input *in)
+{
+	if (!in->r)
+		return;
+	/* Given back before the on_data that took it returned (its call
+	 * ended at once): the connection keeps it, as if never taken; it is
+	 * still reading from it. */
+	struct rx_conn *f = in->r->feeding;
+	if (f && (f->flags & RXC_IN_TAKEN) && f->in == in->buf) {
+		f->flags &= ~RXC_IN_TAKEN;
+		*in = (struct rx_input){0};
+		return;
+	}
+	if (in->counted)
+		__atomic_sub_fetch(&in->budget->in_used, in->counted,
+				   __ATOMIC_RELAXED);
+	in_buf_put(in->r, in->buf, in->room);
+	*in = (struct rx_input){0};
+}
+
 /* Present the kept input to on_data and keep what it leaves. */
 static void conn_feed_in(struct rx_conn *c)
 {
+	struct rx_conn *outer = c->r->feeding; /* none: on_data is not nested */
+	c->flags |= RXC_IN_FEED;
+	c->r->feeding = c;
 	ssize_t n = c->ops->on_data(c, c->in, c->in_len);
+	c->r->feeding = outer;
+	c->flags &= ~RXC_IN_FEED;
+	if (c->flags & RXC_IN_TAKEN) {
+		conn_in_detach(c, n < 0 ? c->in_len : (size_t)n);
+		if (n >= 0)
+			return;
+	}
 	if (n < 0) {
 		rx_conn_close(c, RX_CLOSE_NOW, (int)n);
 		return;

@@ -76,6 +76,7 @@ struct rx_stats {
 	uint64_t conn_out_peak;     /* most output ever queued on one connection */
 	uint64_t out_cap_closes;    /* connections closed: output cap exceeded */
 	uint64_t in_cap_closes;     /* connections closed: input cap exceeded */
+	uint64_t in_taken;          /* messages whose input a handler kept */
 	uint64_t accept_errors;     /* accept completions with an error */
 	uint64_t file_ops;          /* file read/write/fsync ops completed */
 };
@@ -354,6 +355,36 @@ int rx_conn_read(struct rx_conn *c, void *buf, size_t len, rx_read_fn cb,
  * a framing header and the payload behind it. res is len + len2. */
 int rx_conn_read2(struct rx_conn *c, void *buf, size_t len, void *buf2,
 		  size_t len2, rx_read_fn cb, void *arg);
+
+/*
+ * Input taken out of a connection (rx_conn_take_input): a message's bytes
+ * that stay where they are, valid and counted in the connection's budget
+ * (in_used), until rx_input_put — for a handler that works on a large
+ * request over several loop passes instead of copying it out at once.
+ */
+struct rx_input {
+	struct rx_reactor *r;   /* NULL: nothing taken */
+	struct rx_budget *budget;
+	uint8_t *buf;
+	size_t room;            /* the buffer's size */
+	size_t counted;         /* bytes of budget->in_used it holds */
+};
+
+/*
+ * From on_data only: take the buffer [p, p + len) lies in, when that is
+ * the connection's kept input (a message that arrived in several pieces;
+ * one that came whole in a single receive lies in the receive ring and
+ * cannot be taken: false, nothing changes). The bytes then stay put until
+ * rx_input_put on this reactor; what on_data leaves unconsumed after them
+ * moves to a new buffer when it returns. Pause the connection first if no
+ * further input should be taken meanwhile.
+ */
+bool rx_conn_take_input(struct rx_conn *c, const uint8_t *p, size_t len,
+			struct rx_input *out);
+/* Give taken input back (its reactor's thread; emptied; harmless twice).
+ * Given back before the on_data that took it has returned, it stays the
+ * connection's, as if never taken. */
+void rx_input_put(struct rx_input *in);
 
 /* Stop / restart reading (e.g. while an async handler holds a request). */
 void rx_conn_pause(struct rx_conn *c);

@@ -114,8 +114,11 @@ struct rx_chunk {
 #define RXC_CANCEL_SENT 0x100u /* cancel of the recv already submitted */
 #define RXC_EOF 0x200u         /* peer closed its side */
 #define RXC_FINAL 0x400u       /* on_close ran */
+#define RXC_REDELIVER 0x800u   /* re-feed kept input after a resume */
 #define RXC_MANUAL 0x1000u     /* the owner reads with rx_conn_read */
 #define RXC_OUTGOING 0x2000u   /* opened by rx_conn_connect */
+#define RXC_IN_FEED 0x4000u    /* on_data runs on the kept input */
+#define RXC_IN_TAKEN 0x8000u   /* ... which rx_conn_take_input took */
 
 struct rx_conn {
 	struct rx_reactor *r;
@@ -233,6 +236,7 @@ struct rx_reactor {
 	struct pc_blocks in_warm;     /* input buffers of RX_IN_WARM_MIN and
 				       * more, kept for the next large message */
 	struct pc_blocks mod_warm;    /* modules' (rx_reactor_blocks) */
+	struct rx_conn *feeding;      /* on_data runs on its kept input now */
 	uint64_t next_conn_id;
 	struct rx_stop_hook *stop_hooks;
 

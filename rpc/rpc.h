@@ -195,6 +195,28 @@ void rpc_call_set_conn_closed(struct rpc_call *call,
 int rpc_call_budget_take(struct rpc_call *call, size_t bytes);
 void rpc_call_budget_give(struct rpc_call *call, size_t bytes);
 
+/*
+ * Take no further request from this call's connection until the call's
+ * reply ends (call it from the handler, so that none after it has been
+ * taken yet): for a call that holds much memory for a while, so that one
+ * client pipelining such calls has one at a time, not all at once.
+ */
+void rpc_call_hold_input(struct rpc_call *call);
+
+/*
+ * Keep this request's bytes — every pointer into the params the handler
+ * got — valid until the call's reply ends, and take no further request
+ * from its connection until then: for a handler that works through a
+ * large request over several loop passes (kv.set's copies into the pool)
+ * instead of holding its reactor for all of it at once (it holds the input
+ * too, rpc_call_hold_input). The bytes stay counted in the node's input
+ * budget (rpc_max_buffered_bytes) meanwhile.
+ * true when kept; false (nothing changes) when called after the handler
+ * returned, or when the request arrived whole in one receive (a small
+ * one): its bytes are valid during the handler only, as always.
+ */
+bool rpc_call_keep_request(struct rpc_call *call);
+
 /* ---------------------------------------------------------------- replies */
 
 /* Start the reply: returns a packer for exactly one result object. */

@@ -167,7 +167,12 @@ struct rpc_sconn {
 	bool authed;
 	bool seen_bytes;
 	bool nonce_issued;     /* auth.challenge answered, nonce below */
-	bool paused;           /* by us, for max_inflight or draining */
+	bool paused;           /* by us, for max_inflight, draining or a call
+				* keeping its request (holding) */
+	unsigned holding;      /* calls that hold its input (call->holds) */
+	struct rpc_call *cur;  /* the call whose handler runs now ... */
+	const uint8_t *cur_msg; /* ... and its message */
+	size_t cur_len;
 	bool counted;          /* holds a class slot (and a host slot if TCP) */
 	bool has_host;         /* holds a slot in the per-host table */
 	bool proven;           /* authenticated and sent a request */
@@ -203,6 +208,8 @@ struct rpc_call {
 	bool notify;
 	bool failed;            /* an error reply was sent */
 	size_t reserved;        /* rpc_call_budget_take bytes not given back */
+	bool holds;             /* holds its connection's input (sc->holding) */
+	struct rx_input kept;   /* ... whose bytes are here, if they could be */
 	struct rpc_entry *e;
 	uint64_t t0;            /* dispatch time (0 when metrics are off) */
 	msgpack_packer pk;
@@ -1027,6 +1034,8 @@ static struct rpc_call *call_new(struct rpc_sconn *sc, uint32_t msgid,
 	call->notify = notify;
 	call->failed = false;
 	call->reserved = 0;
+	call->holds = false;
+	call->kept = (struct rx_input){0};
 	call->olen = 0;
 	call->e = e;
 	call->t0 = met_enabled ? pc_now_ns() : 0;
@@ -1045,11 +1054,14 @@ static void call_free(struct rpc_call *call)
 		met_observe_ns(call->e->latency, pc_now_ns() - call->t0);
 	if (call->reserved)
 		rpc_call_budget_give(call, call->reserved);
+	rx_input_put(&call->kept);
+	if (call->holds)
+		sc->holding--;
 	if (--sc->inflight == 0)
 		sc->last_act_ns = pc_now_ns();
 	if (sc->drain_err && sc->c && sc->inflight == 0)
 		rx_conn_close(sc->c, RX_CLOSE_FLUSH, sc->drain_err);
-	else if (sc->paused && sc->c && !sc->drain_err &&
+	else if (sc->paused && sc->c && !sc->drain_err && !sc->holding &&
 		 sc->inflight < sc->srv->lim.max_inflight) {
 		sc->paused = false;
 		rx_conn_resume(sc->c);
@@ -1189,7 +1201,11 @@ static bool handle_message(struct rpc_sconn *sc, const uint8_t *p, size_t len)
 	uint32_t nparams;
 	mp_rd_array(&m.params, &nparams); /* checked by rpc_msg_parse */
 	rx_stall_tag(meth->name); /* named in a stall report */
+	sc->cur = call; /* for rpc_call_keep_request; call may end in fn */
+	sc->cur_msg = p;
+	sc->cur_len = len;
 	meth->fn(call, &m.params);
+	sc->cur = NULL;
 	if (sc->authed && !sc->proven)
 		sc_prove(sc); /* auth.response, or the first request */
 	else if (!notify && sc->young && sc->ylist == YL_SILENT) {
@@ -1391,6 +1407,29 @@ void rpc_server_accept(struct rpc_server *s, struct rx_reactor *r, int fd,
 }
 
 /* ------------------------------------------------------------------ calls */
+
+void rpc_call_hold_input(struct rpc_call *call)
+{
+	struct rpc_sconn *sc = call->sc;
+	if (call->holds || !sc->c)
+		return;
+	call->holds = true;
+	sc->holding++;
+	if (!sc->paused) {
+		sc->paused = true; /* resumes when the call ends (call_free) */
+		rx_conn_pause(sc->c);
+	}
+}
+
+bool rpc_call_keep_request(struct rpc_call *call)
+{
+	struct rpc_sconn *sc = call->sc;
+	if (sc->cur != call || call->kept.r || !sc->c ||
+	    !rx_conn_take_input(sc->c, sc->cur_msg, sc->cur_len, &call->kept))
+		return false;
+	rpc_call_hold_input(call);
+	return true;
+}
 
 int rpc_call_budget_take(struct rpc_call *call, size_t bytes)
 {

@@ -557,6 +557,41 @@ Test(reactor, zero_copy_write_releases_after_send)
 
 /* ------------------------------------------------ warm input buffers */
 
+/* Connect to port, send len bytes of buf, close the sending side and
+ * wait until the server has closed (it has had everything then). */
+static void send_whole_and_wait(uint16_t port, const uint8_t *buf, size_t len)
+{
+	int fd = tu_connect(port);
+	for (size_t off = 0; off < len;) {
+		ssize_t k = send(fd, buf + off, len - off, 0);
+		if (k <= 0)
+			break;
+		off += (size_t)k;
+	}
+	shutdown(fd, SHUT_WR);
+	char b;
+	while (recv(fd, &b, 1, 0) > 0)
+		;
+	close(fd);
+}
+
+/* A reactor serving accept on a loopback port while client(&port) runs on
+ * a thread of its own, until the reactor stops; then it is destroyed. */
+static void serve_client(rx_accept_fn accept, void *(*client)(void *))
+{
+	struct rx_reactor *r = tu_reactor(NULL);
+	int err;
+	struct rx_listener *l = rx_listen_tcp(r, "127.0.0.1", 0, false, 16,
+					      accept, NULL, &err);
+	cr_assert_not_null(l);
+	uint16_t port = rx_listener_port(l);
+	pthread_t th;
+	pthread_create(&th, NULL, client, &port);
+	tu_run(r, 20000);
+	pthread_join(th, NULL);
+	rx_reactor_destroy(r);
+}
+
 /* Length-prefixed messages of pattern bytes, each on a connection of its
  * own: the kept input of a large one grows into the reactor's warm blocks,
  * which the next large message on any connection of the reactor reuses. */
@@ -612,20 +647,7 @@ static void *wi_client_main(void *arg)
 	memcpy(buf, &len, sizeof(len));
 	for (unsigned m = 0; m < WI_MSGS; m++) {
 		tu_fill_pattern(buf + sizeof(len), WI_LEN, m, 0);
-		int fd = tu_connect(port);
-		size_t off = 0, total = sizeof(len) + WI_LEN;
-		while (off < total) {
-			ssize_t k = send(fd, buf + off, total - off, 0);
-			if (k <= 0)
-				break;
-			off += (size_t)k;
-		}
-		/* the server has it all once it closes its side */
-		shutdown(fd, SHUT_WR);
-		char b;
-		while (recv(fd, &b, 1, 0) > 0)
-			;
-		close(fd);
+		send_whole_and_wait(port, buf, sizeof(len) + WI_LEN);
 	}
 	free(buf);
 	return NULL;
@@ -633,17 +655,8 @@ static void *wi_client_main(void *arg)
 
 Test(reactor, large_messages_land_in_warm_input_buffers)
 {
-	struct rx_reactor *r = tu_reactor(NULL);
 	memset(&wi, 0, sizeof(wi));
-	int err;
-	struct rx_listener *l = rx_listen_tcp(r, "127.0.0.1", 0, false, 16,
-					      wi_accept, NULL, &err);
-	cr_assert_not_null(l);
-	uint16_t port = rx_listener_port(l);
-	pthread_t th;
-	pthread_create(&th, NULL, wi_client_main, &port);
-	tu_run(r, 20000);
-	pthread_join(th, NULL);
+	serve_client(wi_accept, wi_client_main);
 	cr_assert_eq(wi.whole, WI_MSGS);
 	cr_assert_eq(wi.bad, 0, "a message's bytes changed");
 	/* Each message was kept whole in the input buffer the one before it
@@ -651,7 +664,113 @@ Test(reactor, large_messages_land_in_warm_input_buffers)
 	for (unsigned m = 1; m < WI_MSGS; m++)
 		cr_assert_eq(wi.at[m], wi.at[0], "message %u in another buffer",
 			     m);
-	rx_reactor_destroy(r);
+}
+
+/* Three length-prefixed messages in one stream: the first (large) is taken
+ * out of the connection with rx_conn_take_input and worked on later, from
+ * a timer, while the connection is paused; the two after it, already in
+ * the same buffer, move to a new one and come once it resumes. */
+#define TI_BIG (6u << 20)
+#define TI_SMALL (100u << 10)
+
+static struct {
+	struct rx_budget budget;
+	struct rx_conn *c;
+	struct rx_input in;
+	const uint8_t *big;   /* the taken message's bytes */
+	struct rx_timer later;
+	size_t used_while_taken;
+	unsigned whole, bad, taken;
+} ti;
+
+static const size_t ti_len[3] = {TI_BIG, TI_SMALL, TI_BIG};
+
+static void ti_later(struct rx_reactor *r, struct rx_timer *t)
+{
+	(void)r;
+	(void)t;
+	/* Other input has come and gone meanwhile (the rest of the stream
+	 * moved to a new buffer): the taken bytes are still the message's. */
+	ti.bad += tu_check_pattern(ti.big, TI_BIG, 0, 0) != -1;
+	ti.used_while_taken =
+		__atomic_load_n(&ti.budget.in_used, __ATOMIC_RELAXED);
+	rx_input_put(&ti.in);
+	rx_input_put(&ti.in); /* harmless twice */
+	rx_conn_resume(ti.c);
+}
+
+static ssize_t ti_data(struct rx_conn *c, const uint8_t *d, size_t n)
+{
+	uint64_t len;
+	if (n < sizeof(len))
+		return 0;
+	memcpy(&len, d, sizeof(len));
+	if (n < sizeof(len) + len)
+		return 0;
+	unsigned m = ti.whole++;
+	ti.bad += len != ti_len[m % 3] ||
+		  tu_check_pattern(d + sizeof(len), len, m, 0) != -1;
+	if (m == 0 && rx_conn_take_input(c, d + sizeof(len), len, &ti.in)) {
+		ti.taken++;
+		ti.big = d + sizeof(len);
+		ti.c = c;
+		rx_conn_pause(c);
+		rx_timer_init(&ti.later, ti_later, NULL);
+		rx_timer_start(rx_conn_reactor(c), &ti.later, RX_MS(20), 0);
+	}
+	return (ssize_t)(sizeof(len) + len);
+}
+
+static void ti_close(struct rx_conn *c, int err)
+{
+	(void)err;
+	rx_reactor_stop(rx_conn_reactor(c));
+}
+
+static const struct rx_conn_ops ti_ops = {.on_data = ti_data,
+					  .on_close = ti_close};
+
+static void ti_accept(struct rx_listener *l, int fd, void *arg)
+{
+	int err;
+	(void)arg;
+	struct rx_conn *c = rx_conn_attach(rx_listener_reactor(l), fd, &ti_ops,
+					   NULL, &err);
+	if (c) {
+		rx_conn_set_budget(c, &ti.budget);
+		rx_conn_set_limits(c, 2 * TI_BIG, 1 << 20, 1 << 19, 1 << 20);
+	}
+}
+
+static void *ti_client_main(void *arg)
+{
+	uint16_t port = *(uint16_t *)arg;
+	size_t total = 0;
+	for (unsigned m = 0; m < 3; m++)
+		total += sizeof(uint64_t) + ti_len[m];
+	uint8_t *buf = malloc(total), *at = buf;
+	for (unsigned m = 0; m < 3; m++) {
+		uint64_t len = ti_len[m];
+		memcpy(at, &len, sizeof(len));
+		tu_fill_pattern(at + sizeof(len), len, m, 0);
+		at += sizeof(len) + len;
+	}
+	send_whole_and_wait(port, buf, total);
+	free(buf);
+	return NULL;
+}
+
+Test(reactor, a_taken_message_stays_put_while_the_input_after_it_moves_on)
+{
+	memset(&ti, 0, sizeof(ti));
+	serve_client(ti_accept, ti_client_main);
+	cr_assert_eq(ti.taken, 1, "the large message was not taken");
+	cr_assert_eq(ti.whole, 3);
+	cr_assert_eq(ti.bad, 0, "a message's bytes changed");
+	/* Taken input stays counted until it is given back. */
+	cr_assert_geq(ti.used_while_taken, TI_BIG);
+	cr_assert_eq(__atomic_load_n(&ti.budget.in_used, __ATOMIC_RELAXED), 0);
+	cr_assert_eq(ti.in.r, NULL);
 }
 
 /* ------------------------------------------------- shutdown with work left */

@@ -140,7 +140,56 @@ static void m_ref(struct rpc_call *call, struct mp_rd *p)
 	rpc_reply_end(call);
 }
 
+/* test.keep [bin, ms, seed]: keeps the request (rpc_call_keep_request),
+ * then after ms (0: at once, inside the handler) checks that bin still
+ * holds the pattern of seed; replies 1 (kept, intact), 0 (not kept: a
+ * small request) or an error. */
+struct keeper {
+	struct rx_timer t;
+	struct rpc_call *call;
+	const uint8_t *bin;
+	uint32_t len;
+	uint64_t seed;
+};
+
+static void keeper_fire(struct rx_reactor *r, struct rx_timer *t)
+{
+	struct keeper *k = t->arg;
+	(void)r;
+	if (tu_check_pattern(k->bin, k->len, k->seed, 0) != -1)
+		rpc_reply_error(k->call, RPC_E_INTERNAL, "the kept bytes changed");
+	else
+		rpc_reply_uint(k->call, 1);
+	free(k);
+}
+
+static void m_keep(struct rpc_call *call, struct mp_rd *p)
+{
+	const uint8_t *bin;
+	uint32_t len;
+	uint64_t ms, seed;
+	if (mp_rd_bin(p, &bin, &len) < 0 || mp_rd_uint(p, &ms) < 0 ||
+	    mp_rd_uint(p, &seed) < 0) {
+		rpc_reply_error(call, RPC_E_BAD_PARAMS, "[bin, ms, seed]");
+		return;
+	}
+	if (!rpc_call_keep_request(call)) {
+		rpc_reply_uint(call, 0);
+		return;
+	}
+	cr_assert_not(rpc_call_keep_request(call), "kept twice");
+	struct keeper *k = calloc(1, sizeof(*k));
+	*k = (struct keeper){.call = call, .bin = bin, .len = len,
+			     .seed = seed};
+	rx_timer_init(&k->t, keeper_fire, k);
+	if (ms == 0)
+		keeper_fire(rpc_call_reactor(call), &k->t); /* ends the call */
+	else
+		rx_timer_start(rpc_call_reactor(call), &k->t, RX_MS(ms), 0);
+}
+
 static const struct rpc_method test_methods[] = {
+	{"test.keep", m_keep, 0, "keep the request, check it later"},
 	{"test.ref", m_ref, 0, "pattern bins sent by reference"},
 	{"test.echo", m_echo, 0, "echo the first param"},
 	{"test.sleep", m_sleep, 0, "reply tag after ms"},
@@ -339,6 +388,84 @@ Test(rpc, pipelined_requests_get_out_of_order_replies)
 		uint32_t id = read_resp(fd, &v, NULL);
 		cr_assert_eq(id, 109 - k, "reply %u was msgid %u", k, id);
 		cr_assert_eq(v, 1000 + (109 - k) - 100);
+	}
+	close(fd);
+	server_down();
+}
+
+/* A test.keep request, then (sleep_id) a test.sleep [0, sleep_id * 11]
+ * behind it in the same send. */
+static void send_keep_then(int fd, uint32_t msgid, uint32_t len, uint64_t ms,
+			   uint64_t seed, uint32_t sleep_id)
+{
+	struct pc_wbuf w;
+	msgpack_packer pk;
+	pc_wbuf_init(&w, 0);
+	pc_wbuf_packer(&w, &pk);
+	rpc_pack_request(&pk, msgid, "test.keep", 3);
+	msgpack_pack_bin(&pk, len);
+	uint8_t *b = malloc(len);
+	tu_fill_pattern(b, len, seed, 0);
+	msgpack_pack_bin_body(&pk, b, len);
+	free(b);
+	msgpack_pack_uint64(&pk, ms);
+	msgpack_pack_uint64(&pk, seed);
+	if (sleep_id) {
+		rpc_pack_request(&pk, sleep_id, "test.sleep", 2);
+		msgpack_pack_uint64(&pk, 0);
+		msgpack_pack_uint64(&pk, sleep_id * 11);
+	}
+	for (size_t off = 0; off < w.len;) {
+		ssize_t k = send(fd, w.data + off, w.len - off, 0);
+		cr_assert_gt(k, 0);
+		off += (size_t)k;
+	}
+	pc_wbuf_free(&w);
+}
+
+static void send_keep(int fd, uint32_t msgid, uint32_t len, uint64_t ms,
+		      uint64_t seed)
+{
+	send_keep_then(fd, msgid, len, ms, seed, 0);
+}
+
+Test(rpc, a_kept_request_stays_intact_and_holds_the_calls_after_it)
+{
+	server_up(1, NULL, NULL);
+	int fd = tu_connect(S.port);
+	/* A large request kept for 100 ms, then at once a call that would
+	 * answer first if it were taken meanwhile, then a small keep. */
+	send_keep(fd, 1, 900u << 10, 100, 11);
+	uint8_t buf[128];
+	size_t len = pack_req(buf, sizeof(buf), 2, "test.sleep", 0, 22, 2);
+	cr_assert_eq(send(fd, buf, len, 0), (ssize_t)len);
+	send_keep(fd, 3, 512, 1, 33);
+	int64_t v;
+	char code[64] = "";
+	cr_assert_eq(read_resp(fd, &v, code), 1, "a call after the kept "
+		     "request ran while it was kept");
+	cr_assert_eq(v, 1, "kept: %lld (%s)", (long long)v, code);
+	cr_assert_eq(read_resp(fd, &v, NULL), 2);
+	cr_assert_eq(v, 22);
+	/* It waited in the input kept behind the first: that can be kept. */
+	cr_assert_eq(read_resp(fd, &v, NULL), 3);
+	cr_assert_eq(v, 1);
+	/* Alone, a small request arrives whole in one receive: not kept. */
+	send_keep(fd, 4, 512, 0, 44);
+	cr_assert_eq(read_resp(fd, &v, NULL), 4);
+	cr_assert_eq(v, 0, "a small request kept");
+	/* Kept, then answered at once inside its handler, with a call behind
+	 * it in the same buffer: the connection keeps reading that buffer. */
+	send_keep_then(fd, 5, 300u << 10, 0, 55, 6);
+	cr_assert_eq(read_resp(fd, &v, code), 5);
+	cr_assert_eq(v, 1, "kept: %lld (%s)", (long long)v, code);
+	cr_assert_eq(read_resp(fd, &v, NULL), 6);
+	cr_assert_eq(v, 66);
+	/* Twice more on the same connection: the input goes on. */
+	for (uint32_t i = 0; i < 2; i++) {
+		send_keep(fd, 10 + i, (700u << 10) + i, 10, 40 + i);
+		cr_assert_eq(read_resp(fd, &v, code), 10 + i);
+		cr_assert_eq(v, 1, "kept: %lld (%s)", (long long)v, code);
 	}
 	close(fd);
 	server_down();
