@@ -341,7 +341,7 @@ struct publish {
 	/* copying (client memory: in slices, modules/copier.h) */
 	struct rx_reactor *r;
 	const struct kv_item *it; /* the caller's, valid until done */
-	bool client_mem;
+	enum kv_src src;
 	unsigned cur;        /* next item to copy */
 	struct pool_ref ref; /* the reservation being copied into */
 	struct copier_job job;
@@ -446,8 +446,8 @@ static void publish_copied(struct copier_job *j)
 	publish_next(p);
 }
 
-/* Copy the items from p->cur on into the pool — request bytes at once,
- * client memory in slices (a job left under way resumes here through
+/* Copy the items from p->cur on into the pool — KV_SRC_NOW at once, the
+ * others in slices (a job left under way resumes here through
  * publish_copied) — then send the records to placement. */
 static void publish_next(struct publish *p)
 {
@@ -474,7 +474,7 @@ static void publish_next(struct publish *p)
 		    pool_reserve(g.pool, it->key, it->klen, it->len, &p->ref,
 				 &dst) < 0)
 			continue;
-		if (!p->client_mem) {
+		if (p->src == KV_SRC_NOW) {
 			pc_copy(dst, it->data, it->len);
 			if (publish_commit(it, &p->ref, false, 0,
 					   &p->recs[p->npub]))
@@ -483,7 +483,7 @@ static void publish_next(struct publish *p)
 		}
 		p->job = (struct copier_job){
 			.dst = dst, .src = it->data, .len = it->len,
-			.guarded = true, .sum = g.checksums,
+			.guarded = p->src == KV_SRC_CLIENT, .sum = g.checksums,
 			.done = publish_copied, .arg = p};
 		if (copier_copy(p->r, &p->job) == 0)
 			return; /* resumes in publish_copied */
@@ -500,7 +500,7 @@ static void publish_next(struct publish *p)
 }
 
 static int kv_publish(struct rx_reactor *rr, const struct kv_item *it,
-		      unsigned n, bool client_mem, kv_done_fn done, void *arg)
+		      unsigned n, enum kv_src src, kv_done_fn done, void *arg)
 {
 	if (n == 0 || n > KV_BATCH_MAX)
 		return -EINVAL;
@@ -516,7 +516,7 @@ static int kv_publish(struct rx_reactor *rr, const struct kv_item *it,
 	p->deadline = op_deadline();
 	p->r = rr;
 	p->it = it;
-	p->client_mem = client_mem;
+	p->src = src;
 	met_inc(g.wr_req);
 	publish_next(p);
 	return 0;
@@ -570,6 +570,8 @@ struct fetch {
 	bool *ok;
 	bool client_mem;
 	bool staging;        /* get: pages go to buffers of kv's own */
+	bool *sliced;        /* set while fetch_start runs: a local copy went
+			      * on in slices (get's return value) */
 	uint64_t stage_max;  /* get: page bytes the call may stage */
 	struct pc_block_set stage; /* get: local pages' block, remote
 				    * pages' block, those looked up again
@@ -981,14 +983,15 @@ static void fetch_local_copies(struct fetch *f);
 static void fetch_copied(struct copier_job *j)
 {
 	struct fetch *f = j->arg;
+	f->sliced = NULL; /* fetch_start has returned */
 	fetch_local_settle(f, f->cur, j->res);
 	f->cur++;
 	fetch_local_copies(f);
 }
 
-/* Copy the pinned pages from f->cur on — into staging or request buffers
- * at once, into client memory in slices (resuming in fetch_copied) — then
- * look the others up. */
+/* Copy the pinned pages from f->cur on — into a fetch's destinations at
+ * once, into client memory or staging in slices (resuming in
+ * fetch_copied) — then look the others up. */
 static void fetch_local_copies(struct fetch *f)
 {
 	for (; f->cur < f->n; f->cur++) {
@@ -1003,23 +1006,27 @@ static void fetch_local_copies(struct fetch *f)
 			fetch_local_settle(f, i, -ENOENT);
 			continue;
 		}
-		if (!f->client_mem) {
-			/* At once: a get of local pages completes inline, so
-			 * a client pipelining gets meets its own backlog
-			 * (a reply queued pauses its input) before the next
-			 * one is taken; in slices, every get in its input
-			 * would start at once and hold its staging. */
+		if (!f->client_mem && !f->staging) {
 			pc_copy(f->at[i], f->src[i], f->len[i]);
 			fetch_local_settle(f, i, 0);
 			continue;
 		}
+		/* Into staging too: get's caller bounds how many gets that
+		 * copy in slices it lets one client start (kv.get holds the
+		 * client's input meanwhile), or a client pipelining gets
+		 * would have every one of them hold its staging at once. */
 		f->job = (struct copier_job){
 			.dst = f->at[i], .src = f->src[i], .len = f->len[i],
-			.guarded = true, .done = fetch_copied, .arg = f};
-		if (copier_copy(f->r, &f->job) == 0)
+			.guarded = f->client_mem, .done = fetch_copied,
+			.arg = f};
+		if (copier_copy(f->r, &f->job) == 0) {
+			if (f->sliced)
+				*f->sliced = true;
 			return; /* resumes in fetch_copied */
+		}
 		fetch_local_settle(f, i, f->job.res);
 	}
+	f->sliced = NULL;
 	fetch_lookup(f);
 }
 
@@ -1075,8 +1082,10 @@ static int fetch_start(struct rx_reactor *r, const struct kv_item *it,
 		f->want[i] = it[i].len ? it[i].len : UINT64_MAX;
 	}
 	met_add(g.rd_req, n);
+	bool sliced = false;
+	f->sliced = &sliced;
 	fetch_locals(f); /* then fetch_lookup, maybe after copy slices */
-	return 0;
+	return sliced; /* f may be gone: not reset here (fetch_copied does) */
 }
 
 /*
@@ -1129,7 +1138,8 @@ static void fetch_lookup(struct fetch *f)
 static int kv_fetch(struct rx_reactor *r, const struct kv_item *it,
 		    unsigned n, bool client_mem, kv_done_fn done, void *arg)
 {
-	return fetch_start(r, it, n, client_mem, false, 0, done, NULL, arg);
+	int ret = fetch_start(r, it, n, client_mem, false, 0, done, NULL, arg);
+	return ret < 0 ? ret : 0;
 }
 
 static int kv_get(struct rx_reactor *r, const struct kv_item *it, unsigned n,

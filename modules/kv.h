@@ -28,6 +28,17 @@ struct kv_item {
 	uint64_t len; /* publish: bytes to store; fetch: the page size wanted */
 };
 
+/* Where publish's sources are and how long they stay valid. */
+enum kv_src {
+	KV_SRC_NOW,    /* valid during the call only: copied before publish
+			* returns (the sources may be reused at once) */
+	KV_SRC_KEPT,   /* node memory valid until done (a request kept with
+			* rpc_call_keep_request): copied in slices over loop
+			* passes (modules/copier.h) */
+	KV_SRC_CLIENT, /* a client's shared memory, valid until done: in
+			* slices, guarded against the client shrinking it */
+};
+
 /* Per-item outcome, ok[i], and the bytes the node copied with its CPU. */
 typedef void (*kv_done_fn)(void *arg, const bool *ok, unsigned n);
 
@@ -64,14 +75,12 @@ struct kv_api {
 	 * Store pages: one copy each into the publish pool, then their records
 	 * go to placement; done runs when that finished. A key already in
 	 * the pool is not copied again: its record is published again.
-	 * !client_mem: the copies are done before this returns (the sources
-	 * may be reused at once). client_mem: the
-	 * sources are a client's shared memory, copied in slices over loop
-	 * passes (modules/copier.h) and guarded against it shrinking; the
-	 * items (keys and sources) must stay valid until done runs.
+	 * src says when the sources are copied (enum kv_src); but for
+	 * KV_SRC_NOW the items (keys and sources) must stay valid until
+	 * done runs.
 	 */
 	int (*publish)(struct rx_reactor *r, const struct kv_item *items,
-		       unsigned n, bool client_mem, kv_done_fn done, void *arg);
+		       unsigned n, enum kv_src src, kv_done_fn done, void *arg);
 	/*
 	 * Fetch pages of known size into their destinations: a local page is
 	 * one copy (client_mem: in slices); a remote one is read straight into the destination and
@@ -86,6 +95,12 @@ struct kv_api {
 	 * A call stages at most stage_max bytes, and all calls together at
 	 * most kv_staging_max; the first refusal ends the staging and is
 	 * reported in got->refused (nothing more is looked up or read).
+	 * This node's pages are copied into staging in slices over loop
+	 * passes: then get returns 1 (else 0, or -errno when nothing
+	 * started), and its caller should start no more gets for the same
+	 * client until done — kv.get holds the client's connection
+	 * (rpc_call_hold_input) — or a client pipelining gets would have
+	 * all of them hold their staging at once.
 	 */
 	int (*get)(struct rx_reactor *r, const struct kv_item *items,
 		   unsigned n, uint64_t stage_max, kv_got_fn done, void *arg);

@@ -206,7 +206,12 @@ static void m_set(struct rpc_call *call, struct mp_rd *p)
 		refuse_draining(call_release(kc), nk);
 		return;
 	}
-	int ret = g.kv->publish(rpc_call_reactor(call), kc->it, nk, false,
+	/* A large request stays where it arrived while its pages are
+	 * copied and summed into the pool in slices; the connection takes
+	 * nothing new meanwhile. A small one is copied at once. */
+	enum kv_src src = rpc_call_keep_request(call) ? KV_SRC_KEPT
+						      : KV_SRC_NOW;
+	int ret = g.kv->publish(rpc_call_reactor(call), kc->it, nk, src,
 				reply_bools, kc);
 	if (ret < 0)
 		call_failed(kc, ret);
@@ -367,6 +372,8 @@ static void m_get(struct rpc_call *call, struct mp_rd *p)
 			    get_reply, kc);
 	if (ret < 0)
 		call_failed(kc, ret);
+	else if (ret > 0) /* copying this node's pages in slices */
+		rpc_call_hold_input(call);
 }
 
 static void m_exists(struct rpc_call *call, struct mp_rd *p)

@@ -609,8 +609,8 @@ static void step_start(struct move *m, unsigned from, unsigned to)
 		*pt = (struct move_part){m, from};
 		m->pending++;
 		const struct kv_api *kv = g.kv;
-		ret = m->set ? kv->publish(m->r, m->it + from, to - from, true,
-					   part_done, pt)
+		ret = m->set ? kv->publish(m->r, m->it + from, to - from,
+					   KV_SRC_CLIENT, part_done, pt)
 			     : kv->fetch(m->r, m->it + from, to - from, true,
 					 part_done, pt);
 		if (ret < 0) { /* nothing started: done did not run */

@@ -115,7 +115,8 @@ struct sm_op {
 	unsigned nown;
 	struct sm_own *own;
 	const struct kv_item *items; /* the caller's (set: valid until done) */
-	bool client_mem;
+	bool client_mem; /* guarded copies: a client's memory on one side */
+	bool sliced;     /* set: copies in slices (not KV_SRC_NOW) */
 	kv_done_fn done;
 	kv_got_fn got;
 	void (*ex_done)(void *arg, unsigned count);
@@ -1115,14 +1116,15 @@ static void advance(struct sm_op *o)
 /* ------------------------------------------------------------- the API */
 
 static int sm_publish(struct rx_reactor *r, const struct kv_item *items,
-		      unsigned n, bool client_mem, kv_done_fn done, void *arg)
+		      unsigned n, enum kv_src src, kv_done_fn done, void *arg)
 {
 	int err;
 	struct sm_op *o = op_new(r, K_SET, items, n, &err);
 	if (!o)
 		return err;
 	o->kind = K_SET;
-	o->client_mem = client_mem;
+	o->client_mem = src == KV_SRC_CLIENT;
+	o->sliced = src != KV_SRC_NOW;
 	o->done = done;
 	o->arg = arg;
 	met_inc(sm_st.wr_req);
@@ -1144,7 +1146,7 @@ static int sm_publish(struct rx_reactor *r, const struct kv_item *items,
 				stage += t->want;
 			continue;
 		}
-		if (client_mem) { /* claimed when its copy starts (pump) */
+		if (o->sliced) { /* claimed when its copy starts (pump) */
 			queue_copy(o, i, CQ_LWRITE);
 			continue;
 		}
@@ -1173,7 +1175,7 @@ static int sm_publish(struct rx_reactor *r, const struct kv_item *items,
 		}
 		t->scratch = at;
 		at += t->want;
-		if (client_mem) {
+		if (o->sliced) {
 			queue_copy(o, i, CQ_STAGE);
 			continue;
 		}
@@ -1263,8 +1265,9 @@ static int sm_get(struct rx_reactor *r, const struct kv_item *items,
 	o->stage_max = stage_max;
 	local_reads(o);
 	pump(o);
+	bool sliced = o->copying; /* a local copy goes on in slices */
 	advance(o);
-	return 0;
+	return sliced;
 }
 
 static int sm_exists(struct rx_reactor *r, const struct kv_item *items,

@@ -302,6 +302,17 @@ def recv_all(s):
     return data
 
 
+def metric_settles(node, name, want, secs=10):
+    """Polls the node's metric name until it equals want (or secs pass);
+    its last value."""
+    deadline = time.monotonic() + secs
+    while True:
+        v = metrics_of(node)[name]
+        if v == want or time.monotonic() > deadline:
+            return v
+        time.sleep(0.05)
+
+
 def metrics_of(node):
     """The node's /metrics as {name{labels}: value} (labels without node)."""
     host, port = node.endpoint("metrics").rsplit(":", 1)

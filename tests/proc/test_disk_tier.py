@@ -314,7 +314,13 @@ def test_a_full_queue_drops_writes_never_sets(node_factory, tmp_path):
     assert err is None and ok == [True] * 64, "every set succeeds"
     m = metrics_of(n)
     dropped = m["peercache_disk_write_dropped_total"]
-    assert dropped >= 64 - 16, "beyond 1 MiB queued, pages are not written"
+    # The set's copies run in slices, 512 KiB (8 pages) a loop pass, and
+    # the write-through's at most 64 KiB (one page) a pass: while the set
+    # fills the 1 MiB queue eight pages a pass, at most one a pass leaves
+    # it, over some 8 passes: 40 or more dropped, 32 with a margin
+    # (2026-12-06: 46; all 64 at once, before the set was sliced, left 48
+    # or more).
+    assert dropped >= 64 - 16 - 16, "beyond 1 MiB queued, pages are not written"
     assert wait_metric(n, "peercache_disk_writes_total", 64 - dropped) == 64 - dropped
     assert "write-through queue full" in n.text()
     assert metrics_of(n)["peercache_disk_queue_bytes"] == 0

@@ -12,20 +12,10 @@ import socket
 import struct
 import time
 
-from conftest import RpcClient, metrics_of
+from conftest import RpcClient, metric_settles as _wait_metric, metrics_of
 
 MiB = 1 << 20
 COPIED = 'peercache_copy_bytes_total{op="rpc_reply"}'
-
-
-def _wait_metric(node, name, want, secs=10):
-    """Polls the node's metric until it equals want; its last value."""
-    deadline = time.monotonic() + secs
-    while True:
-        v = metrics_of(node)[name]
-        if v == want or time.monotonic() > deadline:
-            return v
-        time.sleep(0.05)
 
 
 def test_large_pages_leave_without_a_copy(node_factory):
