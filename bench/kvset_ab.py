@@ -12,8 +12,12 @@ peercache_reactor_stalls_cpu_total), its longest loop iteration (the bound
 of its peercache_reactor_iteration_hist_seconds bucket) and the median call
 time seen by the client (which includes packing and sending the values from Python). The
 first round of each node includes its first call, which warms the blocks
-large input lands in (common/blocks.h). Stops everything it started, by
-PID.
+large input lands in (common/blocks.h). --health-too also runs pc-loadgen's
+node.health on 2 more connections of the node during each round's calls
+(from the first call's end, for --health-secs) and prints its p99 and its
+slowest call per round: the latency of everything else while one client
+stores large values. Stops
+everything it started, by PID.
 
   bench/kvset_ab.py --node before=/tmp/before/build/server/peercached \\
                     --node after=build/server/peercached
@@ -31,7 +35,8 @@ import time
 
 import msgpack
 
-from p2p_ab import load_delta, node_specs, reactor_load, size_bytes, start_node, stop_all
+from p2p_ab import (health_end, health_start, load_delta, node_specs, reactor_load, size_bytes,
+                    start_node, stop_all)
 
 
 def call(sock, unpacker, msgid, method, params):
@@ -53,6 +58,12 @@ def main():
     ap.add_argument("--values", type=int, default=8, help="values per kv.set (default 8)")
     ap.add_argument("--calls", type=int, default=10, help="kv.set calls per round (default 10)")
     ap.add_argument("--rounds", type=int, default=3, help="rounds (default 3)")
+    ap.add_argument("--health-too", action="store_true",
+                    help="node.health p99 on 2 more connections during the calls (pc-loadgen)")
+    ap.add_argument("--health-secs", type=float, default=1.5,
+                    help="--health-too's measured window, s (default 1.5; within the calls)")
+    build = os.environ.get("PEERCACHE_BUILD_DIR", "build")
+    ap.add_argument("--loadgen", default=os.path.join(build, "bench", "pc-loadgen"))
     a = ap.parse_args()
     nodes = node_specs(ap, a.node)
     if a.size * a.values > 60 << 20:
@@ -76,7 +87,10 @@ def main():
                 sock = socket.create_connection(("127.0.0.1", rport), timeout=60)
                 unpacker = msgpack.Unpacker(raw=False)
                 times = []
+                lg = None
                 for i in range(a.calls):
+                    if i == 1 and a.health_too:
+                        lg = health_start(a.loadgen, rport, a.health_secs, warmup=0.2)
                     seq += 1
                     keys = ["kvset-ab-%d-%d" % (seq, j) for j in range(a.values)]
                     t = time.monotonic()
@@ -86,7 +100,8 @@ def main():
                         sys.exit("%s: kv.set failed: %r" % (name, msg[2]))
                 sock.close()
                 d = load_delta(s0, reactor_load(mport))
-                res[name].append((d[0], d[1], d[2], statistics.median(times)))
+                res[name].append((d[0], d[1], d[2], statistics.median(times),
+                                  health_end(lg) if lg else None))
         mib = a.size * a.values / (1 << 20)
         print("kv.set of %d x %d KiB (%.0f MiB) per call, %d calls per round, %d rounds"
               % (a.values, a.size // 1024, mib, a.calls, a.rounds))
@@ -97,6 +112,10 @@ def main():
                       " ".join(str(x[1]) for x in res[name]),
                       " ".join("%g" % (x[2] * 1000) for x in res[name]),
                       " ".join("%.0f" % x[3] for x in res[name])))
+            if a.health_too:
+                print("  %-10s node.health per round, p99 ms %s; slowest ms %s" % (
+                    name, " ".join("%.2f" % x[4][0] for x in res[name]),
+                    " ".join("%.2f" % x[4][1] for x in res[name])))
     finally:
         stop_all(work, procs)
 

@@ -136,6 +136,25 @@ def load_delta(a, b):
     return [b[0] - a[0], b[1] - a[1], longest]
 
 
+def health_start(loadgen, port, duration, warmup="1"):
+    """pc-loadgen's node.health on 2 connections of the node at port, for
+    duration seconds after warmup, in the background (health_p99 ends it)."""
+    return subprocess.Popen(
+        [loadgen, "--port", str(port), "--mode", "msgpack-rpc", "--method", "node.health",
+         "--conns", "2", "--duration", str(duration), "--warmup", str(warmup), "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def health_end(lg):
+    """The p99 and the slowest call in ms of a health_start run, once it
+    has ended."""
+    out, err = lg.communicate(timeout=60)
+    if lg.returncode:
+        sys.exit("pc-loadgen node.health failed: %s" % err[-800:])
+    j = json.loads(out)
+    return j["p99_us"] / 1000, j["max_us"] / 1000
+
+
 def main():
     build = os.environ.get("PEERCACHE_BUILD_DIR", os.path.join(ROOT, "build"))
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -209,18 +228,11 @@ def main():
                     lg = None
                     if node and a.health_too:
                         port = ports[[x for x, _ in nodes].index(node)]
-                        lg = subprocess.Popen(
-                            [a.loadgen, "--port", str(port), "--mode", "msgpack-rpc",
-                             "--method", "node.health", "--conns", "2", "--duration",
-                             a.duration, "--warmup", "1", "--json"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                        lg = health_start(a.loadgen, port, a.duration)
                     j = run(args + ["--no-setup", "--threads", t, "--duration", a.duration,
                                     "--warmup", "1"])
                     if lg:
-                        out, err = lg.communicate(timeout=60)
-                        if lg.returncode:
-                            sys.exit("pc-loadgen node.health failed: %s" % err[-800:])
-                        health[n].append(json.loads(out)["p99_us"] / 1000)
+                        health[n].append(health_end(lg)[0])
                     gbs[n].append(j["gb_per_s"])
                     if node:
                         d = load_delta(s0, reactor_load(mports[node]))
