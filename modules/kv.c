@@ -570,8 +570,6 @@ struct fetch {
 	bool *ok;
 	bool client_mem;
 	bool staging;        /* get: pages go to buffers of kv's own */
-	bool *sliced;        /* set while fetch_start runs: a local copy went
-			      * on in slices (get's return value) */
 	uint64_t stage_max;  /* get: page bytes the call may stage */
 	struct pc_block_set stage; /* get: local pages' block, remote
 				    * pages' block, those looked up again
@@ -978,12 +976,11 @@ static void fetch_local_settle(struct fetch *f, unsigned i, int res)
 	f->loc[i] = LOC_NONE;
 }
 
-static void fetch_local_copies(struct fetch *f);
+static bool fetch_local_copies(struct fetch *f);
 
 static void fetch_copied(struct copier_job *j)
 {
 	struct fetch *f = j->arg;
-	f->sliced = NULL; /* fetch_start has returned */
 	fetch_local_settle(f, f->cur, j->res);
 	f->cur++;
 	fetch_local_copies(f);
@@ -991,8 +988,9 @@ static void fetch_copied(struct copier_job *j)
 
 /* Copy the pinned pages from f->cur on — into a fetch's destinations at
  * once, into client memory or staging in slices (resuming in
- * fetch_copied) — then look the others up. */
-static void fetch_local_copies(struct fetch *f)
+ * fetch_copied) — then look the others up. True when it stopped for a
+ * copy going on in slices; false when it went on (f may be gone). */
+static bool fetch_local_copies(struct fetch *f)
 {
 	for (; f->cur < f->n; f->cur++) {
 		unsigned i = f->cur;
@@ -1019,20 +1017,18 @@ static void fetch_local_copies(struct fetch *f)
 			.dst = f->at[i], .src = f->src[i], .len = f->len[i],
 			.guarded = f->client_mem, .done = fetch_copied,
 			.arg = f};
-		if (copier_copy(f->r, &f->job) == 0) {
-			if (f->sliced)
-				*f->sliced = true;
-			return; /* resumes in fetch_copied */
-		}
+		if (copier_copy(f->r, &f->job) == 0)
+			return true; /* resumes in fetch_copied */
 		fetch_local_settle(f, i, f->job.res);
 	}
-	f->sliced = NULL;
 	fetch_lookup(f);
+	return false;
 }
 
 /* Pages this node holds: pinned all at once so that what get stages for
- * them is one block, then copied and unpinned (fetch_local_copies). */
-static void fetch_locals(struct fetch *f)
+ * them is one block, then copied and unpinned (fetch_local_copies, whose
+ * answer it returns). */
+static bool fetch_locals(struct fetch *f)
 {
 	uint64_t need = 0;
 	for (unsigned i = 0; i < f->n; i++) {
@@ -1043,7 +1039,7 @@ static void fetch_locals(struct fetch *f)
 	if (need && stage_block(f, 0, need))
 		f->stage_cur = f->stage.b[0].p;
 	f->cur = 0;
-	fetch_local_copies(f);
+	return fetch_local_copies(f);
 }
 
 /*
@@ -1082,10 +1078,8 @@ static int fetch_start(struct rx_reactor *r, const struct kv_item *it,
 		f->want[i] = it[i].len ? it[i].len : UINT64_MAX;
 	}
 	met_add(g.rd_req, n);
-	bool sliced = false;
-	f->sliced = &sliced;
-	fetch_locals(f); /* then fetch_lookup, maybe after copy slices */
-	return sliced; /* f may be gone: not reset here (fetch_copied does) */
+	/* then fetch_lookup, maybe after copy slices: 1 (get's answer) */
+	return fetch_locals(f);
 }
 
 /*

@@ -75,8 +75,8 @@ struct kv_api {
 	 * Store pages: one copy each into the publish pool, then their records
 	 * go to placement; done runs when that finished. A key already in
 	 * the pool is not copied again: its record is published again.
-	 * src says when the sources are copied (enum kv_src); but for
-	 * KV_SRC_NOW the items (keys and sources) must stay valid until
+	 * src says when the sources are copied (enum kv_src). For every src
+	 * but KV_SRC_NOW the items (keys and sources) must stay valid until
 	 * done runs.
 	 */
 	int (*publish)(struct rx_reactor *r, const struct kv_item *items,

@@ -501,14 +501,15 @@ static ssize_t zc_data(struct rx_conn *c, const uint8_t *d, size_t n)
 	return (ssize_t)n;
 }
 
-static void zc_close(struct rx_conn *c, int err)
+/* The test ends when its one connection has closed. */
+static void stop_on_close(struct rx_conn *c, int err)
 {
 	(void)err;
 	rx_reactor_stop(rx_conn_reactor(c));
 }
 
 static const struct rx_conn_ops zc_ops = {.on_data = zc_data,
-					  .on_close = zc_close};
+					  .on_close = stop_on_close};
 
 static void zc_accept(struct rx_listener *l, int fd, void *arg)
 {
@@ -721,14 +722,8 @@ static ssize_t ti_data(struct rx_conn *c, const uint8_t *d, size_t n)
 	return (ssize_t)(sizeof(len) + len);
 }
 
-static void ti_close(struct rx_conn *c, int err)
-{
-	(void)err;
-	rx_reactor_stop(rx_conn_reactor(c));
-}
-
 static const struct rx_conn_ops ti_ops = {.on_data = ti_data,
-					  .on_close = ti_close};
+					  .on_close = stop_on_close};
 
 static void ti_accept(struct rx_listener *l, int fd, void *arg)
 {
