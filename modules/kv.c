@@ -334,8 +334,11 @@ struct publish {
 			     * placement before publish returns) */
 	size_t *pl;
 	unsigned npub;
+	kv_freed_fn freed;
 	kv_done_fn done;
 	void *arg;
+	bool placing;        /* inside placement's publish */
+	bool placed;         /* ... which answered before it returned */
 	uint64_t t0;
 	uint64_t deadline;
 	/* copying (client memory: in slices, modules/copier.h) */
@@ -375,7 +378,11 @@ static void publish_finish(struct publish *p)
 
 static void publish_published(void *arg)
 {
-	publish_finish(arg);
+	struct publish *p = arg;
+	if (p->placing)
+		p->placed = true; /* publish_next finishes */
+	else
+		publish_finish(p);
 }
 
 /* The record of this node's page at addr (its header), len, gen. */
@@ -490,17 +497,28 @@ static void publish_next(struct publish *p)
 		publish_settle(p);
 	}
 	struct dir_keys k = {p->pk, p->pl, p->npub};
-	/* Placement copies the keys; the sources are free to go now. */
+	p->placing = true;
 	if (p->npub == 0 ||
 	    g.pl->publish(p->r, &k, p->recs, p->pub_ok, p->deadline,
 			  publish_published, p) < 0) {
 		memset(p->pub_ok, 0, p->n * sizeof(bool));
 		publish_finish(p); /* callers of publish accept an early done */
+		return;
 	}
+	p->placing = false;
+	if (p->placed) {
+		publish_finish(p);
+		return;
+	}
+	/* Placement copied the keys and waits on its owners (maybe until
+	 * the deadline, a frozen one): the items are free to go now. */
+	if (p->freed)
+		p->freed(p->arg);
 }
 
 static int kv_publish(struct rx_reactor *rr, const struct kv_item *it,
-		      unsigned n, enum kv_src src, kv_done_fn done, void *arg)
+		      unsigned n, enum kv_src src, kv_freed_fn freed,
+		      kv_done_fn done, void *arg)
 {
 	if (n == 0 || n > KV_BATCH_MAX)
 		return -EINVAL;
@@ -510,6 +528,7 @@ static int kv_publish(struct rx_reactor *rr, const struct kv_item *it,
 	if (!pc_arena_alloc(&a))
 		return -ENOMEM;
 	struct publish *p = publish_layout(&a, n);
+	p->freed = freed;
 	p->done = done;
 	p->arg = arg;
 	p->t0 = pc_now_ns();

@@ -41,6 +41,8 @@ enum kv_src {
 
 /* Per-item outcome, ok[i], and the bytes the node copied with its CPU. */
 typedef void (*kv_done_fn)(void *arg, const bool *ok, unsigned n);
+/* publish reads its items no more (kv_api.publish). */
+typedef void (*kv_freed_fn)(void *arg);
 
 /* What a get found: page i is data[i] (len[i] bytes) when ok[i]. Valid
  * until the done callback returns, unless it takes the blocks they are in
@@ -77,10 +79,16 @@ struct kv_api {
 	 * the pool is not copied again: its record is published again.
 	 * src says when the sources are copied (enum kv_src). For every src
 	 * but KV_SRC_NOW the items (keys and sources) must stay valid until
-	 * done runs.
+	 * done runs, or until freed runs when it is not NULL: at most once,
+	 * on r, before done, when publish reads them no more. p2p runs it
+	 * once the pages are in the pool and placement has taken the keys,
+	 * before the records' publication ends (it may wait on a peer up to
+	 * the call's deadline); a mode that reads them until the end
+	 * (slotmap: a remote write sends them) does not run it.
 	 */
 	int (*publish)(struct rx_reactor *r, const struct kv_item *items,
-		       unsigned n, enum kv_src src, kv_done_fn done, void *arg);
+		       unsigned n, enum kv_src src, kv_freed_fn freed,
+		       kv_done_fn done, void *arg);
 	/*
 	 * Fetch pages of known size into their destinations: a local page is
 	 * one copy (client_mem: in slices); a remote one is read straight into the destination and

@@ -129,6 +129,15 @@ static void reply_bools(void *arg, const bool *ok, unsigned n)
 	rpc_reply_bools(call_release(arg), ok, n);
 }
 
+/* kv.set: the pages are in the pool; their records' publication may wait
+ * on an owner until the deadline. The kept request goes, and the client's
+ * next requests are taken (a get of the same keys finds them here). */
+static void set_freed(void *arg)
+{
+	struct kv_call *kc = arg;
+	rpc_call_release_input(kc->call);
+}
+
 static void reply_count(void *arg, unsigned count)
 {
 	rpc_reply_uint(call_release(arg), count);
@@ -184,7 +193,8 @@ static void m_set(struct rpc_call *call, struct mp_rd *p)
 	struct kv_call *kc = call_hold(call, "kv.set", nk, key_bytes);
 	if (!kc)
 		return;
-	/* Items point into the request: publish copies before it returns. */
+	/* Items point into the request: kept until set_freed, or copied
+	 * before publish returns. */
 	bool bad = mp_rd_array(p, &nv) < 0 || nv != nk ||
 		   mp_rd_array(&keys, &nk) < 0;
 	for (uint32_t i = 0; i < nk && !bad; i++) {
@@ -208,10 +218,12 @@ static void m_set(struct rpc_call *call, struct mp_rd *p)
 	}
 	/* A large request stays where it arrived while its pages are
 	 * copied and summed into the pool in slices; the connection takes
-	 * nothing new meanwhile. A small one is copied at once. */
+	 * nothing new until they are (set_freed). A small one is copied at
+	 * once. */
 	enum kv_src src = rpc_call_keep_request(call) ? KV_SRC_KEPT
 						      : KV_SRC_NOW;
 	int ret = g.kv->publish(rpc_call_reactor(call), kc->it, nk, src,
+				src == KV_SRC_KEPT ? set_freed : NULL,
 				reply_bools, kc);
 	if (ret < 0)
 		call_failed(kc, ret);

@@ -610,7 +610,7 @@ static void step_start(struct move *m, unsigned from, unsigned to)
 		m->pending++;
 		const struct kv_api *kv = g.kv;
 		ret = m->set ? kv->publish(m->r, m->it + from, to - from,
-					   KV_SRC_CLIENT, part_done, pt)
+					   KV_SRC_CLIENT, NULL, part_done, pt)
 			     : kv->fetch(m->r, m->it + from, to - from, true,
 					 part_done, pt);
 		if (ret < 0) { /* nothing started: done did not run */

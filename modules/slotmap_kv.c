@@ -1115,9 +1115,12 @@ static void advance(struct sm_op *o)
 
 /* ------------------------------------------------------------- the API */
 
+/* freed is not run: a remote page's write sends its source. */
 static int sm_publish(struct rx_reactor *r, const struct kv_item *items,
-		      unsigned n, enum kv_src src, kv_done_fn done, void *arg)
+		      unsigned n, enum kv_src src, kv_freed_fn freed,
+		      kv_done_fn done, void *arg)
 {
+	(void)freed;
 	int err;
 	struct sm_op *o = op_new(r, K_SET, items, n, &err);
 	if (!o)

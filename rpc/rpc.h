@@ -210,12 +210,21 @@ void rpc_call_hold_input(struct rpc_call *call);
  * large request over several loop passes (kv.set's copies into the pool)
  * instead of holding its reactor for all of it at once (it holds the input
  * too, rpc_call_hold_input). The bytes stay counted in the node's input
- * budget (rpc_max_buffered_bytes) meanwhile.
+ * budget (rpc_max_buffered_bytes) meanwhile, until the reply or
+ * rpc_call_release_input.
  * true when kept; false (nothing changes) when called after the handler
  * returned, or when the request arrived whole in one receive (a small
  * one): its bytes are valid during the handler only, as always.
  */
 bool rpc_call_keep_request(struct rpc_call *call);
+
+/*
+ * The call reads its request no more, though it has not replied yet: its
+ * kept bytes go back to the node's input budget (the params' pointers are
+ * invalid from now on) and its connection takes requests again (the hold
+ * ends). Harmless when nothing was kept or held, and twice.
+ */
+void rpc_call_release_input(struct rpc_call *call);
 
 /* ---------------------------------------------------------------- replies */
 

@@ -1044,6 +1044,17 @@ static struct rpc_call *call_new(struct rpc_sconn *sc, uint32_t msgid,
 	return call;
 }
 
+/* Read again once nothing holds the connection's input and it has room
+ * for another call. */
+static void sconn_maybe_resume(struct rpc_sconn *sc)
+{
+	if (sc->paused && sc->c && !sc->drain_err && !sc->holding &&
+	    sc->inflight < sc->srv->lim.max_inflight) {
+		sc->paused = false;
+		rx_conn_resume(sc->c);
+	}
+}
+
 static void call_free(struct rpc_call *call)
 {
 	struct rpc_sconn *sc = call->sc;
@@ -1061,11 +1072,8 @@ static void call_free(struct rpc_call *call)
 		sc->last_act_ns = pc_now_ns();
 	if (sc->drain_err && sc->c && sc->inflight == 0)
 		rx_conn_close(sc->c, RX_CLOSE_FLUSH, sc->drain_err);
-	else if (sc->paused && sc->c && !sc->drain_err && !sc->holding &&
-		 sc->inflight < sc->srv->lim.max_inflight) {
-		sc->paused = false;
-		rx_conn_resume(sc->c);
-	}
+	else
+		sconn_maybe_resume(sc);
 	free(call);
 	sconn_unref(sc);
 }
@@ -1429,6 +1437,17 @@ bool rpc_call_keep_request(struct rpc_call *call)
 		return false;
 	rpc_call_hold_input(call);
 	return true;
+}
+
+void rpc_call_release_input(struct rpc_call *call)
+{
+	struct rpc_sconn *sc = call->sc;
+	rx_input_put(&call->kept);
+	if (!call->holds)
+		return;
+	call->holds = false;
+	sc->holding--;
+	sconn_maybe_resume(sc);
 }
 
 int rpc_call_budget_take(struct rpc_call *call, size_t bytes)

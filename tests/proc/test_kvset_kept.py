@@ -1,6 +1,8 @@
 """A large kv.set is copied into the pool in slices, from where its request
 arrived: the node keeps the request's bytes (rpc_call_keep_request) and
-takes nothing more from that connection until the set has answered.
+takes nothing more from that connection until the pages are in the pool;
+the request's bytes go then too, while the records' publication may still
+wait on an owner.
 
 What a client sees must not change: every value stored byte for byte,
 requests after the set on the same connection served after it (a get
@@ -8,12 +10,13 @@ pipelined behind a set sees the set's values), and a client that leaves
 mid-set costs nothing once the set has ended.
 """
 import os
+import signal
 import socket
 import struct
 
 import msgpack
 
-from conftest import RpcClient, metric_settles, metrics_of
+from conftest import RpcClient, freeze, metric_settles, metrics_of
 
 MiB = 1 << 20
 TAKEN = "peercache_reactor_in_taken_total"
@@ -86,3 +89,40 @@ def test_a_client_that_leaves_mid_set(node_factory):
     assert stored >= 6 * 4
     assert n.proc.poll() is None
     assert n.stop() == 0
+
+
+def test_a_set_waiting_on_a_frozen_owner_lets_its_client_go_on(cluster):
+    """The records of a set wait on a frozen directory owner (up to the
+    call's deadline, 5 s here), but its pages are in the pool: the request's
+    32 MiB go back to the node's input budget, and the calls pipelined
+    behind it are served meanwhile (a get of its keys finds them here)."""
+    a, b = cluster(2, "--pool-size", "512mb", "--request-deadline", "5s",
+                   "--rpc-timeout", "5s")
+    c = RpcClient(a.endpoint("rpc"), timeout=60)
+    b0 = metrics_of(a)["peercache_rpc_buffered_bytes"]
+    vals = [os.urandom(4 * MiB) for _ in range(8)]
+    keys = ["frozen-%d" % i for i in range(len(vals))]
+    freeze(b.proc.pid)
+    try:
+        c.sock.sendall(b"".join([
+            msgpack.packb([0, 1, "kv.set", [keys, vals]]),
+            msgpack.packb([0, 2, "kv.get", [keys]]),
+            msgpack.packb([0, 3, "node.health", []]),
+        ]))
+        got = {}
+        while 3 not in got:
+            m = c.recv()
+            got[m[1]] = m
+        assert 1 not in got, "the calls behind the set waited for its answer"
+        assert got[2][2] is None and got[2][3] == vals, "a get behind the set"
+        assert got[3][2] is None
+        # The set's request is not held while it waits on b (a few KiB of
+        # other connections' input come and go: the request is 32 MiB).
+        assert metrics_of(a)["peercache_rpc_buffered_bytes"] < b0 + MiB
+        m = c.recv()
+        assert m[1] == 1 and m[2] is None and len(m[3]) == len(vals)
+    finally:
+        os.kill(b.proc.pid, signal.SIGCONT)
+    assert c.call("kv.get", [keys[:1]]) == (None, vals[:1])
+    assert a.stop() == 0
+    assert b.stop() == 0

@@ -19,6 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include "common/arena.h"
 #include "common/settings.h"
@@ -43,11 +46,19 @@ static struct {
 	bool done;
 } t;
 
-/* Start a one-reactor node with a pool of pool_mb MiB. */
-static void node_start(unsigned pool_mb)
+/* Start a one-reactor node with a pool of pool_mb MiB and these peers
+ * (NULL: none), whose calls end within deadline_ms (0: the default). */
+static void node_start_with(unsigned pool_mb, const char *peers,
+			    uint64_t deadline_ms)
 {
 	char err[256];
 	cr_assert_eq(pc_settings_defaults(&t.s, err, sizeof(err)), 0, "%s", err);
+	if (peers) {
+		free(t.s.peers);
+		t.s.peers = strdup(peers);
+	}
+	if (deadline_ms)
+		t.s.request_deadline_ms = deadline_ms;
 	t.s.threads = 1;
 	t.s.data_port = 0;
 	t.s.pool_size = (uint64_t)pool_mb << 20;
@@ -63,6 +74,11 @@ static void node_start(unsigned pool_mb)
 	struct rx_group_hooks h;
 	pc_modules_group_hooks(&t.ctx, &h);
 	cr_assert_eq(rx_group_start(&t.grp, 1, &p, &h), 0);
+}
+
+static void node_start(unsigned pool_mb)
+{
+	node_start_with(pool_mb, NULL, 0);
 }
 
 static void node_stop(void)
@@ -163,7 +179,7 @@ static void op_run(struct rx_reactor *r, void *arg)
 	o->cb_ran = false;
 	switch (o->kind) {
 	case 0:
-		o->ret = kv->publish(r, o->it, o->n, KV_SRC_NOW, op_bools, o);
+		o->ret = kv->publish(r, o->it, o->n, KV_SRC_NOW, NULL, op_bools, o);
 		break;
 	case 1:
 		o->ret = kv->fetch(r, o->it, o->n, false, op_bools, o);
@@ -353,10 +369,22 @@ struct take_op {
 	bool publish; /* big_run: publish, else get */
 	enum kv_src src; /* publish's */
 	bool ok[BIG_PAGES], had_stage, cb_ran, in_call;
+	bool freed_ran, freed_first; /* publish's freed ran (before done) */
 
 	const uint8_t *data[BIG_PAGES];
 	struct pc_block_set taken;
 };
+
+/* publish reads the sources no more: they are the caller's again (what
+ * it writes now must not reach the pool). */
+static void op_freed_big(void *arg)
+{
+	struct take_op *o = arg;
+	o->freed_ran = true;
+	o->freed_first = !o->cb_ran;
+	for (unsigned i = 0; i < BIG_PAGES; i++)
+		tu_fill_pattern(o->val[i], BIG_LEN, 700 + i, 0);
+}
 
 static void op_bools_big(void *arg, const bool *ok, unsigned n)
 {
@@ -391,13 +419,15 @@ static void big_run(struct rx_reactor *r, void *arg)
 	const struct kv_api *kv = svc_find_kv(&t.ctx);
 	o->in_call = true;
 	o->cb_ran = false;
+	o->freed_ran = false;
 	o->ret = o->publish ? kv->publish(r, o->it, BIG_PAGES, o->src,
-					  op_bools_big, o)
+					  op_freed_big, op_bools_big, o)
 			    : kv->get(r, o->it, BIG_PAGES, UINT64_MAX, take_got,
 				      o);
 	o->in_call = false;
-	/* What the sources hold from now on: copied or not yet? */
-	if (o->publish && o->ret == 0)
+	/* What the sources hold from now on: copied or not yet? (Unless
+	 * publish gave them back already.) */
+	if (o->publish && o->ret == 0 && !o->freed_ran)
 		for (unsigned i = 0; i < BIG_PAGES; i++)
 			tu_fill_pattern(o->val[i], BIG_LEN, 900 + i, 0);
 	if (o->ret < 0 || o->cb_ran)
@@ -521,6 +551,48 @@ Test(kv, a_set_of_kept_sources_is_copied_in_slices_after_the_call)
 		free(o->val[i]);
 	free(o);
 	node_stop();
+}
+
+/* A set whose records wait on a peer that never answers (its deadline,
+ * 1 s here): publish hands the kept sources back once the pages are in the
+ * pool (a kept kv.set request then goes, and its connection reads on),
+ * not when the records' publication ends. */
+Test(kv, a_set_frees_its_sources_once_copied_while_its_records_wait)
+{
+	/* A peer that accepts (the kernel does) and never reads. */
+	int ls = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in sa = {.sin_family = AF_INET,
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t sl = sizeof(sa);
+	cr_assert(ls >= 0);
+	cr_assert_eq(bind(ls, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	cr_assert_eq(listen(ls, 16), 0);
+	cr_assert_eq(getsockname(ls, (struct sockaddr *)&sa, &sl), 0);
+	char peers[64];
+	snprintf(peers, sizeof(peers), "127.0.0.1:%u", ntohs(sa.sin_port));
+	node_start_with(64, peers, 1000);
+
+	struct take_op *o = take_op_new("freed", 500);
+	uint64_t t0 = pc_now_ns();
+	big_set(o, KV_SRC_KEPT);
+	uint64_t ms = (pc_now_ns() - t0) / 1000000u;
+	cr_assert(o->freed_ran, "the sources were held until done (%lu ms)",
+		  (unsigned long)ms);
+	cr_assert(o->freed_first, "freed ran after done");
+	/* Freed once the last page was copied: it holds what the sources
+	 * held after the call (big_run), not what they held after freed. */
+	o->publish = false;
+	on_reactor(big_run, o);
+	unsigned last = BIG_PAGES - 1;
+	cr_assert(o->ok[last]);
+	cr_assert_eq(tu_check_pattern(o->data[last], BIG_LEN, 900 + last, 0),
+		     -1, "the sources were freed before their copy ended");
+	on_reactor(give_back, &o->taken);
+	for (unsigned i = 0; i < BIG_PAGES; i++)
+		free(o->val[i]);
+	free(o);
+	node_stop();
+	close(ls);
 }
 
 /* ----------------------------------------------------------- placement */

@@ -141,7 +141,7 @@ static void call_run(struct rx_reactor *r, void *arg)
 	c->in_call = true;
 	c->ended_inside = false;
 	if (c->kind == 0)
-		c->ret = kv->publish(r, c->it, c->n, KV_SRC_NOW, c_bools, c);
+		c->ret = kv->publish(r, c->it, c->n, KV_SRC_NOW, NULL, c_bools, c);
 	else if (c->kind == 1)
 		c->ret = kv->fetch(r, c->it, c->n, false, c_bools, c);
 	else if (c->kind == 2)
