@@ -323,11 +323,62 @@ static void respond(struct dconn *d, uint64_t id, int status, const void *p,
 		rx_conn_write(d->c, p, len);
 }
 
+/* The holds of reads being sent, given back to their reactor thread's
+ * free list when the last byte has left: one allocation per page served
+ * only until a reactor has served that many at once. */
+#define HOLDS_KEEP 1024u
+
+struct served {
+	struct tp_hold h; /* first: release_served's arg */
+	struct served *next;
+};
+
+static _Thread_local struct {
+	struct served *free;
+	unsigned n;
+	bool closed; /* the reactor's transport exited: free, keep nothing */
+} t_holds;
+
+static struct tp_hold *hold_new(void)
+{
+	struct served *s = t_holds.free;
+	if (s) {
+		t_holds.free = s->next;
+		t_holds.n--;
+		return &s->h;
+	}
+	s = malloc(sizeof(*s));
+	return s ? &s->h : NULL;
+}
+
+static void hold_free(struct tp_hold *h)
+{
+	struct served *s = (struct served *)h;
+	if (t_holds.closed || t_holds.n >= HOLDS_KEEP) {
+		free(s);
+		return;
+	}
+	s->next = t_holds.free;
+	t_holds.free = s;
+	t_holds.n++;
+}
+
+static void holds_drop(void)
+{
+	while (t_holds.free) {
+		struct served *s = t_holds.free;
+		t_holds.free = s->next;
+		free(s);
+	}
+	t_holds.n = 0;
+	t_holds.closed = true;
+}
+
 static void release_served(void *arg)
 {
 	struct tp_hold *h = arg;
 	tp_regs_release(h);
-	free(h);
+	hold_free(h);
 }
 
 static void refused(const char *what, const struct tp_req *q, int err)
@@ -344,7 +395,7 @@ static void refused(const char *what, const struct tp_req *q, int err)
 static void serve_read(struct dconn *d, const struct tp_req *q,
 		       const uint8_t *sel)
 {
-	struct tp_hold *h = malloc(sizeof(*h));
+	struct tp_hold *h = hold_new();
 	int ret = !h ? -ENOMEM
 		  : q->len > TP_IO_MAX ? -EINVAL
 		  : tp_regs_hold(&g.node.regs, q->rkey, q->addr, q->len,
@@ -364,7 +415,8 @@ static void serve_read(struct dconn *d, const struct tp_req *q,
 		}
 	}
 	if (ret < 0) {
-		free(h);
+		if (h)
+			hold_free(h);
 		refused("read", q, ret);
 		respond(d, q->id, ret, NULL, 0);
 		return;
@@ -960,6 +1012,7 @@ static int t_start(struct rx_reactor *r, struct pc_ctx *ctx)
 {
 	const struct pc_settings *s = ctx->cfg;
 	unsigned id = rx_reactor_id(r);
+	t_holds.closed = false; /* this thread serves reads now */
 	struct tp_client *tc = tp_tcpc_new(r, &g.ccfg);
 	if (!tc)
 		return -ENOMEM;
@@ -1008,6 +1061,7 @@ static void t_stop(struct rx_reactor *r, struct pc_ctx *ctx)
 static void t_exit(struct rx_reactor *r, struct pc_ctx *ctx)
 {
 	unsigned id = rx_reactor_id(r);
+	holds_drop();
 	if (g.rdma && g.svc.clients && g.svc.clients[id]) {
 		tp_mixed_client_free(g.svc.clients[id]);
 		g.svc.clients[id] = g.tcpc[id];

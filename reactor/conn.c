@@ -142,11 +142,19 @@ static struct rx_chunk *chunk_new(struct rx_reactor *r, size_t need)
 
 static void chunk_free(struct rx_reactor *r, struct rx_chunk *ch)
 {
-	if (ch->release) {
+	if (ch->release)
 		ch->release(ch->rel_arg);
+	if (ch->cap == 0) { /* a reference (rx_conn_write_ref) */
+		if (r->ref_cache_n < RX_REF_CACHE) {
+			ch->next = r->ref_cache;
+			r->ref_cache = ch;
+			r->ref_cache_n++;
+			return;
+		}
 		free(ch);
 		return;
 	}
+	PC_DASSERT(!ch->release);
 	if (ch->cap == RX_CHUNK_BYTES && r->chunk_cache_n < RX_CHUNK_CACHE) {
 		ch->next = r->chunk_cache;
 		r->chunk_cache = ch;
@@ -164,6 +172,12 @@ void rx_chunks_fini(struct rx_reactor *r)
 		free(ch);
 	}
 	r->chunk_cache_n = 0;
+	while (r->ref_cache) {
+		struct rx_chunk *ch = r->ref_cache;
+		r->ref_cache = ch->next;
+		free(ch);
+	}
+	r->ref_cache_n = 0;
 	/* after the connections gave theirs */
 	pc_blocks_drop(&r->in_warm);
 	pc_blocks_drop(&r->mod_warm);
@@ -1109,8 +1123,12 @@ int rx_conn_write_ref(struct rx_conn *c, const void *data, size_t len,
 			release(arg);
 		return len == 0 ? 0 : -EPIPE;
 	}
-	struct rx_chunk *ch = malloc(sizeof(*ch));
-	if (!ch) {
+	struct rx_reactor *r = c->r;
+	struct rx_chunk *ch = r->ref_cache;
+	if (ch) {
+		r->ref_cache = ch->next;
+		r->ref_cache_n--;
+	} else if (!(ch = malloc(sizeof(*ch)))) {
 		if (release)
 			release(arg);
 		out_lost(c, len);

@@ -95,6 +95,8 @@ struct rx_chunk {
 
 #define RX_CHUNK_BYTES (16u * 1024u) /* default owned chunk size */
 #define RX_CHUNK_CACHE 256u          /* free default chunks kept per reactor */
+#define RX_REF_CACHE 1024u           /* free reference chunks kept per reactor
+				      * (one per page a data port sends) */
 #define RX_IOV_MAX 64u               /* iovecs per sendmsg */
 /* Input buffers this large come from, and go back to, the reactor's warm
  * blocks (common/blocks.h): a message of tens of MiB (a kv.set of large
@@ -233,6 +235,8 @@ struct rx_reactor {
 	struct rx_watch *watches;
 	struct rx_chunk *chunk_cache; /* free default-size chunks */
 	unsigned chunk_cache_n;
+	struct rx_chunk *ref_cache;   /* free reference chunks (cap 0) */
+	unsigned ref_cache_n;
 	struct pc_blocks in_warm;     /* input buffers of RX_IN_WARM_MIN and
 				       * more, kept for the next large message */
 	struct pc_blocks mod_warm;    /* modules' (rx_reactor_blocks) */
