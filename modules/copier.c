@@ -117,15 +117,16 @@ static void fired(struct rx_reactor *r, struct rx_timer *tm)
 	drain(r, false);
 }
 
-static void arm(struct rx_reactor *r)
+/* The timer that resumes the queue is armed (it is whenever jobs are
+ * queued): false when it cannot be (no memory for a timer). */
+static bool arm(struct rx_reactor *r)
 {
 	if (!t.timer_ready) {
 		rx_timer_init(&t.timer, fired, NULL);
 		t.timer_ready = true;
 	}
-	if (!rx_timer_armed(&t.timer) &&
-	    rx_timer_start(r, &t.timer, 0, 0) < 0)
-		drain(r, true); /* no timer slot: finish now, never strand */
+	return rx_timer_armed(&t.timer) ||
+	       rx_timer_start(r, &t.timer, 0, 0) == 0;
 }
 
 int copier_copy(struct rx_reactor *r, struct copier_job *j)
@@ -144,13 +145,18 @@ int copier_copy(struct rx_reactor *r, struct copier_job *j)
 		if (room && job_run(j, room))
 			return 1;
 	}
+	/* Nothing to resume it on a later pass: finish it now, inline (a
+	 * stall, but never a job stranded, nor a done inside this call). */
+	if (!arm(r)) {
+		job_run(j, SIZE_MAX);
+		return 1;
+	}
 	if (t.tail)
 		t.tail->next = j;
 	else
 		t.head = j;
 	t.tail = j;
 	t.fg += !j->slice;
-	arm(r);
 	return 0;
 }
 

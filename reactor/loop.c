@@ -35,7 +35,9 @@ void rx_params_default(struct rx_params *p)
 	p->sq_entries = 1024;
 	p->cq_factor = 8;
 	p->ops_max = 16384;
-	p->timers_max = 65536;
+	/* Every call in flight may arm a few (its deadline, its RPCs, its
+	 * transfers): a bound no node budget lets clients reach. */
+	p->timers_max = 1u << 22;
 	p->buf_count = 512;
 	p->buf_bytes = 16384;
 	p->conn_in_max = 1u << 20;

@@ -37,7 +37,8 @@ struct rx_params {
 	unsigned sq_entries;      /* submission queue size (power of two) */
 	unsigned cq_factor;       /* completion queue = sq_entries * this */
 	unsigned ops_max;         /* in-flight op slots per reactor */
-	unsigned timers_max;      /* armed timers per reactor */
+	unsigned timers_max;      /* armed timers per reactor (the heap
+				   * grows to it as timers are armed) */
 	unsigned buf_count;       /* provided receive buffers (power of two) */
 	unsigned buf_bytes;       /* bytes per receive buffer */
 	size_t conn_in_max;       /* max unconsumed input kept per connection */

@@ -219,6 +219,7 @@ struct rx_reactor {
 	/* timers: binary min-heap ordered by (deadline, seq) */
 	struct rx_timer **heap;
 	unsigned heap_n;
+	unsigned heap_cap;            /* grows by doubling up to timers_max */
 	uint64_t timer_seq;
 
 	/* provided buffer ring for receives */

@@ -1,7 +1,8 @@
 /*
  * reactor/timer.c — one-shot and periodic timers on a binary min-heap.
  *
- * Owns: the heap array (sized timers_max at start-up, never grown). Timers
+ * Owns: the heap array (16,384 timers at start-up, doubled as more are
+ * armed, up to timers_max: only then does arming fail). Timers
  * themselves are embedded in their users' structs. Thread: the reactor's.
  * Order: by deadline, then by arming sequence, so timers due at the same
  * instant fire in the order they were armed. The loop sleeps until the
@@ -81,11 +82,39 @@ static void heap_remove(struct rx_reactor *r, struct rx_timer *t)
 		sift_down(r, i);
 }
 
+/* The heap's first size; it doubles as timers are armed, to timers_max. */
+#define HEAP_FIRST 16384u
+
 int rx_timers_init(struct rx_reactor *r)
 {
-	r->heap = calloc(r->p.timers_max ? r->p.timers_max : 1,
-			 sizeof(*r->heap));
+	unsigned max = r->p.timers_max ? r->p.timers_max : 1;
+	r->heap_cap = max < HEAP_FIRST ? max : HEAP_FIRST;
+	r->heap = calloc(r->heap_cap, sizeof(*r->heap));
 	return r->heap ? 0 : -ENOMEM;
+}
+
+/* Room for one more armed timer: 0, -ENOSPC (timers_max are armed) or
+ * -ENOMEM. Timers hold their index, never the heap's address. */
+static int heap_room(struct rx_reactor *r)
+{
+	unsigned max = r->p.timers_max ? r->p.timers_max : 1;
+	if (r->heap_n < r->heap_cap)
+		return 0;
+	if (r->heap_cap >= max) {
+		PC_LOG_RL(PC_LOG_WARN, "reactor", "all %u timer slots in use",
+			  max);
+		return -ENOSPC;
+	}
+	unsigned cap = r->heap_cap > max / 2 ? max : r->heap_cap * 2;
+	struct rx_timer **h = realloc(r->heap, (size_t)cap * sizeof(*h));
+	if (!h) {
+		PC_LOG_RL(PC_LOG_WARN, "reactor", "%u timers armed: no memory "
+			  "for more", r->heap_n);
+		return -ENOMEM;
+	}
+	r->heap = h;
+	r->heap_cap = cap;
+	return 0;
 }
 
 void rx_timers_fini(struct rx_reactor *r)
@@ -93,6 +122,7 @@ void rx_timers_fini(struct rx_reactor *r)
 	for (unsigned i = 0; i < r->heap_n; i++)
 		r->heap[i]->heap_idx = IDLE;
 	r->heap_n = 0;
+	r->heap_cap = 0;
 	free(r->heap);
 	r->heap = NULL;
 }
@@ -119,11 +149,9 @@ int rx_timer_start(struct rx_reactor *r, struct rx_timer *t, uint64_t delay_ns,
 {
 	if (rx_timer_armed(t))
 		heap_remove(r, t);
-	if (r->heap_n >= r->p.timers_max) {
-		PC_LOG_RL(PC_LOG_WARN, "reactor", "all %u timer slots in use",
-			  r->p.timers_max);
-		return -ENOSPC;
-	}
+	int room = heap_room(r);
+	if (room < 0)
+		return room;
 	/* Use the live clock, not the iteration's cached time, so a timer armed
 	 * late in a long iteration still waits its full delay. */
 	t->deadline_ns = pc_now_ns() + delay_ns;

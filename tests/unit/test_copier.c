@@ -119,6 +119,41 @@ Test(copier, a_checksum_without_a_copy_is_sliced_too)
 	rx_reactor_destroy(c.r);
 }
 
+/* The only timer slot taken: the copier cannot arm its own. */
+static void start_without_timer(struct rx_reactor *r, struct rx_timer *t)
+{
+	rx_timer_init(&c.t2, NULL, NULL);
+	cr_assert_eq(rx_timer_start(r, &c.t2, RX_MS(60000), 0), 0);
+	start_one(r, t);
+	rx_timer_stop(r, &c.t2);
+	rx_reactor_stop(r);
+}
+
+/* With no timer to resume it on, a large copy finishes inside the call
+ * (a stall rather than a stranded job), and done never runs: copier_copy
+ * returning 1 is the caller's whole answer. */
+Test(copier, without_a_timer_slot_a_copy_finishes_inline)
+{
+	c = (struct ctx){0};
+	copier_set_slice(512 << 10);
+	setup_bufs(4 * MIB);
+	struct rx_params p;
+	rx_params_default(&p);
+	p.timers_max = 1;
+	c.r = tu_reactor(&p);
+	rx_timer_init(&c.t, start_without_timer, NULL);
+	cr_assert_eq(rx_timer_start(c.r, &c.t, 0, 0), 0);
+	tu_run(c.r, 20000);
+	cr_assert_eq(c.started, 1);
+	cr_assert_eq(c.done, 0, "done ran for a copy finished inline");
+	cr_assert_eq(c.job.res, 0);
+	cr_assert_eq(tu_check_pattern(c.dst, c.len, 7, 0), -1);
+	cr_assert_eq(c.job.sumv, pc_page_sum(c.src, c.len));
+	rx_reactor_destroy(c.r);
+	free(c.src);
+	free(c.dst);
+}
+
 static void cancel_it(struct rx_reactor *r, struct rx_timer *t)
 {
 	(void)t;

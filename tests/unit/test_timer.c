@@ -122,7 +122,7 @@ Test(timer, heap_limit_is_enforced)
 	rx_reactor_destroy(r);
 }
 
-static uint64_t g_fired[4096];
+static uint64_t g_fired[65536];
 static int g_nfired;
 static int g_expect;
 
@@ -131,6 +131,17 @@ static void record_deadline(struct rx_reactor *r, struct rx_timer *t)
 	g_fired[g_nfired++] = t->deadline_ns;
 	if (g_nfired == g_expect)
 		rx_reactor_stop(r);
+}
+
+/* Run r until g_expect timers fired; they fired in deadline order. */
+static void run_and_check_order(struct rx_reactor *r, unsigned limit_ms)
+{
+	tu_run(r, limit_ms);
+	cr_assert_eq(g_nfired, g_expect);
+	for (int i = 1; i < g_nfired; i++)
+		cr_assert_leq(g_fired[i - 1], g_fired[i], "out of order at %d",
+			      i);
+	rx_reactor_destroy(r);
 }
 
 Test(timer, many_random_timers_fire_sorted)
@@ -149,12 +160,31 @@ Test(timer, many_random_timers_fire_sorted)
 		rx_timer_stop(r, &t[i]);
 	for (int i = 0; i < N; i++)
 		g_expect += rx_timer_armed(&t[i]);
-	tu_run(r, 5000);
-	cr_assert_eq(g_nfired, g_expect);
-	for (int i = 1; i < g_nfired; i++)
-		cr_assert_leq(g_fired[i - 1], g_fired[i], "out of order at %d",
-			      i);
-	rx_reactor_destroy(r);
+	run_and_check_order(r, 5000);
+}
+
+/* More timers than the heap's first size (16,384) arm: it grows, and they
+ * still fire in deadline order; the cap then holds. */
+Test(timer, the_heap_grows_to_its_limit_and_keeps_order)
+{
+	struct rx_params p;
+	rx_params_default(&p);
+	enum { N = 40000 };
+	p.timers_max = N;
+	struct rx_reactor *r = tu_reactor(&p);
+	static struct rx_timer t[N + 1];
+	srand(7);
+	g_nfired = 0;
+	g_expect = N;
+	for (int i = 0; i < N; i++) {
+		rx_timer_init(&t[i], record_deadline, NULL);
+		cr_assert_eq(rx_timer_start(r, &t[i],
+					    (uint64_t)(rand() % 100000) * 1000,
+					    0), 0, "timer %d not armed", i);
+	}
+	rx_timer_init(&t[N], stopper, NULL);
+	cr_assert_eq(rx_timer_start(r, &t[N], 0, 0), -ENOSPC);
+	run_and_check_order(r, 10000);
 }
 
 Test(timer, loop_sleeps_until_the_deadline)
