@@ -677,6 +677,7 @@ static void conn_in_detach(struct rx_conn *c, size_t n)
 	const uint8_t *old = c->in;
 	size_t rest = c->in_len - n;
 	c->flags &= ~RXC_IN_TAKEN;
+	RX_STAT_INC(c->r->st.in_taken); /* still taken: not given back in on_data */
 	c->in = NULL;
 	c->in_len = c->in_cap = c->in_room = 0;
 	if (rest && !(c->flags & (RXC_CLOSING | RXC_CLOSE_FLUSH)))
@@ -693,8 +694,7 @@ bool rx_conn_take_input(struct rx_conn *c, const uint8_t *p, size_t len,
 		return false;
 	*out = (struct rx_input){c->r, c->budget, c->in, c->in_room,
 				 c->budget ? c->in_cap : 0};
-	c->flags |= RXC_IN_TAKEN;
-	RX_STAT_INC(c->r->st.in_taken);
+	c->flags |= RXC_IN_TAKEN; /* counted once on_data has returned */
 	return true;
 }
 

@@ -77,7 +77,8 @@ struct rx_stats {
 	uint64_t conn_out_peak;     /* most output ever queued on one connection */
 	uint64_t out_cap_closes;    /* connections closed: output cap exceeded */
 	uint64_t in_cap_closes;     /* connections closed: input cap exceeded */
-	uint64_t in_taken;          /* messages whose input a handler kept */
+	uint64_t in_taken;          /* messages whose input a handler kept
+				     * past its on_data */
 	uint64_t accept_errors;     /* accept completions with an error */
 	uint64_t file_ops;          /* file read/write/fsync ops completed */
 };
