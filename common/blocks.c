@@ -5,9 +5,57 @@
  * owns the cache only.
  */
 #include <stdlib.h>
+#include <sys/mman.h>
 
 #include "common/blocks.h"
 #include "common/util.h"
+
+#define PAGE 4096u
+
+/* A new block of at least bytes: mapped at PC_BLOCK_MAP_MIN and more (so
+ * that it can grow in place, pc_block_grow), else from malloc. */
+static void block_new(uint64_t bytes, struct pc_block *out)
+{
+	*out = (struct pc_block){0};
+	if (bytes < PC_BLOCK_MAP_MIN) {
+		out->p = malloc(bytes);
+		out->cap = out->p ? bytes : 0;
+		return;
+	}
+	uint64_t cap = (bytes + PAGE - 1) & ~(uint64_t)(PAGE - 1);
+	void *p = mmap(NULL, cap, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		return;
+	out->p = p;
+	out->cap = cap;
+}
+
+void pc_block_free(struct pc_block *b)
+{
+	if (!b->p)
+		return;
+	if (b->cap >= PC_BLOCK_MAP_MIN)
+		munmap(b->p, b->cap);
+	else
+		free(b->p);
+	*b = (struct pc_block){0};
+}
+
+bool pc_block_grow(struct pc_block *b, uint64_t bytes)
+{
+	if (bytes <= b->cap)
+		return true;
+	if (!b->p || b->cap < PC_BLOCK_MAP_MIN)
+		return false;
+	uint64_t cap = (bytes + PAGE - 1) & ~(uint64_t)(PAGE - 1);
+	void *p = mremap(b->p, b->cap, cap, MREMAP_MAYMOVE);
+	if (p == MAP_FAILED)
+		return false;
+	b->p = p;
+	b->cap = cap;
+	return true;
+}
 
 uint8_t *pc_blocks_take(struct pc_blocks *c, uint64_t bytes,
 			struct pc_block *out)
@@ -24,8 +72,7 @@ uint8_t *pc_blocks_take(struct pc_blocks *c, uint64_t bytes,
 		c->keep[best] = (struct pc_block){0};
 		return out->p;
 	}
-	out->p = malloc(bytes);
-	out->cap = out->p ? bytes : 0;
+	block_new(bytes, out);
 	return out->p;
 }
 
@@ -47,12 +94,11 @@ void pc_blocks_put(struct pc_blocks *c, struct pc_block *b)
 	if (c && slot < 0 && c->keep[small].cap < give.cap &&
 	    c->kept - c->keep[small].cap + give.cap <= PC_BLOCKS_KEEP_BYTES) {
 		c->kept -= c->keep[small].cap;
-		free(c->keep[small].p);
-		c->keep[small] = (struct pc_block){0};
+		pc_block_free(&c->keep[small]);
 		slot = small;
 	}
 	if (slot < 0 || c->kept + give.cap > PC_BLOCKS_KEEP_BYTES) {
-		free(give.p);
+		pc_block_free(&give);
 		return;
 	}
 	c->keep[slot] = give;
@@ -62,7 +108,7 @@ void pc_blocks_put(struct pc_blocks *c, struct pc_block *b)
 void pc_blocks_drop(struct pc_blocks *c)
 {
 	for (int i = 0; i < PC_BLOCKS_KEEP; i++)
-		free(c->keep[i].p);
+		pc_block_free(&c->keep[i]);
 	*c = (struct pc_blocks){0};
 }
 

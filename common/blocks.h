@@ -10,11 +10,13 @@
  *
  * Owns: the blocks kept (struct pc_blocks). Threads: a cache belongs to
  * one thread (a reactor's); a block may be taken and given back on that
- * thread only. A NULL cache keeps nothing: take is malloc, put is free.
+ * thread only. A NULL cache keeps nothing: take allocates, put frees.
  *
  * Invariants: a cache keeps at most PC_BLOCKS_KEEP blocks of at most
  * PC_BLOCKS_KEEP_BYTES in all (kept); a block is either kept or the
  * caller's, never both; take returns the smallest kept block that fits.
+ * Blocks of PC_BLOCK_MAP_MIN and more are anonymous mappings of their own
+ * (cap rounded up to a page), so that one can grow in place.
  *
  * Users: each reactor keeps two caches (reactor/rx_internal.h): one for
  * the input of large messages, and one for its modules
@@ -25,11 +27,14 @@
 #ifndef PC_COMMON_BLOCKS_H
 #define PC_COMMON_BLOCKS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #define PC_BLOCKS_KEEP 4                  /* blocks a cache keeps */
 #define PC_BLOCKS_KEEP_BYTES (64ull << 20) /* ... of at most this much */
 #define PC_BLOCK_SET_MAX 3                /* blocks in one set */
+#define PC_BLOCK_MAP_MIN (1ull << 20)     /* blocks this large are mapped:
+					   * they can grow in place */
 
 struct pc_block {
 	uint8_t *p;   /* NULL: none */
@@ -58,6 +63,16 @@ uint8_t *pc_blocks_take(struct pc_blocks *c, uint64_t bytes,
 void pc_blocks_put(struct pc_blocks *c, struct pc_block *b);
 /* Free every block c keeps. */
 void pc_blocks_drop(struct pc_blocks *c);
+
+/* Free a block (taken, not kept) and empty it. NULL p: nothing. A block's
+ * memory is freed only here (or through a cache): never with free(). */
+void pc_block_free(struct pc_block *b);
+/* Make b hold at least bytes, keeping its contents, without copying them
+ * (mremap: the pages already written are not touched again, the new ones
+ * are faulted in as they are first written). Only a mapped block can
+ * (cap >= PC_BLOCK_MAP_MIN): false, b unchanged, otherwise or when out of
+ * memory. */
+bool pc_block_grow(struct pc_block *b, uint64_t bytes);
 
 /* Block i of set s (empty before), taken from s->home. */
 uint8_t *pc_block_set_take(struct pc_block_set *s, unsigned i,

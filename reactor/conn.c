@@ -242,6 +242,9 @@ static void in_buf_put(struct rx_reactor *r, uint8_t *p, size_t room)
 		free(p);
 }
 
+_Static_assert(RX_IN_WARM_MIN >= PC_BLOCK_MAP_MIN,
+	       "large input buffers are mapped blocks: they grow in place");
+
 /* Free the kept-input buffer and give its bytes back. */
 static void in_release(struct rx_conn *c)
 {
@@ -254,11 +257,13 @@ static void in_release(struct rx_conn *c)
 }
 
 /* A buffer of at least cap bytes holding the kept input: false when out of
- * memory (the old one is kept). Large ones come from the warm blocks,
- * where the smallest kept block that fits may be far larger: growing
- * into it later moves nothing. The buffer outgrown is freed, not kept:
- * the steps of one message's growth would fill the warm blocks and leave
- * no room for the buffer it ends in, the one the next message needs. */
+ * memory (the old one is kept). A large one (a mapped block) grows in
+ * place: nothing is copied, and only the pages the next bytes land in are
+ * faulted in, a receive at a time (copying 16 MiB into fresh memory in one
+ * step held the reactor for up to 125 ms). The first large one comes from
+ * the warm blocks, where the smallest kept block that fits may be far
+ * larger: growing into it later moves nothing. The small buffer it
+ * replaces is freed. */
 static bool in_buf_grow(struct rx_conn *c, size_t cap)
 {
 	if (cap <= c->in_room)
@@ -271,12 +276,20 @@ static bool in_buf_grow(struct rx_conn *c, size_t cap)
 		c->in_room = cap;
 		return true;
 	}
-	struct pc_block b = {0};
+	struct pc_block b = {c->in, c->in_room};
+	if (c->in_room >= RX_IN_WARM_MIN) {
+		if (!pc_block_grow(&b, cap))
+			return false;
+		c->in = b.p;
+		c->in_room = b.cap;
+		return true;
+	}
+	b = (struct pc_block){0};
 	if (!pc_blocks_take(&c->r->in_warm, cap, &b))
 		return false;
 	if (c->in_len)
 		pc_copy(b.p, c->in, c->in_len);
-	free(c->in);
+	free(c->in); /* small: from malloc */
 	c->in = b.p;
 	c->in_room = b.cap;
 	return true;

@@ -2,10 +2,11 @@
  * tests/unit/test_blocks.c — common/blocks.h: a block given back is the
  * next one taken (warm memory, not a fresh mapping), the smallest that
  * fits is taken, and the cache never keeps more than its cap of blocks
- * and bytes; a set goes back home whole.
+ * and bytes; a set goes back home whole; a large block grows in place.
  */
 #include <criterion/criterion.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "common/blocks.h"
 
@@ -96,7 +97,7 @@ Test(blocks, keeps_at_most_its_blocks_and_bytes)
 	cr_assert_eq(c.kept, 0);
 }
 
-Test(blocks, no_cache_is_malloc_and_free)
+Test(blocks, no_cache_allocates_and_frees)
 {
 	struct pc_block b = {0};
 	cr_assert_not_null(pc_blocks_take(NULL, 4096, &b));
@@ -121,4 +122,42 @@ Test(blocks, a_set_goes_back_home_whole)
 	cr_assert_eq(c.kept, 5 * MB);
 	cr_assert(!moved.b[0].p && !moved.b[2].p);
 	pc_blocks_drop(&c);
+}
+
+static long minor_faults(void)
+{
+	struct rusage ru;
+	cr_assert_eq(getrusage(RUSAGE_SELF, &ru), 0);
+	return ru.ru_minflt;
+}
+
+/* A mapped block grows without its bytes being copied: the pages already
+ * written are not faulted in again (a copy into fresh memory faults every
+ * one of them: 4,096 for 16 MiB). A small block cannot grow. */
+Test(blocks, a_large_block_grows_in_place)
+{
+	struct pc_block b = {0};
+	uint8_t *p = pc_blocks_take(NULL, 16 * MB, &b);
+	cr_assert(p && b.cap >= 16 * MB);
+	for (uint64_t i = 0; i < 16 * MB; i += 4096)
+		p[i] = (uint8_t)(i >> 12);
+	long f0 = minor_faults();
+	cr_assert(pc_block_grow(&b, 48 * MB));
+	long faults = minor_faults() - f0;
+	cr_assert_geq(b.cap, 48 * MB);
+	cr_assert_lt(faults, 256, "%ld page faults growing 16 MiB: copied",
+		     faults);
+	for (uint64_t i = 0; i < 16 * MB; i += 4096)
+		cr_assert_eq(b.p[i], (uint8_t)(i >> 12), "byte %lu lost",
+			     (unsigned long)i);
+	b.p[48 * MB - 1] = 1; /* the new part is there */
+	pc_block_free(&b);
+	cr_assert_null(b.p);
+
+	struct pc_block s = {0};
+	pc_blocks_take(NULL, 4096, &s);
+	uint8_t *was = s.p;
+	cr_assert_not(pc_block_grow(&s, 8192), "a small block grew");
+	cr_assert(s.p == was && s.cap == 4096);
+	pc_block_free(&s);
 }
