@@ -4,8 +4,9 @@ what one call costs its reactor.
 
 Starts one node per --node NAME=BINARY (2 reactor threads, loopback, with
 reactor_stall_cpu_clock, pool faulted in before anything is measured),
-then per round, in rotating order, one client connection per node makes
---calls kv.set calls of --values fresh values of --size each. Per node and
+then per round, in rotating order, one client connection per node (or
+--conns of them at once) makes --calls kv.set calls of --values fresh
+values of --size each. Per node and
 round: the reactor stalls the node counted over those calls
 (peercache_reactor_stalls_total, and the CPU-bound ones,
 peercache_reactor_stalls_cpu_total), its longest loop iteration (the bound
@@ -31,6 +32,7 @@ import socket
 import statistics
 import sys
 import tempfile
+import threading
 import time
 
 import msgpack
@@ -58,6 +60,9 @@ def main():
     ap.add_argument("--values", type=int, default=8, help="values per kv.set (default 8)")
     ap.add_argument("--calls", type=int, default=10, help="kv.set calls per round (default 10)")
     ap.add_argument("--rounds", type=int, default=3, help="rounds (default 3)")
+    ap.add_argument("--conns", type=int, default=1,
+                    help="connections per node making the calls at once, each "
+                         "--calls of them (default 1)")
     ap.add_argument("--health-too", action="store_true",
                     help="node.health p99 on 2 more connections during the calls (pc-loadgen)")
     ap.add_argument("--health-secs", type=float, default=1.5,
@@ -84,27 +89,46 @@ def main():
                 name = nodes[k][0]
                 rport, mport = ports[k]
                 s0 = reactor_load(mport)
-                sock = socket.create_connection(("127.0.0.1", rport), timeout=60)
-                unpacker = msgpack.Unpacker(raw=False)
+                socks = [socket.create_connection(("127.0.0.1", rport), timeout=60)
+                         for _ in range(a.conns)]
                 times = []
-                lg = None
-                for i in range(a.calls):
-                    if i == 1 and a.health_too:
-                        lg = health_start(a.loadgen, rport, a.health_secs, warmup=0.2)
-                    seq += 1
-                    keys = ["kvset-ab-%d-%d" % (seq, j) for j in range(a.values)]
-                    t = time.monotonic()
-                    msg = call(sock, unpacker, seq, "kv.set", [keys, values])
-                    times.append((time.monotonic() - t) * 1000)
-                    if msg[2] is not None or msg[3] != [True] * a.values:
-                        sys.exit("%s: kv.set failed: %r" % (name, msg[2]))
-                sock.close()
+                lg = []
+                failed = []
+                seq += 1
+
+                def client(c, sock, rnd=seq, name=name, rport=rport):
+                    unpacker = msgpack.Unpacker(raw=False)
+                    for i in range(a.calls):
+                        if c == 0 and i == 1 and a.health_too:
+                            lg.append(health_start(a.loadgen, rport, a.health_secs,
+                                                   warmup=0.2))
+                        keys = ["kvset-ab-%d-%d-%d-%d" % (rnd, c, i, j)
+                                for j in range(a.values)]
+                        t = time.monotonic()
+                        msg = call(sock, unpacker, i + 1, "kv.set", [keys, values])
+                        times.append((time.monotonic() - t) * 1000)
+                        if msg[2] is not None or msg[3] != [True] * a.values:
+                            failed.append("%s: kv.set failed: %r" % (name, msg[2]))
+                            return
+
+                threads = [threading.Thread(target=client, args=(c, sk))
+                           for c, sk in enumerate(socks)]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
+                for sk in socks:
+                    sk.close()
+                if failed:
+                    sys.exit(failed[0])
+                lg = lg[0] if lg else None
                 d = load_delta(s0, reactor_load(mport))
                 res[name].append((d[0], d[1], d[2], statistics.median(times),
                                   health_end(lg) if lg else None))
         mib = a.size * a.values / (1 << 20)
-        print("kv.set of %d x %d KiB (%.0f MiB) per call, %d calls per round, %d rounds"
-              % (a.values, a.size // 1024, mib, a.calls, a.rounds))
+        print("kv.set of %d x %d KiB (%.0f MiB) per call, %d calls per round on each of "
+              "%d connection(s), %d rounds"
+              % (a.values, a.size // 1024, mib, a.calls, a.conns, a.rounds))
         for name, _ in nodes:
             print("  %-10s stalls per round %s; CPU-bound %s; longest loop iteration "
                   "<= ms %s; median call ms %s" % (
