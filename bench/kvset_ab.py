@@ -37,7 +37,7 @@ import time
 
 import msgpack
 
-from p2p_ab import (health_end, health_start, load_delta, node_specs, reactor_load, size_bytes,
+from p2p_ab import (health_end, health_start, load_delta, reactor_load, set_args, set_specs,
                     start_node, stop_all)
 
 
@@ -54,10 +54,7 @@ def call(sock, unpacker, msgid, method, params):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--node", action="append", required=True, metavar="NAME=BINARY",
-                    help="a peercached build to measure (repeat)")
-    ap.add_argument("--size", default="4m", type=size_bytes, help="value size (default 4m)")
-    ap.add_argument("--values", type=int, default=8, help="values per kv.set (default 8)")
+    set_args(ap, "values per kv.set (default 8)")
     ap.add_argument("--calls", type=int, default=10, help="kv.set calls per round (default 10)")
     ap.add_argument("--rounds", type=int, default=3, help="rounds (default 3)")
     ap.add_argument("--conns", type=int, default=1,
@@ -70,9 +67,7 @@ def main():
     build = os.environ.get("PEERCACHE_BUILD_DIR", "build")
     ap.add_argument("--loadgen", default=os.path.join(build, "bench", "pc-loadgen"))
     a = ap.parse_args()
-    nodes = node_specs(ap, a.node)
-    if a.size * a.values > 60 << 20:
-        ap.error("--size x --values must fit one 64 MiB message")
+    nodes = set_specs(ap, a)
     work = tempfile.mkdtemp(prefix="pc-kvset-ab-")
     procs = []
 

@@ -49,6 +49,23 @@ def size_bytes(s):
     return int(m.group(1)) * {"": 1, "k": 1024, "m": 1 << 20}[m.group(2)]
 
 
+def set_args(ap, values_help):
+    """--node, --size and --values of the benches that send one kv.set of
+    large values (kvset_ab.py, frozen_owner.py)."""
+    ap.add_argument("--node", action="append", required=True, metavar="NAME=BINARY",
+                    help="a peercached build to measure (repeat)")
+    ap.add_argument("--size", default="4m", type=size_bytes, help="value size (default 4m)")
+    ap.add_argument("--values", type=int, default=8, help=values_help)
+
+
+def set_specs(ap, a):
+    """The builds of set_args' --node, once --size x --values fits a
+    message (ap.error otherwise)."""
+    if a.size * a.values > 60 << 20:
+        ap.error("--size x --values must fit one 64 MiB message")
+    return node_specs(ap, a.node)
+
+
 def node_specs(ap, specs):
     """[(name, binary)] of the --node NAME=BINARY arguments (ap.error on a
     bad one)."""
