@@ -12,6 +12,11 @@
 
 #define PAGE 4096u
 
+static uint64_t page_round(uint64_t bytes)
+{
+	return (bytes + PAGE - 1) & ~(uint64_t)(PAGE - 1);
+}
+
 /* A new block of at least bytes: mapped at PC_BLOCK_MAP_MIN and more (so
  * that it can grow in place, pc_block_grow), else from malloc. */
 static void block_new(uint64_t bytes, struct pc_block *out)
@@ -22,7 +27,7 @@ static void block_new(uint64_t bytes, struct pc_block *out)
 		out->cap = out->p ? bytes : 0;
 		return;
 	}
-	uint64_t cap = (bytes + PAGE - 1) & ~(uint64_t)(PAGE - 1);
+	uint64_t cap = page_round(bytes);
 	void *p = mmap(NULL, cap, PROT_READ | PROT_WRITE,
 		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (p == MAP_FAILED)
@@ -48,7 +53,7 @@ bool pc_block_grow(struct pc_block *b, uint64_t bytes)
 		return true;
 	if (!b->p || b->cap < PC_BLOCK_MAP_MIN)
 		return false;
-	uint64_t cap = (bytes + PAGE - 1) & ~(uint64_t)(PAGE - 1);
+	uint64_t cap = page_round(bytes);
 	void *p = mremap(b->p, b->cap, cap, MREMAP_MAYMOVE);
 	if (p == MAP_FAILED)
 		return false;

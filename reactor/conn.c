@@ -276,15 +276,15 @@ static bool in_buf_grow(struct rx_conn *c, size_t cap)
 		c->in_room = cap;
 		return true;
 	}
-	struct pc_block b = {c->in, c->in_room};
 	if (c->in_room >= RX_IN_WARM_MIN) {
-		if (!pc_block_grow(&b, cap))
+		struct pc_block cur = {c->in, c->in_room};
+		if (!pc_block_grow(&cur, cap))
 			return false;
-		c->in = b.p;
-		c->in_room = b.cap;
+		c->in = cur.p;
+		c->in_room = cur.cap;
 		return true;
 	}
-	b = (struct pc_block){0};
+	struct pc_block b = {0};
 	if (!pc_blocks_take(&c->r->in_warm, cap, &b))
 		return false;
 	if (c->in_len)

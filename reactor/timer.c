@@ -85,9 +85,15 @@ static void heap_remove(struct rx_reactor *r, struct rx_timer *t)
 /* The heap's first size; it doubles as timers are armed, to timers_max. */
 #define HEAP_FIRST 16384u
 
+/* The most timers r may arm (at least one). */
+static unsigned heap_max(const struct rx_reactor *r)
+{
+	return r->p.timers_max ? r->p.timers_max : 1;
+}
+
 int rx_timers_init(struct rx_reactor *r)
 {
-	unsigned max = r->p.timers_max ? r->p.timers_max : 1;
+	unsigned max = heap_max(r);
 	r->heap_cap = max < HEAP_FIRST ? max : HEAP_FIRST;
 	r->heap = calloc(r->heap_cap, sizeof(*r->heap));
 	return r->heap ? 0 : -ENOMEM;
@@ -97,7 +103,7 @@ int rx_timers_init(struct rx_reactor *r)
  * -ENOMEM. Timers hold their index, never the heap's address. */
 static int heap_room(struct rx_reactor *r)
 {
-	unsigned max = r->p.timers_max ? r->p.timers_max : 1;
+	unsigned max = heap_max(r);
 	if (r->heap_n < r->heap_cap)
 		return 0;
 	if (r->heap_cap >= max) {
