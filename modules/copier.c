@@ -73,21 +73,20 @@ static bool job_run(struct copier_job *j, size_t room)
 
 static void fired(struct rx_reactor *r, struct rx_timer *tm);
 
-/* Run queued jobs: within this pass's budget, or all of them (force). A
- * job with a slice of its own takes at most that much of a pass (force:
- * all of it), and the jobs behind it go on meanwhile. */
-static void drain(struct rx_reactor *r, bool force)
+/* Run queued jobs within this pass's budget. A job with a slice of its own
+ * takes at most that much of a pass, and the jobs behind it go on
+ * meanwhile. */
+static void drain(struct rx_reactor *r)
 {
-	size_t room = force ? SIZE_MAX : budget(r);
+	size_t room = budget(r);
 	struct copier_job **at = &t.head, *prev = NULL;
 	while (*at && room) {
 		struct copier_job *j = *at;
-		bool capped = j->slice && !force;
+		bool capped = j->slice != 0;
 		bool fin = j->res ? true
 				  : job_run(j, capped ? PC_MIN(room, j->slice)
 						      : room);
-		if (!force)
-			room = budget(r);
+		room = budget(r);
 		if (!fin && capped) { /* its slice for this pass is done */
 			prev = j;
 			at = &j->next;
@@ -102,31 +101,29 @@ static void drain(struct rx_reactor *r, bool force)
 		j->done(j); /* may queue new jobs (and arm) */
 		/* ... or copy some inline, out of this pass's budget: room
 		 * from before it would let this pass copy up to 2 slices. */
-		if (!force)
-			room = budget(r);
+		room = budget(r);
 	}
-	if (t.head && !force && !rx_timer_armed(&t.timer) &&
-	    rx_timer_start(r, &t.timer, 0, 0) < 0)
-		drain(r, true); /* no timer slot: finish now, never strand */
+	if (t.head && !rx_timer_armed(&t.timer))
+		rx_timer_start(r, &t.timer, 0, 0); /* zero delay: never fails */
 }
 
 static void fired(struct rx_reactor *r, struct rx_timer *tm)
 {
 	(void)tm;
 	rx_stall_tag("copier slices");
-	drain(r, false);
+	drain(r);
 }
 
 /* The timer that resumes the queue is armed (it is whenever jobs are
- * queued): false when it cannot be (no memory for a timer). */
-static bool arm(struct rx_reactor *r)
+ * queued). A zero-delay timer takes no slot: arming it never fails. */
+static void arm(struct rx_reactor *r)
 {
 	if (!t.timer_ready) {
 		rx_timer_init(&t.timer, fired, NULL);
 		t.timer_ready = true;
 	}
-	return rx_timer_armed(&t.timer) ||
-	       rx_timer_start(r, &t.timer, 0, 0) == 0;
+	if (!rx_timer_armed(&t.timer))
+		rx_timer_start(r, &t.timer, 0, 0);
 }
 
 int copier_copy(struct rx_reactor *r, struct copier_job *j)
@@ -145,12 +142,7 @@ int copier_copy(struct rx_reactor *r, struct copier_job *j)
 		if (room && job_run(j, room))
 			return 1;
 	}
-	/* Nothing to resume it on a later pass: finish it now, inline (a
-	 * stall, but never a job stranded, nor a done inside this call). */
-	if (!arm(r)) {
-		job_run(j, SIZE_MAX);
-		return 1;
-	}
+	arm(r);
 	if (t.tail)
 		t.tail->next = j;
 	else

@@ -929,7 +929,7 @@ static void job_free(struct job *j)
 	free(j); /* the arena: keys, arrays, node and gens with it */
 }
 
-static int job_round(struct job *j, bool in_call);
+static void job_round(struct job *j);
 
 static const char *const job_methods[] = {"dir.get", "dir.put", "dir.del"};
 
@@ -1010,7 +1010,7 @@ static void job_rpc_done(void *arg, const struct rpc_result *res)
 	PC_ASSERT(j->outstanding > 0);
 	if (--j->outstanding == 0) {
 		if (j->kind == JOB_LOOKUP)
-			job_round(j, false); /* next replicas: what is missing */
+			job_round(j); /* next replicas: what is missing */
 		else
 			job_finish(j);
 	}
@@ -1072,36 +1072,27 @@ static void job_local(struct job *j, unsigned k)
 }
 
 /*
- * A job with nothing in flight is finished. Inside the placement call that
- * started it (in_call), done must still run later, from the job's timer; when
- * no timer slot is left, -ENOSPC: the call fails and the caller frees the job
- * (done never runs). Later (a round after a reply) it finishes at once.
+ * A job with nothing in flight is finished: done runs on the next loop pass,
+ * from the job's zero-delay timer (which never fails to arm), so never
+ * inside the placement call that started it.
  */
-static int job_deliver(struct job *j, bool in_call)
+static void job_deliver(struct job *j)
 {
-	int ret = rx_timer_start(j->r, &j->timer, 0, 0);
-	if (ret == 0)
-		return 0;
-	PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "cannot schedule the end of a %s job "
-		  "(%s): %s", job_methods[j->kind], strerror(-ret),
-		  in_call ? "the call fails" : "it ends now");
-	if (in_call)
-		return ret;
-	job_finish(j);
-	return 0;
+	rx_timer_start(j->r, &j->timer, 0, 0);
 }
 
 /*
  * Send one round: lookup asks each unresolved key's next owner; publish and
  * remove ask every owner at once. Keys for this node are done locally; the
- * others go as one RPC per owner. 0, or -errno from job_deliver (in_call
- * only: then nothing is in flight and the job is the caller's to free).
+ * others go as one RPC per owner.
  */
-static int job_round(struct job *j, bool in_call)
+static void job_round(struct job *j)
 {
 	uint64_t now = pc_now_ns();
-	if (now >= j->deadline_ns) /* out of time: report what we have */
-		return job_deliver(j, in_call);
+	if (now >= j->deadline_ns) { /* out of time: report what we have */
+		job_deliver(j);
+		return;
+	}
 	unsigned members = ring_size(j->ring);
 	/* count[] was sized at job_new: the job keeps the ring it began
 	 * with for its whole life, so its size cannot change. */
@@ -1161,8 +1152,10 @@ static int job_round(struct job *j, bool in_call)
 		for (unsigned k = 0; j->kind == JOB_LOOKUP && k < j->nkeys; k++)
 			more |= !j->done_key[k] && j->attempt[k] < j->nowners[k];
 		if (more)
-			return job_round(j, in_call);
-		return job_deliver(j, in_call); /* never inside the call */
+			job_round(j);
+		else
+			job_deliver(j); /* never inside the call */
+		return;
 	}
 	struct rpc_client *cl = g.clients[rx_reactor_id(j->r)];
 	/* This round's share of the deadline: half of what is left when an
@@ -1210,17 +1203,14 @@ static int job_round(struct job *j, bool in_call)
 		rpc_req_send(q);
 	}
 	if (j->outstanding == 0) /* every RPC failed to start */
-		return job_deliver(j, in_call);
-	return 0;
+		job_deliver(j);
 }
 
-/* The first round of a new job, inside the placement call. */
-static int job_start(struct job *j)
+/* The first round of a new job, inside the placement call: its done runs
+ * later, never inside it. */
+static void job_start(struct job *j)
 {
-	int ret = job_round(j, true);
-	if (ret < 0)
-		job_free(j);
-	return ret;
+	job_round(j);
 }
 
 /*
@@ -1316,7 +1306,8 @@ static int api_lookup(struct rx_reactor *r, const struct dir_keys *k,
 	memset(recs, 0, k->n * sizeof(*recs));
 	j->recs = recs;
 	met_add(g.lookups, k->n);
-	return job_start(j);
+	job_start(j);
+	return 0;
 }
 
 static int api_publish(struct rx_reactor *r, const struct dir_keys *k,
@@ -1331,7 +1322,8 @@ static int api_publish(struct rx_reactor *r, const struct dir_keys *k,
 	j->recs = (struct dir_rec *)(uintptr_t)recs;
 	j->flags = ok;
 	met_add(g.puts, k->n);
-	return job_start(j);
+	job_start(j);
+	return 0;
 }
 
 static int api_remove(struct rx_reactor *r, const struct dir_keys *k,
@@ -1348,7 +1340,8 @@ static int api_remove(struct rx_reactor *r, const struct dir_keys *k,
 		memset(existed, 0, k->n * sizeof(*existed));
 	j->flags = existed;
 	met_add(g.removes, k->n);
-	return job_start(j);
+	job_start(j);
+	return 0;
 }
 
 /*
@@ -1410,11 +1403,7 @@ static void move_grace(struct rx_reactor *r, struct rx_timer *t)
 		return;
 	}
 	m->rem->deadline_ns = pc_now_ns() + RX_MS(g.timeout_ms);
-	if (job_start(m->rem) < 0) { /* job_start freed it */
-		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "cannot remove moved records "
-			  "from their old owners; they stay until evicted");
-		free(m);
-	}
+	job_start(m->rem);
 }
 
 static void move_published(void *arg)
@@ -1512,12 +1501,8 @@ static int api_move(struct rx_reactor *r, const struct dir_keys *k,
 	m->done = done;
 	m->arg = arg;
 	met_add(g.puts, k->n);
-	ret = job_start(pub);
-	if (ret < 0) {
-		job_free(rem);
-		free(m);
-	}
-	return ret;
+	job_start(pub);
+	return 0;
 fail:
 	free(gens);
 	if (pub)

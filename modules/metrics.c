@@ -334,15 +334,6 @@ static void scrape_done(struct rx_reactor *r, struct hconn *h)
 	scrape_next(r);
 }
 
-/* Render h's scrape to the end in this callback: only when no timer slot
- * is left for the next slice (a stall, logged by the detector, rather than a
- * scrape that never ends). */
-static void scrape_all_now(struct rx_reactor *r, struct hconn *h)
-{
-	while (met_render_step(h->scrape, SCRAPE_SLICE_NS) > 0)
-		;
-	scrape_done(r, h);
-}
 
 /* One slice of the current scrape; the reply goes out with the last one. */
 static void scrape_slice(struct rx_reactor *r, struct rx_timer *t)
@@ -351,8 +342,8 @@ static void scrape_slice(struct rx_reactor *r, struct rx_timer *t)
 	rx_stall_tag("metrics scrape slice");
 	if (met_render_step(h->scrape, SCRAPE_SLICE_NS) <= 0)
 		scrape_done(r, h);
-	else if (rx_timer_start(r, &h->slice, 0, 0) < 0)
-		scrape_all_now(r, h);
+	else
+		rx_timer_start(r, &h->slice, 0, 0); /* zero delay: never fails */
 }
 
 /* Start rendering for the oldest waiting scrape, if none renders now. */
@@ -370,8 +361,7 @@ static void scrape_next(struct rx_reactor *r)
 			scrape_done(r, h); /* answered 500: out of memory */
 			return;            /* scrape_done went on with the queue */
 		}
-		if (rx_timer_start(r, &h->slice, 0, 0) < 0)
-			scrape_all_now(r, h);
+		rx_timer_start(r, &h->slice, 0, 0);
 	}
 }
 

@@ -583,13 +583,12 @@ static void move_step_fired(struct rx_reactor *r, struct rx_timer *t);
 
 /* Start the next step on the next loop pass, if fewer than STEPS_INFLIGHT
  * are under way (later steps' copies would only queue behind theirs, their
- * deadlines running). No timer slot: the rest are misses. */
+ * deadlines running). */
 static void move_arm(struct move *m)
 {
 	if (m->pending >= STEPS_INFLIGHT || rx_timer_armed(&m->step))
 		return;
-	if (rx_timer_start(m->r, &m->step, 0, 0) < 0)
-		m->next = m->n;
+	rx_timer_start(m->r, &m->step, 0, 0); /* zero delay: never fails */
 }
 
 /* Start kv on the step [from, to) (m->next is already past it). Nothing

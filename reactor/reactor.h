@@ -199,13 +199,20 @@ struct rx_timer {
 	unsigned heap_idx;    /* position in the heap; UINT32_MAX if idle */
 	void (*cb)(struct rx_reactor *r, struct rx_timer *t);
 	void *arg;            /* for the callback's use */
+	struct rx_timer *soon_prev, *soon_next; /* private: the next pass's */
 };
 
 void rx_timer_init(struct rx_timer *t,
 		   void (*cb)(struct rx_reactor *r, struct rx_timer *t),
 		   void *arg);
-/* (Re)arm: fire after delay_ns, then every period_ns if non-zero. Returns 0 or
- * -ENOSPC when timers_max timers are armed. */
+/*
+ * (Re)arm: fire after delay_ns, then every period_ns if non-zero. Returns 0,
+ * or -ENOSPC when timers_max timers with a delay are armed (-ENOMEM when the
+ * heap cannot grow). A one-shot with no delay (delay_ns 0, period_ns 0) is
+ * "run on the next pass": it takes no slot and never fails, so a callback
+ * deferred that way (a completion that must not run inside its call) always
+ * runs. Timers fire by deadline, then in arming order, either way.
+ */
 int rx_timer_start(struct rx_reactor *r, struct rx_timer *t, uint64_t delay_ns,
 		   uint64_t period_ns);
 /* Disarm; harmless on an idle timer. A callback may stop its own timer. */

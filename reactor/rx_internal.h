@@ -221,6 +221,9 @@ struct rx_reactor {
 	unsigned heap_n;
 	unsigned heap_cap;            /* grows by doubling up to timers_max */
 	uint64_t timer_seq;
+	/* zero-delay one-shots, in arming order (so by deadline too): no
+	 * slot, no limit (timer.c) */
+	struct rx_timer *soon_head, *soon_tail;
 
 	/* provided buffer ring for receives */
 	struct io_uring_buf_ring *br;

@@ -2,10 +2,14 @@
  * reactor/timer.c — one-shot and periodic timers on a binary min-heap.
  *
  * Owns: the heap array (16,384 timers at start-up, doubled as more are
- * armed, up to timers_max: only then does arming fail). Timers
- * themselves are embedded in their users' structs. Thread: the reactor's.
+ * armed, up to timers_max: only then does arming fail) and the list of
+ * zero-delay one-shots ("soon"), which takes no slot: deferring a callback
+ * to the next pass never fails. Timers themselves are embedded in their
+ * users' structs. Thread: the reactor's.
  * Order: by deadline, then by arming sequence, so timers due at the same
- * instant fire in the order they were armed. The loop sleeps until the
+ * instant fire in the order they were armed; the soon list is in arming
+ * order, so its deadlines (the arming times) are sorted too, and a pass
+ * merges it with the heap. The loop sleeps until the
  * earliest deadline (see rx_timers_next_ns), so no timer SQEs are needed.
  * A periodic timer is re-armed from its previous deadline (no drift), but
  * skips missed periods instead of firing a burst after a stall.
@@ -17,6 +21,7 @@
 #include "stall.h"
 
 #define IDLE UINT32_MAX
+#define SOON (UINT32_MAX - 1) /* on the soon list */
 
 static bool before(const struct rx_timer *a, const struct rx_timer *b)
 {
@@ -123,8 +128,46 @@ static int heap_room(struct rx_reactor *r)
 	return 0;
 }
 
+static void soon_add(struct rx_reactor *r, struct rx_timer *t)
+{
+	t->heap_idx = SOON;
+	t->soon_next = NULL;
+	t->soon_prev = r->soon_tail;
+	if (r->soon_tail)
+		r->soon_tail->soon_next = t;
+	else
+		r->soon_head = t;
+	r->soon_tail = t;
+}
+
+static void soon_remove(struct rx_reactor *r, struct rx_timer *t)
+{
+	PC_DASSERT(t->heap_idx == SOON);
+	if (t->soon_prev)
+		t->soon_prev->soon_next = t->soon_next;
+	else
+		r->soon_head = t->soon_next;
+	if (t->soon_next)
+		t->soon_next->soon_prev = t->soon_prev;
+	else
+		r->soon_tail = t->soon_prev;
+	t->soon_prev = t->soon_next = NULL;
+	t->heap_idx = IDLE;
+}
+
+/* Take an armed t off the heap or the soon list. */
+static void unlink_armed(struct rx_reactor *r, struct rx_timer *t)
+{
+	if (t->heap_idx == SOON)
+		soon_remove(r, t);
+	else
+		heap_remove(r, t);
+}
+
 void rx_timers_fini(struct rx_reactor *r)
 {
+	while (r->soon_head)
+		soon_remove(r, r->soon_head);
 	for (unsigned i = 0; i < r->heap_n; i++)
 		r->heap[i]->heap_idx = IDLE;
 	r->heap_n = 0;
@@ -143,6 +186,7 @@ void rx_timer_init(struct rx_timer *t,
 	t->heap_idx = IDLE;
 	t->cb = cb;
 	t->arg = arg;
+	t->soon_prev = t->soon_next = NULL;
 }
 
 bool rx_timer_armed(const struct rx_timer *t)
@@ -154,8 +198,9 @@ int rx_timer_start(struct rx_reactor *r, struct rx_timer *t, uint64_t delay_ns,
 		   uint64_t period_ns)
 {
 	if (rx_timer_armed(t))
-		heap_remove(r, t);
-	int room = heap_room(r);
+		unlink_armed(r, t);
+	bool soon = delay_ns == 0 && period_ns == 0;
+	int room = soon ? 0 : heap_room(r);
 	if (room < 0)
 		return room;
 	/* Use the live clock, not the iteration's cached time, so a timer armed
@@ -163,6 +208,10 @@ int rx_timer_start(struct rx_reactor *r, struct rx_timer *t, uint64_t delay_ns,
 	t->deadline_ns = pc_now_ns() + delay_ns;
 	t->period_ns = period_ns;
 	t->seq = ++r->timer_seq;
+	if (soon) {
+		soon_add(r, t);
+		return 0;
+	}
 	r->heap[r->heap_n] = t;
 	t->heap_idx = r->heap_n++;
 	sift_up(r, t->heap_idx);
@@ -172,7 +221,23 @@ int rx_timer_start(struct rx_reactor *r, struct rx_timer *t, uint64_t delay_ns,
 void rx_timer_stop(struct rx_reactor *r, struct rx_timer *t)
 {
 	if (rx_timer_armed(t))
-		heap_remove(r, t);
+		unlink_armed(r, t);
+}
+
+/* The next timer to fire of those due at now and armed up to limit_seq:
+ * the earlier of the heap's first and the soon list's first, or NULL. */
+static struct rx_timer *next_due(struct rx_reactor *r, uint64_t now,
+				 uint64_t limit_seq)
+{
+	struct rx_timer *h = r->heap_n ? r->heap[0] : NULL;
+	struct rx_timer *s = r->soon_head;
+	if (h && (h->deadline_ns > now || h->seq > limit_seq))
+		h = NULL;
+	if (s && (s->deadline_ns > now || s->seq > limit_seq))
+		s = NULL;
+	if (h && s)
+		return before(s, h) ? s : h;
+	return h ? h : s;
 }
 
 void rx_timers_run(struct rx_reactor *r)
@@ -181,11 +246,9 @@ void rx_timers_run(struct rx_reactor *r)
 	 * zero delay runs next iteration, never in a tight loop here. */
 	uint64_t now = r->now_ns;
 	uint64_t limit_seq = r->timer_seq;
-	while (r->heap_n > 0) {
-		struct rx_timer *t = r->heap[0];
-		if (t->deadline_ns > now || t->seq > limit_seq)
-			break;
-		heap_remove(r, t);
+	struct rx_timer *t;
+	while ((t = next_due(r, now, limit_seq)) != NULL) {
+		unlink_armed(r, t);
 		if (t->period_ns) {
 			uint64_t next = t->deadline_ns + t->period_ns;
 			if (next <= now) /* stalled: skip missed periods */
@@ -205,6 +268,8 @@ void rx_timers_run(struct rx_reactor *r)
 
 uint64_t rx_timers_next_ns(const struct rx_reactor *r)
 {
+	if (r->soon_head)
+		return 0;
 	if (r->heap_n == 0)
 		return UINT64_MAX;
 	uint64_t d = r->heap[0]->deadline_ns;
@@ -214,5 +279,6 @@ uint64_t rx_timers_next_ns(const struct rx_reactor *r)
 
 bool rx_timers_due(const struct rx_reactor *r)
 {
-	return r->heap_n > 0 && r->heap[0]->deadline_ns <= pc_now_ns();
+	return r->soon_head ||
+	       (r->heap_n > 0 && r->heap[0]->deadline_ns <= pc_now_ns());
 }

@@ -198,10 +198,7 @@ static void req_fail_later(struct rpc_req *q, int err)
 {
 	q->fail_err = err;
 	q->cc = NULL;
-	if (rx_timer_start(q->cl->r, &q->timer, 0, 0) < 0) {
-		req_fail_now(q, err); /* no timer slot: rare; run it now */
-		return;
-	}
+	rx_timer_start(q->cl->r, &q->timer, 0, 0); /* zero delay: never fails */
 	q->prev = NULL;
 	q->next = q->cl->failing;
 	if (q->next)

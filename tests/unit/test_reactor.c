@@ -228,14 +228,9 @@ Test(reactor, connect_to_closed_port_reports_refused)
 {
 	struct rx_reactor *r = tu_reactor(NULL);
 	memset(&cn, 0, sizeof(cn));
-	/* Find a port nobody listens on: bind, note it, close. */
-	int s = socket(AF_INET, SOCK_STREAM, 0);
 	struct sockaddr_in sin = {.sin_family = AF_INET,
+				  .sin_port = htons(tu_dead_port()),
 				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	bind(s, (struct sockaddr *)&sin, sizeof(sin));
-	socklen_t sl = sizeof(sin);
-	getsockname(s, (struct sockaddr *)&sin, &sl);
-	close(s);
 	int err;
 	struct rx_conn *c = rx_conn_connect(r, (struct sockaddr *)&sin,
 					    sizeof(sin), 1000, &cn_client, NULL,

@@ -772,15 +772,7 @@ Test(rpc, async_client_backs_off_after_a_refused_connect)
 	rpc_client_opts_default(&o);
 	o.backoff_min_ms = 200;
 	B.cl = rpc_client_new(r, &o);
-	/* A port nobody listens on. */
-	int s = socket(AF_INET, SOCK_STREAM, 0);
-	struct sockaddr_in sin = {.sin_family = AF_INET,
-				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	bind(s, (struct sockaddr *)&sin, sizeof(sin));
-	socklen_t sl = sizeof(sin);
-	getsockname(s, (struct sockaddr *)&sin, &sl);
-	close(s);
-	snprintf(B.ep, sizeof(B.ep), "127.0.0.1:%u", ntohs(sin.sin_port));
+	snprintf(B.ep, sizeof(B.ep), "127.0.0.1:%u", tu_dead_port());
 	rx_timer_init(&B.later, b_third, NULL);
 	a_reset(3);
 	A.r = r;
@@ -796,6 +788,67 @@ Test(rpc, async_client_backs_off_after_a_refused_connect)
 	struct rpc_client_stats cs;
 	rpc_client_stats(B.cl, &cs);
 	cr_assert_eq(cs.conn_failures, 2, "the second call did not connect");
+	rpc_client_free(B.cl);
+	rx_reactor_destroy(r);
+}
+
+/* A call that fails at once (within the backoff) still fails later, never
+ * inside rpc_req_send, even with every timer slot taken: the deferral is a
+ * zero-delay timer, which takes no slot. */
+static bool g_in_send;
+static int g_inside;
+static struct rx_timer g_filler;
+
+static void n_second_done(void *arg, const struct rpc_result *res)
+{
+	a_done(arg, res);
+	g_inside += g_in_send;
+	rx_timer_stop(A.r, &g_filler);
+}
+
+static void n_first_done(void *arg, const struct rpc_result *res)
+{
+	a_done(arg, res);
+	/* Take the slot if it is free (the first call's timeout held it). */
+	rx_timer_init(&g_filler, NULL, NULL);
+	rx_timer_start(A.r, &g_filler, RX_MS(60000), 0);
+	struct rx_timer more;
+	rx_timer_init(&more, NULL, NULL);
+	cr_assert_eq(rx_timer_start(A.r, &more, RX_MS(60000), 0), -ENOSPC);
+	struct rpc_req *q = rpc_req_new(B.cl, B.ep, "test.echo", 2, 1000,
+					n_second_done, (void *)1);
+	msgpack_pack_uint64(rpc_req_packer(q), 1);
+	msgpack_pack_uint64(rpc_req_packer(q), 0);
+	g_in_send = true;
+	rpc_req_send(q);
+	g_in_send = false;
+}
+
+Test(rpc, a_call_failing_at_once_fails_later_even_with_no_timer_slot)
+{
+	struct rx_params p;
+	rx_params_default(&p);
+	p.timers_max = 1;
+	struct rx_reactor *r = tu_reactor(&p);
+	struct rpc_client_opts o;
+	rpc_client_opts_default(&o);
+	o.backoff_min_ms = 5000;
+	B.cl = rpc_client_new(r, &o);
+	snprintf(B.ep, sizeof(B.ep), "127.0.0.1:%u", tu_dead_port());
+	a_reset(2);
+	A.r = r;
+	g_inside = 0;
+	struct rpc_req *q = rpc_req_new(B.cl, B.ep, "test.echo", 2, 1000,
+					n_first_done, (void *)0);
+	msgpack_pack_uint64(rpc_req_packer(q), 1);
+	msgpack_pack_uint64(rpc_req_packer(q), 0);
+	rpc_req_send(q);
+	tu_run(r, 5000);
+	cr_assert_eq(A.done, 2);
+	cr_assert_eq(A.errs[0], -ECONNREFUSED);
+	cr_assert_eq(A.errs[1], -ECONNREFUSED, "%d", A.errs[1]);
+	cr_assert_eq(g_inside, 0, "the second call failed inside "
+		     "rpc_req_send");
 	rpc_client_free(B.cl);
 	rx_reactor_destroy(r);
 }

@@ -109,6 +109,19 @@ int tu_connect(uint16_t port)
 	return fd;
 }
 
+uint16_t tu_dead_port(void)
+{
+	int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	cr_assert(s >= 0);
+	struct sockaddr_in sin = {.sin_family = AF_INET,
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t sl = sizeof(sin);
+	cr_assert_eq(bind(s, (struct sockaddr *)&sin, sizeof(sin)), 0);
+	cr_assert_eq(getsockname(s, (struct sockaddr *)&sin, &sl), 0);
+	close(s);
+	return ntohs(sin.sin_port);
+}
+
 void tu_nonblock(int fd)
 {
 	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);

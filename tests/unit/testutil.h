@@ -28,6 +28,8 @@ struct rx_reactor *tu_reactor(const struct rx_params *p);
 uint64_t tu_run(struct rx_reactor *r, unsigned limit_ms);
 /* Plain blocking TCP client connected to 127.0.0.1:port. */
 int tu_connect(uint16_t port);
+/* A port of 127.0.0.1 nobody listens on now: bound, read and closed. */
+uint16_t tu_dead_port(void);
 /* Set O_NONBLOCK on fd. */
 void tu_nonblock(int fd);
 /* Send the MessagePack-RPC request [0, msgid, method, [v[0], ...]] (n
