@@ -196,7 +196,8 @@ struct rx_timer {
 	uint64_t deadline_ns; /* absolute monotonic deadline */
 	uint64_t period_ns;   /* 0 = one-shot */
 	uint64_t seq;         /* arming order: ties fire first-armed first */
-	unsigned heap_idx;    /* position in the heap; UINT32_MAX if idle */
+	unsigned heap_idx;    /* position in the heap; UINT32_MAX if idle,
+			       * UINT32_MAX - 1 on the next pass's list */
 	void (*cb)(struct rx_reactor *r, struct rx_timer *t);
 	void *arg;            /* for the callback's use */
 	struct rx_timer *soon_prev, *soon_next; /* private: the next pass's */
@@ -208,10 +209,11 @@ void rx_timer_init(struct rx_timer *t,
 /*
  * (Re)arm: fire after delay_ns, then every period_ns if non-zero. Returns 0,
  * or -ENOSPC when timers_max timers with a delay are armed (-ENOMEM when the
- * heap cannot grow). A one-shot with no delay (delay_ns 0, period_ns 0) is
- * "run on the next pass": it takes no slot and never fails, so a callback
- * deferred that way (a completion that must not run inside its call) always
- * runs. Timers fire by deadline, then in arming order, either way.
+ * heap cannot grow); then t is as it was (armed as before, or idle). A
+ * one-shot with no delay (delay_ns 0, period_ns 0) is "run on the next
+ * pass": it takes no slot and never fails, so a callback deferred that way
+ * (a completion that must not run inside its call) always runs. Timers
+ * fire by deadline, then in arming order, either way.
  */
 int rx_timer_start(struct rx_reactor *r, struct rx_timer *t, uint64_t delay_ns,
 		   uint64_t period_ns);

@@ -197,12 +197,17 @@ bool rx_timer_armed(const struct rx_timer *t)
 int rx_timer_start(struct rx_reactor *r, struct rx_timer *t, uint64_t delay_ns,
 		   uint64_t period_ns)
 {
+	bool soon = delay_ns == 0 && period_ns == 0;
+	/* A slot first, for a timer not on the heap yet: failing leaves t as
+	 * it was (a queued zero-delay timer stays queued). One on the heap
+	 * gives its slot back as it moves. */
+	if (!soon && (!rx_timer_armed(t) || t->heap_idx == SOON)) {
+		int room = heap_room(r);
+		if (room < 0)
+			return room;
+	}
 	if (rx_timer_armed(t))
 		unlink_armed(r, t);
-	bool soon = delay_ns == 0 && period_ns == 0;
-	int room = soon ? 0 : heap_room(r);
-	if (room < 0)
-		return room;
 	/* Use the live clock, not the iteration's cached time, so a timer armed
 	 * late in a long iteration still waits its full delay. */
 	t->deadline_ns = pc_now_ns() + delay_ns;
