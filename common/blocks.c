@@ -34,6 +34,7 @@ static void block_new(uint64_t bytes, struct pc_block *out)
 		return;
 	out->p = p;
 	out->cap = cap;
+	out->fresh = true;
 }
 
 void pc_block_free(struct pc_block *b)
@@ -106,6 +107,7 @@ void pc_blocks_put(struct pc_blocks *c, struct pc_block *b)
 		pc_block_free(&give);
 		return;
 	}
+	give.fresh = false; /* it was used (mostly written, then) */
 	c->keep[slot] = give;
 	c->kept += give.cap;
 }
@@ -115,6 +117,16 @@ void pc_blocks_drop(struct pc_blocks *c)
 	for (int i = 0; i < PC_BLOCKS_KEEP; i++)
 		pc_block_free(&c->keep[i]);
 	*c = (struct pc_blocks){0};
+}
+
+void pc_block_fault_in(uint8_t *p, uint64_t len)
+{
+	uintptr_t a = (uintptr_t)p & ~(uintptr_t)(PAGE - 1);
+	uint64_t n = page_round((uintptr_t)p + len - a);
+	if (len == 0 || madvise((void *)a, n, MADV_POPULATE_WRITE) == 0)
+		return;
+	for (uint64_t off = 0; off < len; off += PAGE)
+		((volatile uint8_t *)p)[off] = 0;
 }
 
 uint8_t *pc_block_set_take(struct pc_block_set *s, unsigned i,

@@ -121,7 +121,7 @@ static struct {
 	met_id wr_req, wr_pages, wr_bytes, ex_req, ex_found, del_req;
 	met_id rd_bytes; /* every path: kv.get, session, shim, local, remote */
 	met_id lat_read, lat_write, ev_pub, tier_kept, promotes;
-	met_id copy_set, copy_get_local, landed;
+	met_id copy_set, copy_get_local, landed, stage_warmed;
 } g;
 
 /* This reactor's queue (set by kv_start on each reactor thread), where
@@ -624,6 +624,11 @@ struct fetch {
 	unsigned cur;        /* next item of the local pass to copy */
 	uint8_t *stage_cur;  /* get: where the next local page is staged */
 	struct copier_job job;
+	/* get: staging just mapped, faulted in off the reactor first */
+	struct rx_offload warm;
+	uint8_t *warm_p;
+	uint64_t warm_len;
+	bool warm_reads;     /* then the reads (else the local copies) */
 };
 
 static struct fetch *fetch_layout(struct pc_arena *a, const struct kv_item *it,
@@ -750,6 +755,52 @@ static int guarded_sum(const void *p, size_t n, uint64_t *out)
 }
 
 static void fetch_lookup(struct fetch *f);
+static bool fetch_local_copies(struct fetch *f);
+static void fetch_reads_issue(struct fetch *f);
+
+/*
+ * Staging the reactor's warm blocks had none to fit is a new mapping: the
+ * pages landing in it, by copy slices or by receives, would fault every
+ * 4 KiB in on the reactor — about 10 us each in a VM, so 1.5-2 ms per
+ * 512 KiB slice, a stall per slice on a fresh node's first large gets
+ * (and on every get whose staging the warm blocks cannot keep). It is
+ * faulted in on the offload thread first, then the get goes on.
+ */
+static void stage_warm_work(struct rx_offload *o)
+{
+	struct fetch *f = PC_CONTAINER_OF(o, struct fetch, warm);
+	pc_block_fault_in(f->warm_p, f->warm_len);
+}
+
+static void stage_warmed(struct rx_reactor *r, struct rx_offload *o)
+{
+	(void)r;
+	struct fetch *f = PC_CONTAINER_OF(o, struct fetch, warm);
+	met_add(g.stage_warmed, f->warm_len);
+	if (f->warm_reads)
+		fetch_reads_issue(f);
+	else
+		fetch_local_copies(f);
+}
+
+/* need bytes of staging block which are about to be written: when the
+ * block is fresh, fault them in off the reactor, resuming the reads
+ * (reads) or the local copies in stage_warmed. True when that is queued;
+ * false (go on now) when the block is warm or no offload thread takes it. */
+static bool stage_warm(struct fetch *f, unsigned which, uint64_t need,
+		       bool reads)
+{
+	const struct pc_block *b = &f->stage.b[which];
+	if (!b->p || !b->fresh)
+		return false;
+	f->warm = (struct rx_offload){.work = stage_warm_work,
+				      .done = stage_warmed,
+				      .lane = RX_LANE_BULK};
+	f->warm_p = b->p;
+	f->warm_len = need;
+	f->warm_reads = reads;
+	return rx_offload(f->r, &f->warm) == 0;
+}
 
 /* Read k's page against its record: header, and checksum when on. */
 static int fetch_check_page(struct fetch *f, unsigned k, const void *dst)
@@ -867,7 +918,8 @@ static bool fetch_wants_read(struct fetch *f, unsigned j)
 	return fetch_dest_ok(f, i, r->len);
 }
 
-/* Read what the records name (after the remote promotions). */
+/* Read what the records name (after the remote promotions): which ones,
+ * and their staging; then fetch_reads_issue. */
 static void fetch_reads(struct fetch *f)
 {
 	/* The reads get what the lookup left of the budget. */
@@ -888,7 +940,19 @@ static void fetch_reads(struct fetch *f)
 		fetch_finish(f); /* out of memory: misses */
 		return;
 	}
-	uint8_t *stage = f->stage.b[block].p;
+	if (need && !f->refused && stage_warm(f, block, need, true))
+		return; /* resumes in stage_warmed */
+	fetch_reads_issue(f);
+}
+
+/* The reads fetch_reads chose, into their places (staging faulted in by
+ * then), within what is left of the call's deadline. */
+static void fetch_reads_issue(struct fetch *f)
+{
+	uint64_t now = pc_now_ns();
+	uint64_t left_ms = now < f->deadline ? (f->deadline - now) / 1000000u
+					     : 0;
+	uint8_t *stage = f->stage.b[f->again ? 2 : 1].p;
 	for (unsigned k = 0; k < f->nreads; k++) {
 		struct dir_rec *r = &f->recs[f->readr[k]];
 		unsigned i = f->ridx[f->readr[k]];
@@ -911,7 +975,7 @@ static void fetch_reads(struct fetch *f)
 		rd->landed_ran = false;
 	}
 	f->read_ms = (unsigned)PC_MIN(left_ms, (uint64_t)g.read_timeout_ms);
-	if (f->nreads == 0 || f->refused ||
+	if (f->nreads == 0 || f->refused || f->read_ms == 0 ||
 	    g.tp->ops->read_batch(g.tp->clients[rx_reactor_id(f->r)],
 				      f->reads, f->nreads, f->read_ms,
 				      fetch_read_done, f) < 0)
@@ -995,7 +1059,6 @@ static void fetch_local_settle(struct fetch *f, unsigned i, int res)
 	f->loc[i] = LOC_NONE;
 }
 
-static bool fetch_local_copies(struct fetch *f);
 
 static void fetch_copied(struct copier_job *j)
 {
@@ -1058,6 +1121,8 @@ static bool fetch_locals(struct fetch *f)
 	if (need && stage_block(f, 0, need))
 		f->stage_cur = f->stage.b[0].p;
 	f->cur = 0;
+	if (need && stage_warm(f, 0, need, false))
+		return true; /* resumes in stage_warmed */
 	return fetch_local_copies(f);
 }
 
@@ -1733,6 +1798,10 @@ static int kv_init(struct pc_ctx *ctx)
 	CTR(g.deadline_hit, "peercache_request_deadline_exceeded_total",
 	    "page calls (set, get, exists) that ran into "
 	    "request_deadline (what was not done by then failed or missed)");
+	CTR(g.stage_warmed, "peercache_kv_staging_faulted_in_bytes_total",
+	    "bytes of kv.get staging faulted in on the offload thread "
+	    "before use (new staging memory; the reactor would have faulted "
+	    "them in itself)");
 	CTR(g.rd_suspect, "peercache_read_suspect_misses_total",
 	    "remote pages not read because their producer is suspect (misses "
 	    "at once)");

@@ -235,7 +235,7 @@ static bool in_budget_grow(struct rx_conn *c, size_t delta)
  * blocks when it is large, else freed. */
 static void in_buf_put(struct rx_reactor *r, uint8_t *p, size_t room)
 {
-	struct pc_block b = {p, room};
+	struct pc_block b = {.p = p, .cap = room};
 	if (room >= RX_IN_WARM_MIN)
 		pc_blocks_put(&r->in_warm, &b);
 	else
@@ -277,7 +277,7 @@ static bool in_buf_grow(struct rx_conn *c, size_t cap)
 		return true;
 	}
 	if (c->in_room >= RX_IN_WARM_MIN) {
-		struct pc_block cur = {c->in, c->in_room};
+		struct pc_block cur = {.p = c->in, .cap = c->in_room};
 		if (!pc_block_grow(&cur, cap))
 			return false;
 		c->in = cur.p;
