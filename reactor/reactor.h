@@ -37,8 +37,9 @@ struct rx_params {
 	unsigned sq_entries;      /* submission queue size (power of two) */
 	unsigned cq_factor;       /* completion queue = sq_entries * this */
 	unsigned ops_max;         /* in-flight op slots per reactor */
-	unsigned timers_max;      /* armed timers per reactor (the heap
-				   * grows to it as timers are armed) */
+	unsigned timers_max;      /* armed timers with a delay per
+				   * reactor (a runaway guard: arming
+				   * never allocates) */
 	unsigned buf_count;       /* provided receive buffers (power of two) */
 	unsigned buf_bytes;       /* bytes per receive buffer */
 	size_t conn_in_max;       /* max unconsumed input kept per connection */
@@ -196,11 +197,13 @@ struct rx_timer {
 	uint64_t deadline_ns; /* absolute monotonic deadline */
 	uint64_t period_ns;   /* 0 = one-shot */
 	uint64_t seq;         /* arming order: ties fire first-armed first */
-	unsigned heap_idx;    /* position in the heap; UINT32_MAX if idle,
-			       * UINT32_MAX - 1 on the next pass's list */
 	void (*cb)(struct rx_reactor *r, struct rx_timer *t);
 	void *arg;            /* for the callback's use */
-	struct rx_timer *soon_prev, *soon_next; /* private: the next pass's */
+	/* private (reactor/timer.c): idle, on the heap or on the next
+	 * pass's list, and the links of either */
+	unsigned where;
+	struct rx_timer *hp_up, *hp_left, *hp_right;
+	struct rx_timer *soon_prev, *soon_next;
 };
 
 void rx_timer_init(struct rx_timer *t,
@@ -208,11 +211,11 @@ void rx_timer_init(struct rx_timer *t,
 		   void *arg);
 /*
  * (Re)arm: fire after delay_ns, then every period_ns if non-zero. Returns 0,
- * or -ENOSPC when timers_max timers with a delay are armed (-ENOMEM when the
- * heap cannot grow); then t is as it was (armed as before, or idle). A
- * one-shot with no delay (delay_ns 0, period_ns 0) is "run on the next
- * pass": it takes no slot and never fails, so a callback deferred that way
- * (a completion that must not run inside its call) always runs. Timers
+ * or -ENOSPC when timers_max timers with a delay are armed; then t is as it
+ * was (armed as before, or idle). Arming never allocates: the links are in
+ * t. A one-shot with no delay (delay_ns 0, period_ns 0) is "run on the
+ * next pass": it takes no slot and never fails, so a callback deferred that
+ * way (a completion that must not run inside its call) always runs. Timers
  * fire by deadline, then in arming order, either way.
  */
 int rx_timer_start(struct rx_reactor *r, struct rx_timer *t, uint64_t delay_ns,

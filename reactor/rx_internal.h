@@ -216,10 +216,10 @@ struct rx_reactor {
 	uint32_t ops_free;            /* head of the free list */
 	rx_cqe_fn on_cqe[RX_OP__COUNT]; /* handlers, set at create */
 
-	/* timers: binary min-heap ordered by (deadline, seq) */
-	struct rx_timer **heap;
+	/* timers: an intrusive binary min-heap ordered by (deadline, seq),
+	 * at most timers_max of them (timer.c) */
+	struct rx_timer *heap_root;
 	unsigned heap_n;
-	unsigned heap_cap;            /* grows by doubling up to timers_max */
 	uint64_t timer_seq;
 	/* zero-delay one-shots, in arming order (so by deadline too): no
 	 * slot, no limit (timer.c) */

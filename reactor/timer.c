@@ -1,18 +1,27 @@
 /*
- * reactor/timer.c — one-shot and periodic timers on a binary min-heap.
+ * reactor/timer.c — one-shot and periodic timers: an intrusive binary
+ * min-heap for timers with a delay, a list for those without one.
  *
- * Owns: the heap array (16,384 timers at start-up, doubled as more are
- * armed, up to timers_max: only then does arming fail) and the list of
- * zero-delay one-shots ("soon"), which takes no slot: deferring a callback
- * to the next pass never fails. Timers themselves are embedded in their
- * users' structs. Thread: the reactor's.
+ * Owns: the heap's root and the list of zero-delay one-shots ("soon").
+ * Both are intrusive: a timer carries its own links (embedded in its
+ * user's struct), so arming one never allocates. A timer with a delay
+ * fails to arm only when timers_max of them are armed (a runaway guard);
+ * a zero-delay one-shot takes no slot and never fails, so deferring a
+ * callback to the next pass always works. Thread: the reactor's.
+ *
+ * The heap is a complete binary tree of linked nodes: position k (from 1)
+ * is reached from the root by the bits of k below its top bit (0 left,
+ * 1 right), so the last position — where an insert goes and what a removal
+ * moves into the hole — is found in log2(n) steps; sifting swaps a node
+ * with its parent by relinking.
+ *
  * Order: by deadline, then by arming sequence, so timers due at the same
  * instant fire in the order they were armed; the soon list is in arming
  * order, so its deadlines (the arming times) are sorted too, and a pass
- * merges it with the heap. The loop sleeps until the
- * earliest deadline (see rx_timers_next_ns), so no timer SQEs are needed.
- * A periodic timer is re-armed from its previous deadline (no drift), but
- * skips missed periods instead of firing a burst after a stall.
+ * merges it with the heap. The loop sleeps until the earliest deadline
+ * (see rx_timers_next_ns), so no timer SQEs are needed. A periodic timer
+ * is re-armed from its previous deadline (no drift), but skips missed
+ * periods instead of firing a burst after a stall.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -20,8 +29,7 @@
 #include "rx_internal.h"
 #include "stall.h"
 
-#define IDLE UINT32_MAX
-#define SOON (UINT32_MAX - 1) /* on the soon list */
+enum { IDLE = 0, ON_HEAP = 1, SOON = 2 }; /* struct rx_timer's where */
 
 static bool before(const struct rx_timer *a, const struct rx_timer *b)
 {
@@ -30,67 +38,114 @@ static bool before(const struct rx_timer *a, const struct rx_timer *b)
 	return a->seq < b->seq;
 }
 
-static void place(struct rx_reactor *r, unsigned i, struct rx_timer *t)
+/* ------------------------------------------------------------ the heap */
+
+/* The node at position k (1 <= k <= heap_n). */
+static struct rx_timer *node_at(const struct rx_reactor *r, unsigned k)
 {
-	r->heap[i] = t;
-	t->heap_idx = i;
+	struct rx_timer *n = r->heap_root;
+	for (int b = 30 - __builtin_clz(k); b >= 0; b--)
+		n = (k >> b) & 1 ? n->hp_right : n->hp_left;
+	return n;
 }
 
-static void sift_up(struct rx_reactor *r, unsigned i)
+/* Point whatever held old (its parent's link, or the root) at new. */
+static void replace_link(struct rx_reactor *r, struct rx_timer *up,
+			 const struct rx_timer *old, struct rx_timer *new)
 {
-	struct rx_timer *t = r->heap[i];
-	while (i > 0) {
-		unsigned parent = (i - 1) / 2;
-		if (!before(t, r->heap[parent]))
-			break;
-		place(r, i, r->heap[parent]);
-		i = parent;
+	if (!up)
+		r->heap_root = new;
+	else if (up->hp_left == old)
+		up->hp_left = new;
+	else
+		up->hp_right = new;
+}
+
+/* Swap c with its parent p. */
+static void swap_up(struct rx_reactor *r, struct rx_timer *p,
+		    struct rx_timer *c)
+{
+	struct rx_timer *gp = p->hp_up, *cl = c->hp_left, *cr = c->hp_right;
+	if (p->hp_left == c) {
+		c->hp_left = p;
+		c->hp_right = p->hp_right;
+		if (c->hp_right)
+			c->hp_right->hp_up = c;
+	} else {
+		c->hp_right = p;
+		c->hp_left = p->hp_left;
+		if (c->hp_left)
+			c->hp_left->hp_up = c;
 	}
-	place(r, i, t);
+	p->hp_left = cl;
+	if (cl)
+		cl->hp_up = p;
+	p->hp_right = cr;
+	if (cr)
+		cr->hp_up = p;
+	p->hp_up = c;
+	c->hp_up = gp;
+	replace_link(r, gp, p, c);
 }
 
-static void sift_down(struct rx_reactor *r, unsigned i)
+static void sift_up(struct rx_reactor *r, struct rx_timer *t)
 {
-	struct rx_timer *t = r->heap[i];
+	while (t->hp_up && before(t, t->hp_up))
+		swap_up(r, t->hp_up, t);
+}
+
+static void sift_down(struct rx_reactor *r, struct rx_timer *t)
+{
 	for (;;) {
-		unsigned l = 2 * i + 1, m = i;
-		struct rx_timer *best = t;
-		if (l < r->heap_n && before(r->heap[l], best)) {
-			m = l;
-			best = r->heap[l];
-		}
-		if (l + 1 < r->heap_n && before(r->heap[l + 1], best)) {
-			m = l + 1;
-			best = r->heap[l + 1];
-		}
-		if (m == i)
-			break;
-		place(r, i, best);
-		i = m;
+		struct rx_timer *m = t->hp_left;
+		if (t->hp_right && before(t->hp_right, m))
+			m = t->hp_right;
+		if (!m || !before(m, t))
+			return;
+		swap_up(r, t, m);
 	}
-	place(r, i, t);
+}
+
+static void heap_add(struct rx_reactor *r, struct rx_timer *t)
+{
+	unsigned k = ++r->heap_n;
+	t->where = ON_HEAP;
+	t->hp_left = t->hp_right = NULL;
+	t->hp_up = k == 1 ? NULL : node_at(r, k >> 1);
+	if (!t->hp_up)
+		r->heap_root = t;
+	else if (k & 1)
+		t->hp_up->hp_right = t;
+	else
+		t->hp_up->hp_left = t;
+	sift_up(r, t);
 }
 
 static void heap_remove(struct rx_reactor *r, struct rx_timer *t)
 {
-	unsigned i = t->heap_idx;
-	PC_ASSERT(i < r->heap_n && r->heap[i] == t);
-	t->heap_idx = IDLE;
+	PC_DASSERT(t->where == ON_HEAP && r->heap_n > 0);
+	struct rx_timer *last = node_at(r, r->heap_n);
+	replace_link(r, last->hp_up, last, NULL); /* detach the last */
 	r->heap_n--;
-	if (i == r->heap_n)
-		return;
-	struct rx_timer *last = r->heap[r->heap_n];
-	place(r, i, last);
-	if (i > 0 && before(last, r->heap[(i - 1) / 2]))
-		sift_up(r, i);
-	else
-		sift_down(r, i);
+	if (last != t) { /* it fills t's place, then finds its own */
+		last->hp_up = t->hp_up;
+		last->hp_left = t->hp_left;
+		last->hp_right = t->hp_right;
+		if (last->hp_left)
+			last->hp_left->hp_up = last;
+		if (last->hp_right)
+			last->hp_right->hp_up = last;
+		replace_link(r, t->hp_up, t, last);
+		if (last->hp_up && before(last, last->hp_up))
+			sift_up(r, last);
+		else
+			sift_down(r, last);
+	}
+	t->hp_up = t->hp_left = t->hp_right = NULL;
+	t->where = IDLE;
 }
 
-/* The heap's first size; it doubles as timers are armed, to timers_max. */
-#define HEAP_FIRST 16384u
-
-/* The most timers r may arm (at least one). */
+/* The most timers with a delay r may arm (at least one). */
 static unsigned heap_max(const struct rx_reactor *r)
 {
 	return r->p.timers_max ? r->p.timers_max : 1;
@@ -98,39 +153,16 @@ static unsigned heap_max(const struct rx_reactor *r)
 
 int rx_timers_init(struct rx_reactor *r)
 {
-	unsigned max = heap_max(r);
-	r->heap_cap = max < HEAP_FIRST ? max : HEAP_FIRST;
-	r->heap = calloc(r->heap_cap, sizeof(*r->heap));
-	return r->heap ? 0 : -ENOMEM;
-}
-
-/* Room for one more armed timer: 0, -ENOSPC (timers_max are armed) or
- * -ENOMEM. Timers hold their index, never the heap's address. */
-static int heap_room(struct rx_reactor *r)
-{
-	unsigned max = heap_max(r);
-	if (r->heap_n < r->heap_cap)
-		return 0;
-	if (r->heap_cap >= max) {
-		PC_LOG_RL(PC_LOG_WARN, "reactor", "all %u timer slots in use",
-			  max);
-		return -ENOSPC;
-	}
-	unsigned cap = r->heap_cap > max / 2 ? max : r->heap_cap * 2;
-	struct rx_timer **h = realloc(r->heap, (size_t)cap * sizeof(*h));
-	if (!h) {
-		PC_LOG_RL(PC_LOG_WARN, "reactor", "%u timers armed: no memory "
-			  "for more", r->heap_n);
-		return -ENOMEM;
-	}
-	r->heap = h;
-	r->heap_cap = cap;
+	r->heap_root = NULL;
+	r->heap_n = 0;
 	return 0;
 }
 
+/* ------------------------------------------------------- the soon list */
+
 static void soon_add(struct rx_reactor *r, struct rx_timer *t)
 {
-	t->heap_idx = SOON;
+	t->where = SOON;
 	t->soon_next = NULL;
 	t->soon_prev = r->soon_tail;
 	if (r->soon_tail)
@@ -142,7 +174,7 @@ static void soon_add(struct rx_reactor *r, struct rx_timer *t)
 
 static void soon_remove(struct rx_reactor *r, struct rx_timer *t)
 {
-	PC_DASSERT(t->heap_idx == SOON);
+	PC_DASSERT(t->where == SOON);
 	if (t->soon_prev)
 		t->soon_prev->soon_next = t->soon_next;
 	else
@@ -152,13 +184,13 @@ static void soon_remove(struct rx_reactor *r, struct rx_timer *t)
 	else
 		r->soon_tail = t->soon_prev;
 	t->soon_prev = t->soon_next = NULL;
-	t->heap_idx = IDLE;
+	t->where = IDLE;
 }
 
 /* Take an armed t off the heap or the soon list. */
 static void unlink_armed(struct rx_reactor *r, struct rx_timer *t)
 {
-	if (t->heap_idx == SOON)
+	if (t->where == SOON)
 		soon_remove(r, t);
 	else
 		heap_remove(r, t);
@@ -168,30 +200,22 @@ void rx_timers_fini(struct rx_reactor *r)
 {
 	while (r->soon_head)
 		soon_remove(r, r->soon_head);
-	for (unsigned i = 0; i < r->heap_n; i++)
-		r->heap[i]->heap_idx = IDLE;
-	r->heap_n = 0;
-	r->heap_cap = 0;
-	free(r->heap);
-	r->heap = NULL;
+	while (r->heap_root)
+		heap_remove(r, r->heap_root);
 }
+
+/* ------------------------------------------------------------ the API */
 
 void rx_timer_init(struct rx_timer *t,
 		   void (*cb)(struct rx_reactor *r, struct rx_timer *t),
 		   void *arg)
 {
-	t->deadline_ns = 0;
-	t->period_ns = 0;
-	t->seq = 0;
-	t->heap_idx = IDLE;
-	t->cb = cb;
-	t->arg = arg;
-	t->soon_prev = t->soon_next = NULL;
+	*t = (struct rx_timer){.cb = cb, .arg = arg, .where = IDLE};
 }
 
 bool rx_timer_armed(const struct rx_timer *t)
 {
-	return t->heap_idx != IDLE;
+	return t->where != IDLE;
 }
 
 int rx_timer_start(struct rx_reactor *r, struct rx_timer *t, uint64_t delay_ns,
@@ -201,10 +225,10 @@ int rx_timer_start(struct rx_reactor *r, struct rx_timer *t, uint64_t delay_ns,
 	/* A slot first, for a timer not on the heap yet: failing leaves t as
 	 * it was (a queued zero-delay timer stays queued). One on the heap
 	 * gives its slot back as it moves. */
-	if (!soon && (!rx_timer_armed(t) || t->heap_idx == SOON)) {
-		int room = heap_room(r);
-		if (room < 0)
-			return room;
+	if (!soon && t->where != ON_HEAP && r->heap_n >= heap_max(r)) {
+		PC_LOG_RL(PC_LOG_WARN, "reactor", "all %u timer slots in use",
+			  heap_max(r));
+		return -ENOSPC;
 	}
 	if (rx_timer_armed(t))
 		unlink_armed(r, t);
@@ -213,13 +237,10 @@ int rx_timer_start(struct rx_reactor *r, struct rx_timer *t, uint64_t delay_ns,
 	t->deadline_ns = pc_now_ns() + delay_ns;
 	t->period_ns = period_ns;
 	t->seq = ++r->timer_seq;
-	if (soon) {
+	if (soon)
 		soon_add(r, t);
-		return 0;
-	}
-	r->heap[r->heap_n] = t;
-	t->heap_idx = r->heap_n++;
-	sift_up(r, t->heap_idx);
+	else
+		heap_add(r, t);
 	return 0;
 }
 
@@ -234,7 +255,7 @@ void rx_timer_stop(struct rx_reactor *r, struct rx_timer *t)
 static struct rx_timer *next_due(struct rx_reactor *r, uint64_t now,
 				 uint64_t limit_seq)
 {
-	struct rx_timer *h = r->heap_n ? r->heap[0] : NULL;
+	struct rx_timer *h = r->heap_root;
 	struct rx_timer *s = r->soon_head;
 	if (h && (h->deadline_ns > now || h->seq > limit_seq))
 		h = NULL;
@@ -254,15 +275,13 @@ void rx_timers_run(struct rx_reactor *r)
 	struct rx_timer *t;
 	while ((t = next_due(r, now, limit_seq)) != NULL) {
 		unlink_armed(r, t);
-		if (t->period_ns) {
+		if (t->period_ns) { /* back on the heap: its slot was free */
 			uint64_t next = t->deadline_ns + t->period_ns;
 			if (next <= now) /* stalled: skip missed periods */
 				next = now + t->period_ns;
 			t->deadline_ns = next;
 			t->seq = ++r->timer_seq;
-			r->heap[r->heap_n] = t;
-			t->heap_idx = r->heap_n++;
-			sift_up(r, t->heap_idx);
+			heap_add(r, t);
 		}
 		RX_STAT_INC(r->st.timers_fired);
 		uint64_t t0 = rx_stall_begin();
@@ -275,9 +294,9 @@ uint64_t rx_timers_next_ns(const struct rx_reactor *r)
 {
 	if (r->soon_head)
 		return 0;
-	if (r->heap_n == 0)
+	if (!r->heap_root)
 		return UINT64_MAX;
-	uint64_t d = r->heap[0]->deadline_ns;
+	uint64_t d = r->heap_root->deadline_ns;
 	uint64_t now = pc_now_ns();
 	return d > now ? d - now : 0;
 }
@@ -285,5 +304,5 @@ uint64_t rx_timers_next_ns(const struct rx_reactor *r)
 bool rx_timers_due(const struct rx_reactor *r)
 {
 	return r->soon_head ||
-	       (r->heap_n > 0 && r->heap[0]->deadline_ns <= pc_now_ns());
+	       (r->heap_root && r->heap_root->deadline_ns <= pc_now_ns());
 }

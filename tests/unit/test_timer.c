@@ -164,9 +164,9 @@ Test(timer, many_random_timers_fire_sorted)
 	run_and_check_order(r, 5000);
 }
 
-/* More timers than the heap's first size (16,384) arm: it grows, and they
- * still fire in deadline order; the cap then holds. */
-Test(timer, the_heap_grows_to_its_limit_and_keeps_order)
+/* Many timers (more than the array the heap once was started with) arm,
+ * with no allocation, and fire in deadline order; the cap then holds. */
+Test(timer, many_timers_arm_up_to_the_limit_and_keep_order)
 {
 	struct rx_params p;
 	rx_params_default(&p);
@@ -285,5 +285,87 @@ Test(timer, loop_sleeps_until_the_deadline)
 	/* A busy loop would iterate millions of times in 200 ms. */
 	cr_assert_lt(st->loop_iterations, 20, "loop spun %llu times",
 		     (unsigned long long)st->loop_iterations);
+	rx_reactor_destroy(r);
+}
+
+/* The heap's shape, from the root: every link back to its parent, every
+ * node not before its parent, and heap_n nodes in all. */
+static unsigned check_subtree(const struct rx_timer *n,
+			      const struct rx_timer *up)
+{
+	if (!n)
+		return 0;
+	cr_assert_eq(n->hp_up, up, "a broken parent link");
+	if (up)
+		cr_assert(up->deadline_ns < n->deadline_ns ||
+			  (up->deadline_ns == n->deadline_ns &&
+			   up->seq < n->seq), "a node before its parent");
+	return 1 + check_subtree(n->hp_left, n) +
+	       check_subtree(n->hp_right, n);
+}
+
+#define RND_N 3000
+
+static struct tmr g_rnd[RND_N];
+static int g_rnd_order[RND_N];
+static int g_rnd_fired;
+static int g_rnd_want;
+
+static void rnd_fire(struct rx_reactor *r, struct rx_timer *t)
+{
+	struct tmr *x = t->arg;
+	cr_assert_lt(g_rnd_fired, RND_N, "a timer fired twice");
+	g_rnd_order[g_rnd_fired++] = x->id;
+	if (g_rnd_fired == g_rnd_want)
+		rx_reactor_stop(r);
+}
+
+static int by_deadline(const void *a, const void *b)
+{
+	const struct rx_timer *x = &g_rnd[*(const int *)a].t;
+	const struct rx_timer *y = &g_rnd[*(const int *)b].t;
+	if (x->deadline_ns != y->deadline_ns)
+		return x->deadline_ns < y->deadline_ns ? -1 : 1;
+	return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+/* Random arms (a tenth without delay), re-arms and stops: the heap keeps
+ * its shape throughout, and every timer armed at the end fires once, in
+ * (deadline, arming) order — the order a sort of them gives. */
+Test(timer, random_arms_rearms_and_stops_fire_every_armed_timer_once_in_order)
+{
+	struct rx_reactor *r = tu_reactor(NULL);
+	srand(11);
+	for (int i = 0; i < RND_N; i++) {
+		g_rnd[i].id = i;
+		rx_timer_init(&g_rnd[i].t, rnd_fire, &g_rnd[i]);
+	}
+	for (int op = 0; op < 40000; op++) {
+		struct rx_timer *t = &g_rnd[rand() % RND_N].t;
+		int what = rand() % 10;
+		if (what < 2)
+			rx_timer_stop(r, t);
+		else
+			cr_assert_eq(rx_timer_start(r, t, what == 2 ? 0 :
+						    (uint64_t)(rand() % 20000) *
+						    1000, 0), 0);
+		if (op % 5000 == 0)
+			cr_assert_eq(check_subtree(r->heap_root, NULL),
+				     r->heap_n);
+	}
+	cr_assert_eq(check_subtree(r->heap_root, NULL), r->heap_n);
+	static int want[RND_N];
+	g_rnd_want = 0;
+	for (int i = 0; i < RND_N; i++)
+		if (rx_timer_armed(&g_rnd[i].t))
+			want[g_rnd_want++] = i;
+	qsort(want, (size_t)g_rnd_want, sizeof(want[0]), by_deadline);
+	g_rnd_fired = 0;
+	tu_run(r, 10000);
+	cr_assert_eq(g_rnd_fired, g_rnd_want);
+	for (int i = 0; i < g_rnd_want; i++)
+		cr_assert_eq(g_rnd_order[i], want[i], "position %d", i);
+	cr_assert_null(r->heap_root);
+	cr_assert_eq(r->heap_n, 0);
 	rx_reactor_destroy(r);
 }
