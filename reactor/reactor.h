@@ -192,7 +192,9 @@ int rx_offload(struct rx_reactor *r, struct rx_offload *o);
 
 /* ------------------------------------------------------------------- timers */
 
-/* A timer is owned by the caller (embed it); the reactor only links it. */
+/* A timer is owned by the caller (embed it); the reactor only links it.
+ * Never re-init, move or copy an armed timer: the timers linked under it
+ * would be lost. */
 struct rx_timer {
 	uint64_t deadline_ns; /* absolute monotonic deadline */
 	uint64_t period_ns;   /* 0 = one-shot */

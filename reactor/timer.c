@@ -196,12 +196,24 @@ static void unlink_armed(struct rx_reactor *r, struct rx_timer *t)
 		heap_remove(r, t);
 }
 
+/* Leave every timer of the subtree at n idle (depth: log2 of the count). */
+static void heap_clear(struct rx_timer *n)
+{
+	if (!n)
+		return;
+	heap_clear(n->hp_left);
+	heap_clear(n->hp_right);
+	n->hp_up = n->hp_left = n->hp_right = NULL;
+	n->where = IDLE;
+}
+
 void rx_timers_fini(struct rx_reactor *r)
 {
 	while (r->soon_head)
 		soon_remove(r, r->soon_head);
-	while (r->heap_root)
-		heap_remove(r, r->heap_root);
+	heap_clear(r->heap_root);
+	r->heap_root = NULL;
+	r->heap_n = 0;
 }
 
 /* ------------------------------------------------------------ the API */
@@ -251,7 +263,10 @@ void rx_timer_stop(struct rx_reactor *r, struct rx_timer *t)
 }
 
 /* The next timer to fire of those due at now and armed up to limit_seq:
- * the earlier of the heap's first and the soon list's first, or NULL. */
+ * the earlier of the heap's first and the soon list's first, or NULL. When
+ * the heap's first was armed during this pass, nothing under it is due
+ * either: now (the pass's cached time) is never ahead of the clock that
+ * timer's deadline came from. */
 static struct rx_timer *next_due(struct rx_reactor *r, uint64_t now,
 				 uint64_t limit_seq)
 {

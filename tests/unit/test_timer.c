@@ -288,20 +288,29 @@ Test(timer, loop_sleeps_until_the_deadline)
 	rx_reactor_destroy(r);
 }
 
-/* The heap's shape, from the root: every link back to its parent, every
- * node not before its parent, and heap_n nodes in all. */
-static unsigned check_subtree(const struct rx_timer *n,
-			      const struct rx_timer *up)
+/* The heap's shape, from the root (position 1; children 2k, 2k + 1):
+ * a complete tree (no position past heap_n), every link back to its
+ * parent, every node on the heap and not before its parent. The count. */
+static unsigned check_subtree(const struct rx_reactor *r,
+			      const struct rx_timer *n,
+			      const struct rx_timer *up, unsigned k)
 {
 	if (!n)
 		return 0;
+	cr_assert_leq(k, r->heap_n, "a node past the last position");
 	cr_assert_eq(n->hp_up, up, "a broken parent link");
+	cr_assert(rx_timer_armed(n));
 	if (up)
 		cr_assert(up->deadline_ns < n->deadline_ns ||
 			  (up->deadline_ns == n->deadline_ns &&
 			   up->seq < n->seq), "a node before its parent");
-	return 1 + check_subtree(n->hp_left, n) +
-	       check_subtree(n->hp_right, n);
+	return 1 + check_subtree(r, n->hp_left, n, 2 * k) +
+	       check_subtree(r, n->hp_right, n, 2 * k + 1);
+}
+
+static void check_heap(const struct rx_reactor *r)
+{
+	cr_assert_eq(check_subtree(r, r->heap_root, NULL, 1), r->heap_n);
 }
 
 #define RND_N 3000
@@ -350,10 +359,9 @@ Test(timer, random_arms_rearms_and_stops_fire_every_armed_timer_once_in_order)
 						    (uint64_t)(rand() % 20000) *
 						    1000, 0), 0);
 		if (op % 5000 == 0)
-			cr_assert_eq(check_subtree(r->heap_root, NULL),
-				     r->heap_n);
+			check_heap(r);
 	}
-	cr_assert_eq(check_subtree(r->heap_root, NULL), r->heap_n);
+	check_heap(r);
 	static int want[RND_N];
 	g_rnd_want = 0;
 	for (int i = 0; i < RND_N; i++)
@@ -367,5 +375,67 @@ Test(timer, random_arms_rearms_and_stops_fire_every_armed_timer_once_in_order)
 		cr_assert_eq(g_rnd_order[i], want[i], "position %d", i);
 	cr_assert_null(r->heap_root);
 	cr_assert_eq(r->heap_n, 0);
+	rx_reactor_destroy(r);
+}
+
+/* A small heap, checked after every operation; then passes whose callbacks
+ * stop and re-arm other timers (some periodic): each firing is due, no
+ * earlier than the one before it in its pass, and the heap keeps its
+ * shape. */
+#define SMALL_N 64
+
+static struct tmr g_small[SMALL_N];
+static uint64_t g_last_deadline;
+static int g_small_fired;
+
+static void small_fire(struct rx_reactor *r, struct rx_timer *t)
+{
+	if (!t->period_ns) { /* a periodic one shows its next deadline */
+		cr_assert_leq(t->deadline_ns, r->now_ns,
+			      "fired before its deadline");
+		cr_assert_leq(g_last_deadline, t->deadline_ns,
+			      "out of order within a pass");
+		g_last_deadline = t->deadline_ns;
+	}
+	g_small_fired++;
+	for (int k = 0; k < 3; k++) {
+		struct rx_timer *o = &g_small[rand() % SMALL_N].t;
+		if (o == t)
+			continue;
+		if (rand() % 2)
+			rx_timer_stop(r, o);
+		else
+			rx_timer_start(r, o, (uint64_t)(rand() % 3) * 1000, 0);
+	}
+	check_heap(r);
+}
+
+Test(timer, a_small_heap_keeps_its_shape_through_every_operation_and_pass)
+{
+	struct rx_reactor *r = tu_reactor(NULL);
+	srand(5);
+	for (int i = 0; i < SMALL_N; i++) {
+		g_small[i].id = i;
+		rx_timer_init(&g_small[i].t, small_fire, &g_small[i]);
+	}
+	for (int op = 0; op < 20000; op++) {
+		struct rx_timer *t = &g_small[rand() % SMALL_N].t;
+		int what = rand() % 8;
+		if (what < 2)
+			rx_timer_stop(r, t);
+		else
+			rx_timer_start(r, t, what == 2 ? 0 :
+				       (uint64_t)(rand() % 50) * 1000,
+				       what == 7 ? 1000 : 0);
+		check_heap(r);
+	}
+	g_small_fired = 0;
+	for (int pass = 0; pass < 200; pass++) {
+		r->now_ns = pc_now_ns(); /* what the loop caches */
+		g_last_deadline = 0;
+		rx_timers_run(r);
+		check_heap(r);
+	}
+	cr_assert_gt(g_small_fired, 200, "%d firings", g_small_fired);
 	rx_reactor_destroy(r);
 }
