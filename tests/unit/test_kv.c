@@ -480,6 +480,26 @@ static void give_back(struct rx_reactor *r, void *arg)
 	signal_done();
 }
 
+/* big_run gets o's pages; each must be page i of pattern seed + i. */
+static void check_pages(struct take_op *o, uint64_t seed, const char *what)
+{
+	o->publish = false;
+	on_reactor(big_run, o);
+	for (unsigned i = 0; i < BIG_PAGES; i++) {
+		cr_assert(o->ok[i], "%s: get %u", what, i);
+		cr_assert_eq(tu_check_pattern(o->data[i], BIG_LEN, seed + i, 0),
+			     -1, "%s: page %u", what, i);
+	}
+	on_reactor(give_back, &o->taken);
+}
+
+static void take_op_free(struct take_op *o)
+{
+	for (unsigned i = 0; i < BIG_PAGES; i++)
+		free(o->val[i]);
+	free(o);
+}
+
 Test(kv, a_get_hands_its_staging_over_and_the_reactor_reuses_it)
 {
 	node_start(64);
@@ -514,9 +534,7 @@ Test(kv, a_get_hands_its_staging_over_and_the_reactor_reuses_it)
 		cr_assert_eq(tu_check_pattern(o->data[i], BIG_LEN, 100 + i, 0),
 			     -1, "page %u, second get", i);
 	on_reactor(give_back, &o->taken);
-	for (unsigned i = 0; i < BIG_PAGES; i++)
-		free(o->val[i]);
-	free(o);
+	take_op_free(o);
 	node_stop();
 }
 
@@ -530,34 +548,12 @@ Test(kv, a_get_into_fresh_staging_has_it_faulted_in_off_the_reactor)
 	node_start(64);
 	struct take_op *o = take_op_new("fresh", 300);
 	big_set(o, KV_SRC_NOW);
-	o->publish = false;
-	on_reactor(big_run, o);
+	check_pages(o, 300, "fresh staging");
 	cr_assert_eq(o->ret, 1, "resumed after the call");
-	for (unsigned i = 0; i < BIG_PAGES; i++) {
-		cr_assert(o->ok[i], "get %u", i);
-		cr_assert_eq(tu_check_pattern(o->data[i], BIG_LEN, 300 + i, 0),
-			     -1, "page %u", i);
-	}
 	cr_assert_lt(o->faults, 512, "%ld page faults on the reactor staging "
 		     "%u MiB", o->faults, BIG_PAGES * BIG_LEN >> 20);
-	on_reactor(give_back, &o->taken);
-	for (unsigned i = 0; i < BIG_PAGES; i++)
-		free(o->val[i]);
-	free(o);
+	take_op_free(o);
 	node_stop();
-}
-
-/* big_run gets o's pages; each must be page i of pattern seed + i. */
-static void check_pages(struct take_op *o, uint64_t seed, const char *what)
-{
-	o->publish = false;
-	on_reactor(big_run, o);
-	for (unsigned i = 0; i < BIG_PAGES; i++) {
-		cr_assert(o->ok[i], "%s: get %u", what, i);
-		cr_assert_eq(tu_check_pattern(o->data[i], BIG_LEN, seed + i, 0),
-			     -1, "%s: page %u", what, i);
-	}
-	on_reactor(give_back, &o->taken);
 }
 
 /* Sources kept valid until done (a kept kv.set request): copied and summed
@@ -586,9 +582,7 @@ Test(kv, a_set_of_kept_sources_is_copied_in_slices_after_the_call)
 		tu_fill_pattern(o->val[i], BIG_LEN, 300 + i, 0);
 	big_set(o, KV_SRC_NOW);
 	check_pages(o, 300, "copied in the call");
-	for (unsigned i = 0; i < BIG_PAGES; i++)
-		free(o->val[i]);
-	free(o);
+	take_op_free(o);
 	node_stop();
 }
 
@@ -627,9 +621,7 @@ Test(kv, a_set_frees_its_sources_once_copied_while_its_records_wait)
 	cr_assert_eq(tu_check_pattern(o->data[last], BIG_LEN, 900 + last, 0),
 		     -1, "the sources were freed before their copy ended");
 	on_reactor(give_back, &o->taken);
-	for (unsigned i = 0; i < BIG_PAGES; i++)
-		free(o->val[i]);
-	free(o);
+	take_op_free(o);
 	node_stop();
 	close(ls);
 }

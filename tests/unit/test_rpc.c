@@ -776,11 +776,7 @@ Test(rpc, async_client_backs_off_after_a_refused_connect)
 	rx_timer_init(&B.later, b_third, NULL);
 	a_reset(3);
 	A.r = r;
-	struct rpc_req *q = rpc_req_new(B.cl, B.ep, "test.echo", 2, 1000,
-					b_first_done, (void *)0);
-	msgpack_pack_uint64(rpc_req_packer(q), 1);
-	msgpack_pack_uint64(rpc_req_packer(q), 0);
-	rpc_req_send(q);
+	a_call_to(B.cl, B.ep, 0, "test.echo", 1, 0, 1000, b_first_done);
 	tu_run(r, 5000);
 	for (int i = 0; i < 3; i++)
 		cr_assert_eq(A.errs[i], -ECONNREFUSED, "call %d: %d", i,
@@ -815,12 +811,8 @@ static void n_first_done(void *arg, const struct rpc_result *res)
 	struct rx_timer more;
 	rx_timer_init(&more, NULL, NULL);
 	cr_assert_eq(rx_timer_start(A.r, &more, RX_MS(60000), 0), -ENOSPC);
-	struct rpc_req *q = rpc_req_new(B.cl, B.ep, "test.echo", 2, 1000,
-					n_second_done, (void *)1);
-	msgpack_pack_uint64(rpc_req_packer(q), 1);
-	msgpack_pack_uint64(rpc_req_packer(q), 0);
 	g_in_send = true;
-	rpc_req_send(q);
+	a_call_to(B.cl, B.ep, 1, "test.echo", 1, 0, 1000, n_second_done);
 	g_in_send = false;
 }
 
@@ -838,11 +830,7 @@ Test(rpc, a_call_failing_at_once_fails_later_even_with_no_timer_slot)
 	a_reset(2);
 	A.r = r;
 	g_inside = 0;
-	struct rpc_req *q = rpc_req_new(B.cl, B.ep, "test.echo", 2, 1000,
-					n_first_done, (void *)0);
-	msgpack_pack_uint64(rpc_req_packer(q), 1);
-	msgpack_pack_uint64(rpc_req_packer(q), 0);
-	rpc_req_send(q);
+	a_call_to(B.cl, B.ep, 0, "test.echo", 1, 0, 1000, n_first_done);
 	tu_run(r, 5000);
 	cr_assert_eq(A.done, 2);
 	cr_assert_eq(A.errs[0], -ECONNREFUSED);

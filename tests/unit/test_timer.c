@@ -313,6 +313,39 @@ static void check_heap(const struct rx_reactor *r)
 	cr_assert_eq(check_subtree(r, r->heap_root, NULL, 1), r->heap_n);
 }
 
+/* Timers t[0..n) with ids 0..n-1, firing cb. */
+static void tmrs_init(struct tmr *t, int n,
+		      void (*cb)(struct rx_reactor *, struct rx_timer *))
+{
+	for (int i = 0; i < n; i++) {
+		t[i].id = i;
+		rx_timer_init(&t[i].t, cb, &t[i]);
+	}
+}
+
+/* ops random operations on t[0..n): a fifth are stops, a tenth arms
+ * without delay, the rest arms with a delay under max_us microseconds
+ * (with periodic, one in eight of those every 1 us); the heap is checked
+ * every check_every operations and at the end. */
+static void random_ops(struct rx_reactor *r, struct tmr *t, int n, int ops,
+		       unsigned max_us, bool periodic, int check_every)
+{
+	for (int op = 0; op < ops; op++) {
+		struct rx_timer *x = &t[rand() % n].t;
+		int what = rand() % 10;
+		if (what < 2)
+			rx_timer_stop(r, x);
+		else
+			cr_assert_eq(rx_timer_start(r, x, what == 2 ? 0 :
+						    (uint64_t)(rand() % max_us) *
+						    1000, periodic && what == 9 ?
+						    1000 : 0), 0);
+		if (op % check_every == 0)
+			check_heap(r);
+	}
+	check_heap(r);
+}
+
 #define RND_N 3000
 
 static struct tmr g_rnd[RND_N];
@@ -345,23 +378,8 @@ Test(timer, random_arms_rearms_and_stops_fire_every_armed_timer_once_in_order)
 {
 	struct rx_reactor *r = tu_reactor(NULL);
 	srand(11);
-	for (int i = 0; i < RND_N; i++) {
-		g_rnd[i].id = i;
-		rx_timer_init(&g_rnd[i].t, rnd_fire, &g_rnd[i]);
-	}
-	for (int op = 0; op < 40000; op++) {
-		struct rx_timer *t = &g_rnd[rand() % RND_N].t;
-		int what = rand() % 10;
-		if (what < 2)
-			rx_timer_stop(r, t);
-		else
-			cr_assert_eq(rx_timer_start(r, t, what == 2 ? 0 :
-						    (uint64_t)(rand() % 20000) *
-						    1000, 0), 0);
-		if (op % 5000 == 0)
-			check_heap(r);
-	}
-	check_heap(r);
+	tmrs_init(g_rnd, RND_N, rnd_fire);
+	random_ops(r, g_rnd, RND_N, 40000, 20000, false, 5000);
 	static int want[RND_N];
 	g_rnd_want = 0;
 	for (int i = 0; i < RND_N; i++)
@@ -414,21 +432,8 @@ Test(timer, a_small_heap_keeps_its_shape_through_every_operation_and_pass)
 {
 	struct rx_reactor *r = tu_reactor(NULL);
 	srand(5);
-	for (int i = 0; i < SMALL_N; i++) {
-		g_small[i].id = i;
-		rx_timer_init(&g_small[i].t, small_fire, &g_small[i]);
-	}
-	for (int op = 0; op < 20000; op++) {
-		struct rx_timer *t = &g_small[rand() % SMALL_N].t;
-		int what = rand() % 8;
-		if (what < 2)
-			rx_timer_stop(r, t);
-		else
-			rx_timer_start(r, t, what == 2 ? 0 :
-				       (uint64_t)(rand() % 50) * 1000,
-				       what == 7 ? 1000 : 0);
-		check_heap(r);
-	}
+	tmrs_init(g_small, SMALL_N, small_fire);
+	random_ops(r, g_small, SMALL_N, 20000, 50, true, 1);
 	g_small_fired = 0;
 	for (int pass = 0; pass < 200; pass++) {
 		r->now_ns = pc_now_ns(); /* what the loop caches */
