@@ -1084,7 +1084,8 @@ static void job_deliver(struct job *j)
 /*
  * Send one round: lookup asks each unresolved key's next owner; publish and
  * remove ask every owner at once. Keys for this node are done locally; the
- * others go as one RPC per owner.
+ * others go as one RPC per owner. A job's first round runs inside the
+ * placement call that made it; its done never does (job_deliver).
  */
 static void job_round(struct job *j)
 {
@@ -1206,13 +1207,6 @@ static void job_round(struct job *j)
 		job_deliver(j);
 }
 
-/* The first round of a new job, inside the placement call: its done runs
- * later, never inside it. */
-static void job_start(struct job *j)
-{
-	job_round(j);
-}
-
 /*
  * A job's arrays, key copies, producer name and generations, laid out in
  * one arena (common/arena.h): both passes take the same sizes.
@@ -1306,7 +1300,7 @@ static int api_lookup(struct rx_reactor *r, const struct dir_keys *k,
 	memset(recs, 0, k->n * sizeof(*recs));
 	j->recs = recs;
 	met_add(g.lookups, k->n);
-	job_start(j);
+	job_round(j);
 	return 0;
 }
 
@@ -1322,7 +1316,7 @@ static int api_publish(struct rx_reactor *r, const struct dir_keys *k,
 	j->recs = (struct dir_rec *)(uintptr_t)recs;
 	j->flags = ok;
 	met_add(g.puts, k->n);
-	job_start(j);
+	job_round(j);
 	return 0;
 }
 
@@ -1340,7 +1334,7 @@ static int api_remove(struct rx_reactor *r, const struct dir_keys *k,
 		memset(existed, 0, k->n * sizeof(*existed));
 	j->flags = existed;
 	met_add(g.removes, k->n);
-	job_start(j);
+	job_round(j);
 	return 0;
 }
 
@@ -1403,7 +1397,7 @@ static void move_grace(struct rx_reactor *r, struct rx_timer *t)
 		return;
 	}
 	m->rem->deadline_ns = pc_now_ns() + RX_MS(g.timeout_ms);
-	job_start(m->rem);
+	job_round(m->rem);
 }
 
 static void move_published(void *arg)
@@ -1501,7 +1495,7 @@ static int api_move(struct rx_reactor *r, const struct dir_keys *k,
 	m->done = done;
 	m->arg = arg;
 	met_add(g.puts, k->n);
-	job_start(pub);
+	job_round(pub);
 	return 0;
 fail:
 	free(gens);

@@ -626,9 +626,8 @@ struct fetch {
 	struct copier_job job;
 	/* get: staging just mapped, faulted in off the reactor first */
 	struct rx_offload warm;
-	uint8_t *warm_p;
+	unsigned warm_block; /* f->stage's: 0 local pages, else remote */
 	uint64_t warm_len;
-	bool warm_reads;     /* then the reads (else the local copies) */
 };
 
 static struct fetch *fetch_layout(struct pc_arena *a, const struct kv_item *it,
@@ -758,6 +757,20 @@ static void fetch_lookup(struct fetch *f);
 static bool fetch_local_copies(struct fetch *f);
 static void fetch_reads_issue(struct fetch *f);
 
+/* f->stage's block for remote pages: the first lookup's, or the one of
+ * those looked up again (block 0 holds the local pages). */
+static unsigned remote_block(const struct fetch *f)
+{
+	return f->again ? 2 : 1;
+}
+
+/* Milliseconds left of the call's deadline. */
+static uint64_t fetch_left_ms(const struct fetch *f)
+{
+	uint64_t now = pc_now_ns();
+	return now < f->deadline ? (f->deadline - now) / 1000000u : 0;
+}
+
 /*
  * Staging the reactor's warm blocks had none to fit is a new mapping: the
  * pages landing in it, by copy slices or by receives, would fault every
@@ -769,7 +782,7 @@ static void fetch_reads_issue(struct fetch *f);
 static void stage_warm_work(struct rx_offload *o)
 {
 	struct fetch *f = PC_CONTAINER_OF(o, struct fetch, warm);
-	pc_block_fault_in(f->warm_p, f->warm_len);
+	pc_block_fault_in(f->stage.b[f->warm_block].p, f->warm_len);
 }
 
 static void stage_warmed(struct rx_reactor *r, struct rx_offload *o)
@@ -777,18 +790,18 @@ static void stage_warmed(struct rx_reactor *r, struct rx_offload *o)
 	(void)r;
 	struct fetch *f = PC_CONTAINER_OF(o, struct fetch, warm);
 	met_add(g.stage_warmed, f->warm_len);
-	if (f->warm_reads)
+	if (f->warm_block)
 		fetch_reads_issue(f);
 	else
 		fetch_local_copies(f);
 }
 
 /* need bytes of staging block which are about to be written: when the
- * block is fresh, fault them in off the reactor, resuming the reads
- * (reads) or the local copies in stage_warmed. True when that is queued;
- * false (go on now) when the block is warm or no offload thread takes it. */
-static bool stage_warm(struct fetch *f, unsigned which, uint64_t need,
-		       bool reads)
+ * block is fresh, fault them in off the reactor, resuming the reads (a
+ * remote block) or the local copies (block 0) in stage_warmed. True when
+ * that is queued; false (go on now) when the block is warm or no offload
+ * thread takes it. */
+static bool stage_warm(struct fetch *f, unsigned which, uint64_t need)
 {
 	const struct pc_block *b = &f->stage.b[which];
 	if (!b->p || !b->fresh)
@@ -796,9 +809,8 @@ static bool stage_warm(struct fetch *f, unsigned which, uint64_t need,
 	f->warm = (struct rx_offload){.work = stage_warm_work,
 				      .done = stage_warmed,
 				      .lane = RX_LANE_BULK};
-	f->warm_p = b->p;
+	f->warm_block = which;
 	f->warm_len = need;
-	f->warm_reads = reads;
 	return rx_offload(f->r, &f->warm) == 0;
 }
 
@@ -923,9 +935,7 @@ static bool fetch_wants_read(struct fetch *f, unsigned j)
 static void fetch_reads(struct fetch *f)
 {
 	/* The reads get what the lookup left of the budget. */
-	uint64_t now = pc_now_ns();
-	uint64_t left_ms = now < f->deadline ? (f->deadline - now) / 1000000u
-					     : 0;
+	uint64_t left_ms = fetch_left_ms(f);
 	uint64_t need = 0; /* staging for the remote pages */
 	for (unsigned j = 0; j < f->nrec && left_ms; j++) {
 		if (!fetch_wants_read(f, j))
@@ -935,12 +945,12 @@ static void fetch_reads(struct fetch *f)
 			need += f->recs[j].len;
 		f->readr[f->nreads++] = j;
 	}
-	unsigned block = f->again ? 2 : 1;
+	unsigned block = remote_block(f);
 	if (need && !f->refused && !stage_block(f, block, need)) {
 		fetch_finish(f); /* out of memory: misses */
 		return;
 	}
-	if (need && !f->refused && stage_warm(f, block, need, true))
+	if (need && !f->refused && stage_warm(f, block, need))
 		return; /* resumes in stage_warmed */
 	fetch_reads_issue(f);
 }
@@ -949,10 +959,8 @@ static void fetch_reads(struct fetch *f)
  * then), within what is left of the call's deadline. */
 static void fetch_reads_issue(struct fetch *f)
 {
-	uint64_t now = pc_now_ns();
-	uint64_t left_ms = now < f->deadline ? (f->deadline - now) / 1000000u
-					     : 0;
-	uint8_t *stage = f->stage.b[f->again ? 2 : 1].p;
+	uint64_t left_ms = fetch_left_ms(f);
+	uint8_t *stage = f->stage.b[remote_block(f)].p;
 	for (unsigned k = 0; k < f->nreads; k++) {
 		struct dir_rec *r = &f->recs[f->readr[k]];
 		unsigned i = f->ridx[f->readr[k]];
@@ -1059,7 +1067,6 @@ static void fetch_local_settle(struct fetch *f, unsigned i, int res)
 	f->loc[i] = LOC_NONE;
 }
 
-
 static void fetch_copied(struct copier_job *j)
 {
 	struct fetch *f = j->arg;
@@ -1121,7 +1128,7 @@ static bool fetch_locals(struct fetch *f)
 	if (need && stage_block(f, 0, need))
 		f->stage_cur = f->stage.b[0].p;
 	f->cur = 0;
-	if (need && stage_warm(f, 0, need, false))
+	if (need && stage_warm(f, 0, need))
 		return true; /* resumes in stage_warmed */
 	return fetch_local_copies(f);
 }
