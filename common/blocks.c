@@ -17,6 +17,14 @@ static uint64_t page_round(uint64_t bytes)
 	return (bytes + PAGE - 1) & ~(uint64_t)(PAGE - 1);
 }
 
+/* The address space a mapped block of cap bytes holds: cap, and up to
+ * PC_BLOCK_RESERVE of it (PROT_NONE past cap) while it is smaller, so that
+ * it grows in place (blocks.h). */
+static uint64_t reserved(uint64_t cap)
+{
+	return cap < PC_BLOCK_RESERVE ? PC_BLOCK_RESERVE : cap;
+}
+
 /* A new block of at least bytes: mapped at PC_BLOCK_MAP_MIN and more (so
  * that it can grow in place, pc_block_grow), else from malloc. */
 static void block_new(uint64_t bytes, struct pc_block *out)
@@ -28,10 +36,15 @@ static void block_new(uint64_t bytes, struct pc_block *out)
 		return;
 	}
 	uint64_t cap = page_round(bytes);
-	void *p = mmap(NULL, cap, PROT_READ | PROT_WRITE,
-		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	uint64_t res = reserved(cap);
+	void *p = mmap(NULL, res, res > cap ? PROT_NONE : PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (p == MAP_FAILED)
 		return;
+	if (res > cap && mprotect(p, cap, PROT_READ | PROT_WRITE) < 0) {
+		munmap(p, res);
+		return;
+	}
 	out->p = p;
 	out->cap = cap;
 	out->fresh = true;
@@ -42,7 +55,7 @@ void pc_block_free(struct pc_block *b)
 	if (!b->p)
 		return;
 	if (b->cap >= PC_BLOCK_MAP_MIN)
-		munmap(b->p, b->cap);
+		munmap(b->p, reserved(b->cap));
 	else
 		free(b->p);
 	*b = (struct pc_block){0};
@@ -55,16 +68,31 @@ bool pc_block_grow(struct pc_block *b, uint64_t bytes)
 	if (!b->p || b->cap < PC_BLOCK_MAP_MIN)
 		return false;
 	uint64_t cap = page_round(bytes);
+	if (cap <= reserved(b->cap)) { /* in place: nothing moves */
+		if (mprotect(b->p + b->cap, cap - b->cap,
+			     PROT_READ | PROT_WRITE) < 0)
+			return false;
+		b->cap = cap;
+		return true;
+	}
+	/* Past the reservation: the written part moves to a mapping of its
+	 * own size (its pages are then new to a hypervisor that shadows page
+	 * tables: blocks.h), and the old reservation's rest is unmapped. A
+	 * failed move leaves the block as it was. */
+	uint8_t *old = b->p;
+	uint64_t old_res = reserved(b->cap);
 	void *p = mremap(b->p, b->cap, cap, MREMAP_MAYMOVE);
 	if (p == MAP_FAILED)
 		return false;
+	if (old_res > b->cap && (uint8_t *)p != old)
+		munmap(old + b->cap, old_res - b->cap);
 	b->p = p;
 	b->cap = cap;
 	return true;
 }
 
-uint8_t *pc_blocks_take(struct pc_blocks *c, uint64_t bytes,
-			struct pc_block *out)
+bool pc_blocks_take_kept(struct pc_blocks *c, uint64_t bytes,
+			 struct pc_block *out)
 {
 	PC_ASSERT(bytes > 0 && !out->p);
 	int best = -1;
@@ -72,13 +100,19 @@ uint8_t *pc_blocks_take(struct pc_blocks *c, uint64_t bytes,
 		if (c->keep[i].p && c->keep[i].cap >= bytes &&
 		    (best < 0 || c->keep[i].cap < c->keep[best].cap))
 			best = i;
-	if (best >= 0) {
-		*out = c->keep[best];
-		c->kept -= out->cap;
-		c->keep[best] = (struct pc_block){0};
-		return out->p;
-	}
-	block_new(bytes, out);
+	if (best < 0)
+		return false;
+	*out = c->keep[best];
+	c->kept -= out->cap;
+	c->keep[best] = (struct pc_block){0};
+	return true;
+}
+
+uint8_t *pc_blocks_take(struct pc_blocks *c, uint64_t bytes,
+			struct pc_block *out)
+{
+	if (!pc_blocks_take_kept(c, bytes, out))
+		block_new(bytes, out);
 	return out->p;
 }
 
@@ -123,10 +157,27 @@ void pc_block_fault_in(uint8_t *p, uint64_t len)
 {
 	uintptr_t a = (uintptr_t)p & ~(uintptr_t)(PAGE - 1);
 	uint64_t n = page_round((uintptr_t)p + len - a);
-	if (len == 0 || madvise((void *)a, n, MADV_POPULATE_WRITE) == 0)
+	if (len == 0)
 		return;
+	if (madvise((void *)a, n, MADV_POPULATE_WRITE) == 0) {
+		pc_pages_touch(p, len);
+		return;
+	}
 	for (uint64_t off = 0; off < len; off += PAGE)
 		((volatile uint8_t *)p)[off] = 0;
+}
+
+void pc_pages_touch(const void *p, uint64_t len)
+{
+	if (len == 0)
+		return;
+	const volatile uint8_t *b = p;
+	uintptr_t a = (uintptr_t)p & ~(uintptr_t)(PAGE - 1);
+	uint8_t sink = 0;
+	/* the first byte, then the first byte of every page after it */
+	for (uintptr_t q = a; q < (uintptr_t)p + len; q += PAGE)
+		sink ^= b[q < (uintptr_t)p ? 0 : q - (uintptr_t)p];
+	(void)sink;
 }
 
 uint8_t *pc_block_set_take(struct pc_block_set *s, unsigned i,

@@ -16,7 +16,13 @@
  * PC_BLOCKS_KEEP_BYTES in all (kept); a block is either kept or the
  * caller's, never both; take returns the smallest kept block that fits.
  * Blocks of PC_BLOCK_MAP_MIN and more are anonymous mappings of their own
- * (cap rounded up to a page), so that one can grow in place.
+ * (cap rounded up to a page), so that one can grow in place: one smaller
+ * than PC_BLOCK_RESERVE holds that much address space (PROT_NONE past
+ * cap, no memory), and grows into it without moving. A move (mremap) would
+ * cost nothing on bare metal, but in a guest whose hypervisor shadows page
+ * tables every page moved is new to the hypervisor: the next access of
+ * each pays its fault again (~7 us a page here; growing a 32 MiB kv.set's
+ * input by doubling left the first copy slices 0.9 ms of such faults).
  *
  * Users: each reactor keeps two caches (reactor/rx_internal.h): one for
  * the input of large messages, and one for its modules
@@ -35,6 +41,8 @@
 #define PC_BLOCK_SET_MAX 3                /* blocks in one set */
 #define PC_BLOCK_MAP_MIN (1ull << 20)     /* blocks this large are mapped:
 					   * they can grow in place */
+#define PC_BLOCK_RESERVE (64ull << 20)    /* ... up to this much without
+					   * moving */
 
 struct pc_block {
 	uint8_t *p;   /* NULL: none */
@@ -59,6 +67,11 @@ struct pc_block_set {
  * memory. */
 uint8_t *pc_blocks_take(struct pc_blocks *c, uint64_t bytes,
 			struct pc_block *out);
+/* The smallest kept block of at least bytes into *out, taken out of c;
+ * false (and *out empty) when c keeps none that fits: nothing new is
+ * made. */
+bool pc_blocks_take_kept(struct pc_blocks *c, uint64_t bytes,
+			 struct pc_block *out);
 /* Give *b back to c and empty it: kept while c keeps little (the smallest
  * kept block makes room for a larger one that then fits), else freed.
  * NULL p: nothing. */
@@ -69,18 +82,32 @@ void pc_blocks_drop(struct pc_blocks *c);
 /* Free a block (taken, not kept) and empty it. NULL p: nothing. A block's
  * memory is freed only here (or through a cache): never with free(). */
 void pc_block_free(struct pc_block *b);
-/* Make b hold at least bytes, keeping its contents, without copying them
- * (mremap: the pages already written are not touched again, the new ones
- * are faulted in as they are first written). Only a mapped block can
- * (cap >= PC_BLOCK_MAP_MIN): false, b unchanged, otherwise or when out of
- * memory. */
+/* Make b hold at least bytes, keeping its contents, without copying them:
+ * in place up to PC_BLOCK_RESERVE (mprotect), moved past it (mremap); the
+ * new pages are faulted in as they are first written. Only a mapped block
+ * can (cap >= PC_BLOCK_MAP_MIN): false, b unchanged, otherwise or when out
+ * of memory. */
 bool pc_block_grow(struct pc_block *b, uint64_t bytes);
 
-/* Fault [p, p + len) of a block in for writing (MADV_POPULATE_WRITE; on a
- * kernel without it, a zero written to every page, so only on bytes that
- * hold nothing yet). Slow — about 10 us a page in a VM — so made off the
- * reactor, on a block nobody else touches meanwhile. Any thread. */
+/* Fault [p, p + len) of a block in for writing (MADV_POPULATE_WRITE, then
+ * pc_pages_touch; on a kernel without it, a zero written to every page, so
+ * only on bytes that hold nothing yet). Slow — about 7 us a page in a VM —
+ * so made off the reactor, on a block nobody else touches meanwhile. Any
+ * thread. */
 void pc_block_fault_in(uint8_t *p, uint64_t len);
+
+/*
+ * Read one byte of every page of [p, p + len). MADV_POPULATE_WRITE fills
+ * the kernel's page tables, but a hypervisor that shadows them (the PVM
+ * guest this project is tested in) still takes a fault of its own on the
+ * first access to each page from user space, unseen by the kernel's fault
+ * counters: ~6 us a page there, so a 512 KiB copy slice into populated
+ * memory ran over 1 ms of a reactor's CPU. Touched once, later accesses
+ * cost nothing extra; on a host without shadowing the touch is ~0.05 us a
+ * page. A read, so safe while other threads write the same pages. Any
+ * thread; the memory must stay mapped meanwhile.
+ */
+void pc_pages_touch(const void *p, uint64_t len);
 
 /* Block i of set s (empty before), taken from s->home. */
 uint8_t *pc_block_set_take(struct pc_block_set *s, unsigned i,

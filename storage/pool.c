@@ -90,6 +90,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "common/blocks.h"
 #include "common/checksum.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -649,6 +650,7 @@ static int prefault_chunk(struct pool *p, size_t off, size_t n)
 	uint64_t t0 = pc_now_ns();
 	if (madvise(p->base + off, n, MADV_POPULATE_WRITE) < 0)
 		return errno;
+	pc_pages_touch(p->base + off, n); /* a hypervisor's own faults too */
 	atomic_fetch_add(&p->pf_done, n);
 	uint64_t us = (pc_now_ns() - t0) / 1000;
 	usleep((useconds_t)PC_MIN(us, (uint64_t)PREFAULT_REST_MAX_US));

@@ -5,6 +5,7 @@
  * and bytes; a set goes back home whole; a large block grows in place.
  */
 #include <criterion/criterion.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
 
@@ -65,6 +66,32 @@ Test(blocks, the_smallest_that_fits_is_taken)
 	pc_blocks_put(&c, &u);
 	pc_blocks_put(&c, &v);
 	pc_blocks_drop(&c);
+}
+
+/* take_kept takes only what the cache keeps: the smallest that fits, or
+ * nothing at all (no new block). */
+Test(blocks, take_kept_makes_nothing_new)
+{
+	struct pc_blocks c = {0};
+	struct pc_block b = {0}, s = {0}, t = {0};
+	cr_assert_not(pc_blocks_take_kept(&c, 2 * MB, &b));
+	cr_assert_null(b.p, "nothing made");
+	cr_assert_not(pc_blocks_take_kept(NULL, 2 * MB, &b));
+	pc_blocks_take(&c, 16 * MB, &b);
+	pc_blocks_take(&c, 4 * MB, &s);
+	uint8_t *big = b.p, *small = s.p;
+	pc_blocks_put(&c, &b);
+	pc_blocks_put(&c, &s);
+	cr_assert_not(pc_blocks_take_kept(&c, 17 * MB, &t), "none fits");
+	cr_assert_null(t.p);
+	cr_assert(pc_blocks_take_kept(&c, 3 * MB, &t));
+	cr_assert_eq(t.p, small, "the smallest that fits");
+	cr_assert_eq(c.kept, 16 * MB);
+	cr_assert(pc_blocks_take_kept(&c, 5 * MB, &b));
+	cr_assert_eq(b.p, big);
+	cr_assert_eq(c.kept, 0);
+	pc_block_free(&b);
+	pc_block_free(&t);
 }
 
 Test(blocks, keeps_at_most_its_blocks_and_bytes)
@@ -160,6 +187,67 @@ Test(blocks, a_large_block_grows_in_place)
 	cr_assert_not(pc_block_grow(&s, 8192), "a small block grew");
 	cr_assert(s.p == was && s.cap == 4096);
 	pc_block_free(&s);
+}
+
+/* The permissions of the mapping addr lies in ("rw-p", "---p"), or ""
+ * when nothing is mapped there. */
+static const char *prot_at(const void *addr, char out[5])
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	cr_assert_not_null(f);
+	unsigned long lo, hi, a = (unsigned long)addr;
+	char perms[5], line[512];
+	out[0] = 0;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "%lx-%lx %4s", &lo, &hi, perms) == 3 &&
+		    a >= lo && a < hi) {
+			memcpy(out, perms, 5);
+			break;
+		}
+	fclose(f);
+	return out;
+}
+
+/* A mapped block holds PC_BLOCK_RESERVE of address space, inaccessible
+ * past cap, and grows into it without moving (a move makes each page new
+ * again to a hypervisor that shadows page tables); past it, it moves and
+ * leaves no reservation behind; freed, all of it is unmapped. */
+Test(blocks, a_block_grows_in_its_reservation_without_moving)
+{
+	char pr[5];
+	struct pc_block b = {0};
+	uint8_t *p = pc_blocks_take(NULL, 2 * MB, &b);
+	cr_assert(p && b.cap == 2 * MB);
+	cr_assert_str_eq(prot_at(p + 2 * MB, pr), "---p",
+			 "past cap: reserved, not accessible");
+	cr_assert_str_eq(prot_at(p + PC_BLOCK_RESERVE - 1, pr), "---p");
+	cr_assert_str_eq(prot_at(p + 2 * MB - 1, pr), "rw-p");
+	memset(p, 0x3c, 2 * MB);
+	cr_assert(pc_block_grow(&b, 40 * MB));
+	cr_assert_eq(b.p, p, "grown within the reservation: not moved");
+	cr_assert_eq(b.cap, 40 * MB);
+	cr_assert_str_eq(prot_at(p + 40 * MB - 1, pr), "rw-p");
+	cr_assert_str_eq(prot_at(p + 40 * MB, pr), "---p");
+	b.p[40 * MB - 1] = 1;
+	cr_assert(pc_block_grow(&b, PC_BLOCK_RESERVE));
+	cr_assert_eq(b.p, p, "the whole reservation: not moved");
+	cr_assert(pc_block_grow(&b, PC_BLOCK_RESERVE + 8 * MB));
+	cr_assert_eq(b.cap, PC_BLOCK_RESERVE + 8 * MB);
+	if (b.p != p) /* moved: the old reservation is gone with it */
+		cr_assert_str_eq(prot_at(p + PC_BLOCK_RESERVE - 1, pr), "",
+				 "the old reservation's rest is still mapped");
+	cr_assert_eq(b.p[2 * MB - 1], 0x3c, "contents kept");
+	cr_assert_eq(b.p[40 * MB - 1], 1);
+	uint8_t *q = b.p;
+	uint64_t cap = b.cap;
+	pc_block_free(&b);
+	cr_assert_str_eq(prot_at(q, pr), "");
+	cr_assert_str_eq(prot_at(q + cap - 1, pr), "");
+
+	uint8_t *r = pc_blocks_take(NULL, 3 * MB, &b);
+	pc_block_free(&b);
+	cr_assert_str_eq(prot_at(r + PC_BLOCK_RESERVE - 1, pr), "",
+			 "a freed block leaves its reservation mapped");
 }
 
 /* A new mapped block is fresh until it comes back from a cache; faulted in
