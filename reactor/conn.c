@@ -256,7 +256,8 @@ static void in_release(struct rx_conn *c)
 	c->in_cap = c->in_room = 0;
 }
 
-/* A buffer of at least cap bytes holding the kept input: false when out of
+/* A buffer of at least cap bytes holding the kept input (want: the size
+ * of the message it holds, when known; rx_conn_expect): false when out of
  * memory (the old one is kept). A large one (a mapped block) grows in
  * place: nothing is copied, and only the pages the next bytes land in are
  * faulted in, a receive at a time (copying 16 MiB into fresh memory in one
@@ -264,11 +265,11 @@ static void in_release(struct rx_conn *c)
  * the warm blocks, where the smallest kept block that fits may be far
  * larger: growing into it later moves nothing. The small buffer it
  * replaces is freed. */
-static bool in_buf_grow(struct rx_conn *c, size_t cap)
+static bool in_buf_grow(struct rx_conn *c, size_t cap, size_t want)
 {
 	if (cap <= c->in_room)
 		return true;
-	if (cap < RX_IN_WARM_MIN) {
+	if (cap < RX_IN_WARM_MIN && want < RX_IN_WARM_MIN) {
 		uint8_t *p = realloc(c->in, cap);
 		if (!p)
 			return false;
@@ -284,8 +285,13 @@ static bool in_buf_grow(struct rx_conn *c, size_t cap)
 		c->in_room = cur.cap;
 		return true;
 	}
+	/* The first large one (at once when the message is known to be
+	 * large): a warm block the whole message fits, else the smallest
+	 * that fits what is charged, else a new one that size, which grows
+	 * in place as bytes arrive (common/blocks.h). */
 	struct pc_block b = {0};
-	if (!pc_blocks_take(&c->r->in_warm, cap, &b))
+	if (!(want > cap && pc_blocks_take_kept(&c->r->in_warm, want, &b)) &&
+	    !pc_blocks_take(&c->r->in_warm, PC_MAX(cap, RX_IN_WARM_MIN), &b))
 		return false;
 	if (c->in_len)
 		pc_copy(b.p, c->in, c->in_len);
@@ -668,7 +674,7 @@ static bool in_append(struct rx_conn *c, const uint8_t *data, size_t len)
 		cap = PC_MIN(cap, limit);
 		if (!in_budget_grow(c, cap - c->in_cap))
 			return false;
-		if (!in_buf_grow(c, cap)) {
+		if (!in_buf_grow(c, cap, PC_MIN(c->in_want, limit))) {
 			if (c->budget)
 				__atomic_sub_fetch(&c->budget->in_used,
 						   cap - c->in_cap,
@@ -731,13 +737,31 @@ void rx_input_put(struct rx_input *in)
 	*in = (struct rx_input){0};
 }
 
+void rx_conn_expect(struct rx_conn *c, size_t bytes)
+{
+	c->in_want = bytes;
+}
+
+/* on_data, and the size hint it leaves (rx_conn_expect): one it gives
+ * now, else the last one while it consumes nothing (the same message). */
+static ssize_t conn_on_data(struct rx_conn *c, const uint8_t *data,
+			    size_t len)
+{
+	size_t want = c->in_want;
+	c->in_want = 0;
+	ssize_t n = c->ops->on_data(c, data, len);
+	if (n == 0 && !c->in_want)
+		c->in_want = want;
+	return n;
+}
+
 /* Present the kept input to on_data and keep what it leaves. */
 static void conn_feed_in(struct rx_conn *c)
 {
 	struct rx_conn *outer = c->r->feeding; /* none: on_data is not nested */
 	c->flags |= RXC_IN_FEED;
 	c->r->feeding = c;
-	ssize_t n = c->ops->on_data(c, c->in, c->in_len);
+	ssize_t n = conn_on_data(c, c->in, c->in_len);
 	c->r->feeding = outer;
 	c->flags &= ~RXC_IN_FEED;
 	if (c->flags & RXC_IN_TAKEN) {
@@ -775,7 +799,7 @@ static void conn_deliver(struct rx_conn *c, const uint8_t *data, size_t len)
 		return;
 	}
 	if (c->in_len == 0) {
-		ssize_t n = c->ops->on_data(c, data, len);
+		ssize_t n = conn_on_data(c, data, len);
 		if (n < 0) {
 			rx_conn_close(c, RX_CLOSE_NOW, (int)n);
 			return;

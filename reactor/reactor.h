@@ -402,6 +402,20 @@ bool rx_conn_take_input(struct rx_conn *c, const uint8_t *p, size_t len,
  * connection's, as if never taken. */
 void rx_input_put(struct rx_input *in);
 
+/*
+ * From on_data: the bytes it leaves unconsumed begin a message of at least
+ * bytes bytes (counted from the first of them). When that is large, the
+ * buffer that keeps them is a block of its own from its first byte (a warm
+ * one the whole message fits, if the reactor keeps one), which grows in
+ * place as bytes arrive, instead of a heap buffer that doubles and is
+ * copied into the first block at 1 MiB: a message of tens of MiB is
+ * copied nowhere. Memory is still committed, and charged to the budget,
+ * only as bytes arrive (a client that declares a large message and sends
+ * nothing holds no more than before). The hint lasts until an on_data
+ * consumes bytes without giving it again.
+ */
+void rx_conn_expect(struct rx_conn *c, size_t bytes);
+
 /* Stop / restart reading (e.g. while an async handler holds a request). */
 void rx_conn_pause(struct rx_conn *c);
 void rx_conn_resume(struct rx_conn *c);

@@ -139,6 +139,8 @@ struct rx_conn {
 	 * from r->in_warm may be larger) */
 	uint8_t *in;
 	size_t in_len, in_cap, in_room, in_max;
+	size_t in_want;               /* rx_conn_expect: the size of the
+				       * message being kept (0: unknown) */
 	/* output queue */
 	struct rx_chunk *out_head, *out_tail;
 	size_t out_bytes;             /* unsent bytes in the queue */

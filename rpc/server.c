@@ -1246,6 +1246,7 @@ static ssize_t on_data(struct rx_conn *c, const uint8_t *data, size_t len)
 		int ret = mp_scan(data + used, len - used, sc->mpl, &size);
 		if (ret == MP_NEED_MORE) {
 			sc->need = size;
+			rx_conn_expect(c, size); /* its buffer, sized at once */
 			partial = true;
 			break;
 		}

@@ -662,6 +662,96 @@ Test(reactor, large_messages_land_in_warm_input_buffers)
 			     m);
 }
 
+/* A length-prefixed message whose size on_data announces as soon as it
+ * knows it (rx_conn_expect) is kept in one buffer from its first kept byte
+ * to its last: never moved, never copied into a larger one; the budget is
+ * still charged as its bytes arrive, not for the whole message at once.
+ * The same message without the hint moves as its buffer doubles (the
+ * test's control). */
+#define EX_LEN (6u << 20)
+
+static struct {
+	bool hint;                 /* this round announces the size */
+	bool hinted;
+	const uint8_t *seen[64];   /* distinct buffers kept input was in */
+	unsigned nseen, whole, bad;
+	size_t charged_over;       /* budget charged past 2x what was kept */
+	struct rx_budget budget;
+} ex;
+
+static ssize_t ex_data(struct rx_conn *c, const uint8_t *d, size_t n)
+{
+	uint64_t len;
+	if (n < sizeof(len))
+		return 0;
+	memcpy(&len, d, sizeof(len));
+	if (ex.hint && !ex.hinted) /* once: it lasts while nothing is consumed */
+		rx_conn_expect(c, sizeof(len) + len);
+	ex.hinted = true;
+	size_t used = __atomic_load_n(&ex.budget.in_used, __ATOMIC_RELAXED);
+	if (used > 2 * n + (64u << 10))
+		ex.charged_over = PC_MAX(ex.charged_over, used - 2 * n);
+	bool known = false;
+	for (unsigned i = 0; i < ex.nseen; i++)
+		known |= ex.seen[i] == d;
+	if (!known && ex.nseen < 64 && n > (64u << 10)) /* kept, not a recv buffer */
+		ex.seen[ex.nseen++] = d;
+	if (n < sizeof(len) + len)
+		return 0;
+	ex.bad += tu_check_pattern(d + sizeof(len), len, 7, 0) != -1;
+	ex.whole++;
+	return (ssize_t)(sizeof(len) + len);
+}
+
+static const struct rx_conn_ops ex_ops = {.on_data = ex_data,
+					  .on_close = wi_close};
+
+static void ex_accept(struct rx_listener *l, int fd, void *arg)
+{
+	int err;
+	(void)arg;
+	struct rx_conn *c = rx_conn_attach(rx_listener_reactor(l), fd, &ex_ops,
+					   NULL, &err);
+	if (!c)
+		return;
+	rx_conn_set_budget(c, &ex.budget);
+	rx_conn_set_limits(c, 2 * EX_LEN, 1 << 20, 1 << 19, 1 << 20);
+}
+
+static void *ex_client_main(void *arg)
+{
+	uint16_t port = *(uint16_t *)arg;
+	uint8_t *buf = malloc(sizeof(uint64_t) + EX_LEN);
+	uint64_t len = EX_LEN;
+	memcpy(buf, &len, sizeof(len));
+	tu_fill_pattern(buf + sizeof(len), EX_LEN, 7, 0);
+	send_whole_and_wait(port, buf, sizeof(len) + EX_LEN);
+	free(buf);
+	return NULL;
+}
+
+static void ex_round(bool hint)
+{
+	memset(&ex, 0, sizeof(ex));
+	ex.hint = hint;
+	wi.whole = WI_MSGS; /* wi_close stops the reactor at the close */
+	serve_client(ex_accept, ex_client_main);
+	cr_assert_eq(ex.whole, 1);
+	cr_assert_eq(ex.bad, 0, "the message's bytes changed");
+	cr_assert_eq(ex.charged_over, 0, "the budget was charged %zu bytes "
+		     "past twice the input kept", ex.charged_over);
+}
+
+Test(reactor, a_message_of_announced_size_is_kept_in_one_buffer)
+{
+	ex_round(false);
+	cr_assert_gt(ex.nseen, 1, "without the hint the buffer moves as it "
+		     "grows (the control): %u buffer(s)", ex.nseen);
+	ex_round(true);
+	cr_assert_eq(ex.nseen, 1, "kept input moved %u times",
+		     ex.nseen - 1);
+}
+
 /* Three length-prefixed messages in one stream: the first (large) is taken
  * out of the connection with rx_conn_take_input and worked on later, from
  * a timer, while the connection is paused; the two after it, already in
