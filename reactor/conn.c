@@ -668,9 +668,17 @@ static bool in_append(struct rx_conn *c, const uint8_t *data, size_t len)
 		return false;
 	}
 	if (c->in_len + len > c->in_cap) {
+		size_t need = c->in_len + len;
 		size_t cap = c->in_cap ? c->in_cap : 4096;
-		while (cap < c->in_len + len)
+		while (cap < need)
 			cap *= 2;
+		/* A large message of known size (rx_conn_expect) is charged
+		 * no more than that size (twice what arrived at most, still);
+		 * past it, an eighth more until on_data tells the next size.
+		 * Its block grows in place, so the extra steps copy nothing. */
+		if (c->in_want >= RX_IN_WARM_MIN)
+			cap = PC_MIN(cap, need <= c->in_want ? c->in_want
+							     : need + need / 8);
 		cap = PC_MIN(cap, limit);
 		if (!in_budget_grow(c, cap - c->in_cap))
 			return false;

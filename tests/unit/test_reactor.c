@@ -665,9 +665,9 @@ Test(reactor, large_messages_land_in_warm_input_buffers)
 /* A length-prefixed message whose size on_data announces as soon as it
  * knows it (rx_conn_expect) is kept in one buffer from its first kept byte
  * to its last: never moved, never copied into a larger one; the budget is
- * still charged as its bytes arrive, not for the whole message at once.
- * The same message without the hint moves as its buffer doubles (the
- * test's control). */
+ * charged as its bytes arrive (at most twice what is kept) and never past
+ * the message's size. The same message without the hint moves as its
+ * buffer doubles, and is charged the next power of two (the control). */
 #define EX_LEN (6u << 20)
 
 static struct {
@@ -676,6 +676,7 @@ static struct {
 	const uint8_t *seen[64];   /* distinct buffers kept input was in */
 	unsigned nseen, whole, bad;
 	size_t charged_over;       /* budget charged past 2x what was kept */
+	size_t max_used;           /* the most the budget was charged */
 	struct rx_budget budget;
 } ex;
 
@@ -689,6 +690,7 @@ static ssize_t ex_data(struct rx_conn *c, const uint8_t *d, size_t n)
 		rx_conn_expect(c, sizeof(len) + len);
 	ex.hinted = true;
 	size_t used = __atomic_load_n(&ex.budget.in_used, __ATOMIC_RELAXED);
+	ex.max_used = PC_MAX(ex.max_used, used);
 	if (used > 2 * n + (64u << 10))
 		ex.charged_over = PC_MAX(ex.charged_over, used - 2 * n);
 	bool known = false;
@@ -747,9 +749,14 @@ Test(reactor, a_message_of_announced_size_is_kept_in_one_buffer)
 	ex_round(false);
 	cr_assert_gt(ex.nseen, 1, "without the hint the buffer moves as it "
 		     "grows (the control): %u buffer(s)", ex.nseen);
+	cr_assert_gt(ex.max_used, sizeof(uint64_t) + EX_LEN, "without the "
+		     "hint the budget is charged by doubling (the control)");
 	ex_round(true);
 	cr_assert_eq(ex.nseen, 1, "kept input moved %u times",
 		     ex.nseen - 1);
+	cr_assert_eq(ex.max_used, sizeof(uint64_t) + EX_LEN, "a message of "
+		     "known size is charged %zu bytes, not its size",
+		     ex.max_used);
 }
 
 /* Three length-prefixed messages in one stream: the first (large) is taken
