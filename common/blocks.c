@@ -17,17 +17,9 @@ static uint64_t page_round(uint64_t bytes)
 	return (bytes + PAGE - 1) & ~(uint64_t)(PAGE - 1);
 }
 
-/* The address space a mapped block of cap bytes holds: cap, and up to
- * PC_BLOCK_RESERVE of it (PROT_NONE past cap) while it is smaller, so that
- * it grows in place (blocks.h). */
-static uint64_t reserved(uint64_t cap)
-{
-	return cap < PC_BLOCK_RESERVE ? PC_BLOCK_RESERVE : cap;
-}
-
 /* A new block of at least bytes: mapped at PC_BLOCK_MAP_MIN and more (so
  * that it can grow in place, pc_block_grow), else from malloc. */
-static void block_new(uint64_t bytes, struct pc_block *out)
+static void block_new(uint64_t bytes, uint64_t reserve, struct pc_block *out)
 {
 	*out = (struct pc_block){0};
 	if (bytes < PC_BLOCK_MAP_MIN) {
@@ -36,9 +28,9 @@ static void block_new(uint64_t bytes, struct pc_block *out)
 		return;
 	}
 	uint64_t cap = page_round(bytes);
-	uint64_t res = reserved(cap);
+	uint64_t res = PC_MAX(cap, page_round(reserve));
 	void *p = mmap(NULL, res, res > cap ? PROT_NONE : PROT_READ | PROT_WRITE,
-		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (p == MAP_FAILED)
 		return;
 	if (res > cap && mprotect(p, cap, PROT_READ | PROT_WRITE) < 0) {
@@ -47,6 +39,7 @@ static void block_new(uint64_t bytes, struct pc_block *out)
 	}
 	out->p = p;
 	out->cap = cap;
+	out->res = res;
 	out->fresh = true;
 }
 
@@ -55,7 +48,7 @@ void pc_block_free(struct pc_block *b)
 	if (!b->p)
 		return;
 	if (b->cap >= PC_BLOCK_MAP_MIN)
-		munmap(b->p, reserved(b->cap));
+		munmap(b->p, b->res);
 	else
 		free(b->p);
 	*b = (struct pc_block){0};
@@ -68,7 +61,8 @@ bool pc_block_grow(struct pc_block *b, uint64_t bytes)
 	if (!b->p || b->cap < PC_BLOCK_MAP_MIN)
 		return false;
 	uint64_t cap = page_round(bytes);
-	if (cap <= reserved(b->cap)) { /* in place: nothing moves */
+	PC_ASSERT(b->res >= b->cap);
+	if (cap <= b->res) { /* in place: nothing moves */
 		if (mprotect(b->p + b->cap, cap - b->cap,
 			     PROT_READ | PROT_WRITE) < 0)
 			return false;
@@ -80,14 +74,13 @@ bool pc_block_grow(struct pc_block *b, uint64_t bytes)
 	 * tables: blocks.h), and the old reservation's rest is unmapped. A
 	 * failed move leaves the block as it was. */
 	uint8_t *old = b->p;
-	uint64_t old_res = reserved(b->cap);
 	void *p = mremap(b->p, b->cap, cap, MREMAP_MAYMOVE);
 	if (p == MAP_FAILED)
 		return false;
-	if (old_res > b->cap && (uint8_t *)p != old)
-		munmap(old + b->cap, old_res - b->cap);
+	if (b->res > b->cap && (uint8_t *)p != old)
+		munmap(old + b->cap, b->res - b->cap);
 	b->p = p;
-	b->cap = cap;
+	b->cap = b->res = cap;
 	return true;
 }
 
@@ -112,7 +105,7 @@ uint8_t *pc_blocks_take(struct pc_blocks *c, uint64_t bytes,
 			struct pc_block *out)
 {
 	if (!pc_blocks_take_kept(c, bytes, out))
-		block_new(bytes, out);
+		block_new(bytes, c ? c->reserve : 0, out);
 	return out->p;
 }
 
@@ -150,7 +143,7 @@ void pc_blocks_drop(struct pc_blocks *c)
 {
 	for (int i = 0; i < PC_BLOCKS_KEEP; i++)
 		pc_block_free(&c->keep[i]);
-	*c = (struct pc_blocks){0};
+	*c = (struct pc_blocks){.reserve = c->reserve};
 }
 
 void pc_block_fault_in(uint8_t *p, uint64_t len)

@@ -16,9 +16,10 @@
  * PC_BLOCKS_KEEP_BYTES in all (kept); a block is either kept or the
  * caller's, never both; take returns the smallest kept block that fits.
  * Blocks of PC_BLOCK_MAP_MIN and more are anonymous mappings of their own
- * (cap rounded up to a page), so that one can grow in place: one smaller
- * than PC_BLOCK_RESERVE holds that much address space (PROT_NONE past
- * cap, no memory), and grows into it without moving. A move (mremap) would
+ * (cap rounded up to a page), so that one can grow in place: one made by a
+ * cache with a reserve (the reactor's input buffers) holds that much
+ * address space (PROT_NONE past cap, no memory, not committed) and grows
+ * into it without moving. A move (mremap) would
  * cost nothing on bare metal, but in a guest whose hypervisor shadows page
  * tables every page moved is new to the hypervisor: the next access of
  * each pays its fault again (~7 us a page here; growing a 32 MiB kv.set's
@@ -47,13 +48,19 @@
 struct pc_block {
 	uint8_t *p;   /* NULL: none */
 	uint64_t cap; /* its size */
+	uint64_t res; /* a mapped block's address space at p: cap, or more
+		       * (PROT_NONE past cap) that it grows into; 0 for one
+		       * from the heap */
 	bool fresh;   /* a new mapping nobody wrote yet: its first writes
 		       * fault every page in (a kept block is not fresh) */
 };
 
 struct pc_blocks {
 	struct pc_block keep[PC_BLOCKS_KEEP];
-	uint64_t kept; /* bytes of keep[] */
+	uint64_t kept;    /* bytes of keep[] */
+	uint64_t reserve; /* address space the mapped blocks this cache
+			   * makes hold (PC_BLOCK_RESERVE for blocks that
+			   * grow, e.g. input buffers); 0: their size */
 };
 
 /* The blocks one call took from one cache, given back together. */

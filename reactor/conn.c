@@ -233,9 +233,10 @@ static bool in_budget_grow(struct rx_conn *c, size_t delta)
 
 /* Give a kept-input buffer of room bytes up: to the reactor's warm
  * blocks when it is large, else freed. */
-static void in_buf_put(struct rx_reactor *r, uint8_t *p, size_t room)
+static void in_buf_put(struct rx_reactor *r, uint8_t *p, size_t room,
+		       size_t res)
 {
-	struct pc_block b = {.p = p, .cap = room};
+	struct pc_block b = {.p = p, .cap = room, .res = res};
 	if (room >= RX_IN_WARM_MIN)
 		pc_blocks_put(&r->in_warm, &b);
 	else
@@ -251,10 +252,15 @@ static void in_release(struct rx_conn *c)
 	if (c->budget && c->in_cap)
 		__atomic_sub_fetch(&c->budget->in_used, c->in_cap,
 				   __ATOMIC_RELAXED);
-	in_buf_put(c->r, c->in, c->in_room);
+	in_buf_put(c->r, c->in, c->in_room, c->in_res);
 	c->in = NULL;
-	c->in_cap = c->in_room = 0;
+	c->in_cap = c->in_room = c->in_res = 0;
 }
+
+/* A message known to be large (rx_conn_expect) moves to a block once this
+ * much is charged for it, not at its header: a client holds a warm block
+ * only for bytes it sent (and is charged for). */
+#define RX_IN_EARLY_MIN (64u << 10)
 
 /* A buffer of at least cap bytes holding the kept input (want: the size
  * of the message it holds, when known; rx_conn_expect): false when out of
@@ -269,7 +275,8 @@ static bool in_buf_grow(struct rx_conn *c, size_t cap, size_t want)
 {
 	if (cap <= c->in_room)
 		return true;
-	if (cap < RX_IN_WARM_MIN && want < RX_IN_WARM_MIN) {
+	if (cap < RX_IN_WARM_MIN &&
+	    (want < RX_IN_WARM_MIN || cap < RX_IN_EARLY_MIN)) {
 		uint8_t *p = realloc(c->in, cap);
 		if (!p)
 			return false;
@@ -278,11 +285,13 @@ static bool in_buf_grow(struct rx_conn *c, size_t cap, size_t want)
 		return true;
 	}
 	if (c->in_room >= RX_IN_WARM_MIN) {
-		struct pc_block cur = {.p = c->in, .cap = c->in_room};
+		struct pc_block cur = {.p = c->in, .cap = c->in_room,
+				       .res = c->in_res};
 		if (!pc_block_grow(&cur, cap))
 			return false;
 		c->in = cur.p;
 		c->in_room = cur.cap;
+		c->in_res = cur.res;
 		return true;
 	}
 	/* The first large one (at once when the message is known to be
@@ -298,6 +307,7 @@ static bool in_buf_grow(struct rx_conn *c, size_t cap, size_t want)
 	free(c->in); /* small: from malloc */
 	c->in = b.p;
 	c->in_room = b.cap;
+	c->in_res = b.res;
 	return true;
 }
 
@@ -706,7 +716,7 @@ static void conn_in_detach(struct rx_conn *c, size_t n)
 	c->flags &= ~RXC_IN_TAKEN;
 	RX_STAT_INC(c->r->st.in_taken); /* still taken: not given back in on_data */
 	c->in = NULL;
-	c->in_len = c->in_cap = c->in_room = 0;
+	c->in_len = c->in_cap = c->in_room = c->in_res = 0;
 	if (rest && !(c->flags & (RXC_CLOSING | RXC_CLOSE_FLUSH)))
 		in_append(c, old + n, rest);
 }
@@ -719,7 +729,7 @@ bool rx_conn_take_input(struct rx_conn *c, const uint8_t *p, size_t len,
 	    p < c->in || len > c->in_len ||
 	    (size_t)(p - c->in) > c->in_len - len)
 		return false;
-	*out = (struct rx_input){c->r, c->budget, c->in, c->in_room,
+	*out = (struct rx_input){c->r, c->budget, c->in, c->in_room, c->in_res,
 				 c->budget ? c->in_cap : 0};
 	c->flags |= RXC_IN_TAKEN; /* counted once on_data has returned */
 	return true;
@@ -741,7 +751,7 @@ void rx_input_put(struct rx_input *in)
 	if (in->counted)
 		__atomic_sub_fetch(&in->budget->in_used, in->counted,
 				   __ATOMIC_RELAXED);
-	in_buf_put(in->r, in->buf, in->room);
+	in_buf_put(in->r, in->buf, in->room, in->res);
 	*in = (struct rx_input){0};
 }
 
@@ -760,6 +770,8 @@ static ssize_t conn_on_data(struct rx_conn *c, const uint8_t *data,
 	ssize_t n = c->ops->on_data(c, data, len);
 	if (n == 0 && !c->in_want)
 		c->in_want = want;
+	else if (n > 0 && (size_t)n == len)
+		c->in_want = 0; /* nothing is kept: no message to size */
 	return n;
 }
 

@@ -343,6 +343,7 @@ int rx_reactor_create(struct rx_reactor **out, unsigned id,
 		return -ENOMEM;
 	r->id = id;
 	r->p = *p;
+	r->in_warm.reserve = PC_BLOCK_RESERVE; /* input buffers grow in place */
 	r->efd = -1;
 	r->msg_op = RX_NO_OP;
 	r->recv_multishot = true;

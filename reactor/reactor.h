@@ -383,6 +383,7 @@ struct rx_input {
 	struct rx_budget *budget;
 	uint8_t *buf;
 	size_t room;            /* the buffer's size */
+	size_t res;             /* its address space (struct pc_block.res) */
 	size_t counted;         /* bytes of budget->in_used it holds */
 };
 
@@ -405,14 +406,15 @@ void rx_input_put(struct rx_input *in);
 /*
  * From on_data: the bytes it leaves unconsumed begin a message of at least
  * bytes bytes (counted from the first of them). When that is large, the
- * buffer that keeps them is a block of its own from its first byte (a warm
- * one the whole message fits, if the reactor keeps one), which grows in
- * place as bytes arrive, instead of a heap buffer that doubles and is
- * copied into the first block at 1 MiB: a message of tens of MiB is
- * copied nowhere. Memory is still committed, and charged to the budget,
- * only as bytes arrive (a client that declares a large message and sends
- * nothing holds no more than before). The hint lasts until an on_data
- * consumes bytes without giving it again.
+ * buffer that keeps them becomes a block of its own once 64 KiB of it is
+ * charged (a warm one the whole message fits, if the reactor keeps one),
+ * which grows in place as bytes arrive, instead of a heap buffer that
+ * doubles and is copied into the first block at 1 MiB: a message of tens
+ * of MiB is copied nowhere beyond its first 64 KiB. Memory is committed,
+ * and charged to the budget, only as bytes arrive (at most twice what
+ * arrived, and no more than the message's size). The hint lasts until an
+ * on_data consumes bytes without giving it again, and ends when one
+ * consumes all.
  */
 void rx_conn_expect(struct rx_conn *c, size_t bytes);
 

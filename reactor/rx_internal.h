@@ -139,6 +139,7 @@ struct rx_conn {
 	 * from r->in_warm may be larger) */
 	uint8_t *in;
 	size_t in_len, in_cap, in_room, in_max;
+	size_t in_res;                /* a block's address space (pc_block.res) */
 	size_t in_want;               /* rx_conn_expect: the size of the
 				       * message being kept (0: unknown) */
 	/* output queue */

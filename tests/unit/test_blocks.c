@@ -208,16 +208,19 @@ static const char *prot_at(const void *addr, char out[5])
 	return out;
 }
 
-/* A mapped block holds PC_BLOCK_RESERVE of address space, inaccessible
- * past cap, and grows into it without moving (a move makes each page new
- * again to a hypervisor that shadows page tables); past it, it moves and
- * leaves no reservation behind; freed, all of it is unmapped. */
+/* A mapped block made by a cache with a reserve holds that much address
+ * space, inaccessible past cap, and grows into it without moving (a move
+ * makes each page new again to a hypervisor that shadows page tables);
+ * past it, it moves and leaves nothing of the reservation behind; freed,
+ * all of it is unmapped. A cache without a reserve (kv's staging, which
+ * never grows) makes blocks of their size alone. */
 Test(blocks, a_block_grows_in_its_reservation_without_moving)
 {
 	char pr[5];
+	struct pc_blocks c = {.reserve = PC_BLOCK_RESERVE};
 	struct pc_block b = {0};
-	uint8_t *p = pc_blocks_take(NULL, 2 * MB, &b);
-	cr_assert(p && b.cap == 2 * MB);
+	uint8_t *p = pc_blocks_take(&c, 2 * MB, &b);
+	cr_assert(p && b.cap == 2 * MB && b.res == PC_BLOCK_RESERVE);
 	cr_assert_str_eq(prot_at(p + 2 * MB, pr), "---p",
 			 "past cap: reserved, not accessible");
 	cr_assert_str_eq(prot_at(p + PC_BLOCK_RESERVE - 1, pr), "---p");
@@ -229,13 +232,15 @@ Test(blocks, a_block_grows_in_its_reservation_without_moving)
 	cr_assert_str_eq(prot_at(p + 40 * MB - 1, pr), "rw-p");
 	cr_assert_str_eq(prot_at(p + 40 * MB, pr), "---p");
 	b.p[40 * MB - 1] = 1;
-	cr_assert(pc_block_grow(&b, PC_BLOCK_RESERVE));
-	cr_assert_eq(b.p, p, "the whole reservation: not moved");
+	/* Past the reservation from inside it: the reserved rest above the
+	 * block makes it move, and none of the old range may stay mapped. */
 	cr_assert(pc_block_grow(&b, PC_BLOCK_RESERVE + 8 * MB));
 	cr_assert_eq(b.cap, PC_BLOCK_RESERVE + 8 * MB);
-	if (b.p != p) /* moved: the old reservation is gone with it */
-		cr_assert_str_eq(prot_at(p + PC_BLOCK_RESERVE - 1, pr), "",
-				 "the old reservation's rest is still mapped");
+	cr_assert_eq(b.res, b.cap);
+	cr_assert_neq(b.p, p, "grew over its own reservation in place");
+	cr_assert_str_eq(prot_at(p + 40 * MB, pr), "",
+			 "the old reservation's rest is still mapped");
+	cr_assert_str_eq(prot_at(p + PC_BLOCK_RESERVE - 1, pr), "");
 	cr_assert_eq(b.p[2 * MB - 1], 0x3c, "contents kept");
 	cr_assert_eq(b.p[40 * MB - 1], 1);
 	uint8_t *q = b.p;
@@ -244,10 +249,18 @@ Test(blocks, a_block_grows_in_its_reservation_without_moving)
 	cr_assert_str_eq(prot_at(q, pr), "");
 	cr_assert_str_eq(prot_at(q + cap - 1, pr), "");
 
-	uint8_t *r = pc_blocks_take(NULL, 3 * MB, &b);
+	uint8_t *r = pc_blocks_take(&c, 3 * MB, &b);
 	pc_block_free(&b);
 	cr_assert_str_eq(prot_at(r + PC_BLOCK_RESERVE - 1, pr), "",
 			 "a freed block leaves its reservation mapped");
+
+	struct pc_blocks plain = {0};
+	uint8_t *s = pc_blocks_take(&plain, 3 * MB, &b);
+	cr_assert_eq(b.res, 3 * MB, "no reserve: its size alone");
+	pc_block_free(&b);
+	cr_assert_str_eq(prot_at(s, pr), "");
+	pc_blocks_drop(&c);
+	cr_assert_eq(c.reserve, PC_BLOCK_RESERVE, "drop keeps the reserve");
 }
 
 /* A new mapped block is fresh until it comes back from a cache; faulted in
