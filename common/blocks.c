@@ -109,6 +109,18 @@ uint8_t *pc_blocks_take(struct pc_blocks *c, uint64_t bytes,
 	return out->p;
 }
 
+/* A block c lets go of: to its drop hook when mapped, else freed. */
+static void let_go(struct pc_blocks *c, struct pc_block *b)
+{
+	if (c && c->drop && b->p && b->cap >= PC_BLOCK_MAP_MIN) {
+		struct pc_block give = *b;
+		*b = (struct pc_block){0};
+		c->drop(&give, c->drop_arg);
+		return;
+	}
+	pc_block_free(b);
+}
+
 void pc_blocks_put(struct pc_blocks *c, struct pc_block *b)
 {
 	struct pc_block give = *b;
@@ -127,11 +139,11 @@ void pc_blocks_put(struct pc_blocks *c, struct pc_block *b)
 	if (c && slot < 0 && c->keep[small].cap < give.cap &&
 	    c->kept - c->keep[small].cap + give.cap <= PC_BLOCKS_KEEP_BYTES) {
 		c->kept -= c->keep[small].cap;
-		pc_block_free(&c->keep[small]);
+		let_go(c, &c->keep[small]);
 		slot = small;
 	}
 	if (slot < 0 || c->kept + give.cap > PC_BLOCKS_KEEP_BYTES) {
-		pc_block_free(&give);
+		let_go(c, &give);
 		return;
 	}
 	give.fresh = false; /* it was used (mostly written, then) */
@@ -143,7 +155,8 @@ void pc_blocks_drop(struct pc_blocks *c)
 {
 	for (int i = 0; i < PC_BLOCKS_KEEP; i++)
 		pc_block_free(&c->keep[i]);
-	*c = (struct pc_blocks){.reserve = c->reserve};
+	*c = (struct pc_blocks){.reserve = c->reserve, .drop = c->drop,
+				.drop_arg = c->drop_arg};
 }
 
 void pc_block_fault_in(uint8_t *p, uint64_t len)

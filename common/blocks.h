@@ -61,6 +61,11 @@ struct pc_blocks {
 	uint64_t reserve; /* address space the mapped blocks this cache
 			   * makes hold (PC_BLOCK_RESERVE for blocks that
 			   * grow, e.g. input buffers); 0: their size */
+	/* Where a mapped block the cache lets go goes (NULL: freed here):
+	 * unmapping tens of MiB of written pages takes milliseconds, so a
+	 * reactor hands it to its offload thread. drop owns *b (a copy). */
+	void (*drop)(struct pc_block *b, void *arg);
+	void *drop_arg;
 };
 
 /* The blocks one call took from one cache, given back together. */

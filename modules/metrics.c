@@ -141,6 +141,7 @@ static void reactor_collector(struct met_writer *w, void *arg)
 		ROW(in_taken, MET_COUNTER, "large requests a handler worked on in place, over loop passes"),
 		ROW(accept_errors, MET_COUNTER, "accept completions with an error"),
 		ROW(file_ops, MET_COUNTER, "file operations completed"),
+		ROW(blocks_unmapped_off, MET_COUNTER, "large buffers let go of, unmapped on the offload thread"),
 #undef ROW
 	};
 	for (size_t i = 0; i < PC_ARRAY_LEN(rows); i++) {

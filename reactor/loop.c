@@ -344,6 +344,8 @@ int rx_reactor_create(struct rx_reactor **out, unsigned id,
 	r->id = id;
 	r->p = *p;
 	r->in_warm.reserve = PC_BLOCK_RESERVE; /* input buffers grow in place */
+	r->in_warm.drop = r->mod_warm.drop = rx_blocks_drop_off;
+	r->in_warm.drop_arg = r->mod_warm.drop_arg = r;
 	r->efd = -1;
 	r->msg_op = RX_NO_OP;
 	r->recv_multishot = true;

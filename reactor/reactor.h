@@ -82,6 +82,9 @@ struct rx_stats {
 				     * past its on_data */
 	uint64_t accept_errors;     /* accept completions with an error */
 	uint64_t file_ops;          /* file read/write/fsync ops completed */
+	uint64_t blocks_unmapped_off; /* large buffers the reactor's caches
+				       * let go of, unmapped on the offload
+				       * thread */
 };
 
 /* Counter bump for single-writer stats: no lock, no atomic RMW. */

@@ -337,4 +337,8 @@ void rx_watches_destroy(struct rx_reactor *r);
 		(o)->prev = (o)->next = NULL;                                  \
 	} while (0)
 
+/* The reactor's block caches' drop hook (conn.c): a mapped block they
+ * let go of is unmapped on the offload thread. arg: the reactor. */
+void rx_blocks_drop_off(struct pc_block *b, void *arg);
+
 #endif /* PC_REACTOR_RX_INTERNAL_H */

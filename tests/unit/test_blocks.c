@@ -124,6 +124,69 @@ Test(blocks, keeps_at_most_its_blocks_and_bytes)
 	cr_assert_eq(c.kept, 0);
 }
 
+/* A mapped block a cache lets go of goes to its drop hook (a reactor's
+ * unmaps it off the loop), whole and once; heap blocks are freed. */
+static struct {
+	unsigned n;
+	struct pc_block got[8];
+} dropped;
+
+static void drop_keep(struct pc_block *b, void *arg)
+{
+	cr_assert_eq(arg, &dropped);
+	cr_assert_not_null(b->p);
+	dropped.got[dropped.n++] = *b;
+}
+
+Test(blocks, a_block_let_go_goes_to_the_drop_hook)
+{
+	memset(&dropped, 0, sizeof(dropped));
+	struct pc_blocks c = {.drop = drop_keep, .drop_arg = &dropped};
+	struct pc_block b[6] = {{0}};
+	uint8_t *p[6];
+	for (int i = 0; i < 6; i++) { /* 4 x 16 MiB fit; the 5th and 6th not */
+		p[i] = pc_blocks_take(&c, 16 * MB, &b[i]);
+		p[i][0] = (uint8_t)i;
+	}
+	for (int i = 0; i < 6; i++)
+		pc_blocks_put(&c, &b[i]);
+	cr_assert_eq(c.kept, 64 * MB);
+	cr_assert_eq(dropped.n, 2, "%u blocks dropped", dropped.n);
+	for (unsigned i = 0; i < dropped.n; i++) {
+		cr_assert_eq(dropped.got[i].p, p[4 + i], "not freed by the cache");
+		cr_assert_eq(dropped.got[i].p[0], 4 + i);
+		cr_assert_eq(dropped.got[i].cap, 16 * MB);
+		pc_block_free(&dropped.got[i]);
+	}
+	/* A larger block displaces the smallest kept one: that one is let go. */
+	struct pc_block small = {0}, big = {0};
+	pc_blocks_drop(&c);
+	cr_assert(c.drop == drop_keep, "drop keeps the hook");
+	pc_blocks_take(&c, 1 * MB, &small);
+	for (int i = 0; i < 3; i++)
+		pc_blocks_take(&c, 8 * MB, &b[i]);
+	pc_blocks_put(&c, &small);
+	for (int i = 0; i < 3; i++)
+		pc_blocks_put(&c, &b[i]);
+	pc_blocks_take(&c, 30 * MB, &big);
+	dropped.n = 0;
+	pc_blocks_put(&c, &big);
+	cr_assert_eq(dropped.n, 1);
+	cr_assert_eq(dropped.got[0].cap, 1 * MB, "the smallest was let go");
+	pc_block_free(&dropped.got[0]);
+	/* Heap blocks never reach the hook. */
+	struct pc_block h[5] = {{0}};
+	struct pc_blocks hc = {.drop = drop_keep, .drop_arg = &dropped};
+	dropped.n = 0;
+	for (int i = 0; i < 5; i++)
+		pc_blocks_take(&hc, 4096, &h[i]);
+	for (int i = 0; i < 5; i++)
+		pc_blocks_put(&hc, &h[i]);
+	cr_assert_eq(dropped.n, 0);
+	pc_blocks_drop(&hc);
+	pc_blocks_drop(&c);
+}
+
 Test(blocks, no_cache_allocates_and_frees)
 {
 	struct pc_block b = {0};

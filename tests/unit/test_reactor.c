@@ -12,9 +12,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "common/blocks.h"
 #include "common/util.h"
 #include "reactor/group.h"
 #include "reactor/reactor.h"
@@ -660,6 +662,40 @@ Test(reactor, large_messages_land_in_warm_input_buffers)
 	for (unsigned m = 1; m < WI_MSGS; m++)
 		cr_assert_eq(wi.at[m], wi.at[0], "message %u in another buffer",
 			     m);
+}
+
+/* A large block the reactor's caches cannot keep is unmapped on the
+ * offload thread (its done runs on the reactor), not in the loop. */
+static void ub_check(struct rx_reactor *r, struct rx_timer *t)
+{
+	unsigned char vec;
+	if (RX_STAT_READ(rx_reactor_stats(r)->blocks_unmapped_off) == 1 &&
+	    mincore(t->arg, 4096, &vec) < 0 && errno == ENOMEM)
+		rx_reactor_stop(r);
+}
+
+Test(reactor, a_block_its_caches_let_go_is_unmapped_off_the_loop)
+{
+	struct rx_reactor *r = tu_reactor(NULL);
+	struct pc_blocks *c = rx_reactor_blocks(r);
+	struct pc_block b[5] = {{0}};
+	for (int i = 0; i < 5; i++) { /* the cache keeps 4 of 16 MiB */
+		cr_assert_not_null(pc_blocks_take(c, 16u << 20, &b[i]));
+		memset(b[i].p, i, 16u << 20);
+	}
+	uint8_t *last = b[4].p;
+	for (int i = 0; i < 5; i++)
+		pc_blocks_put(c, &b[i]);
+	for (int i = 0; i < PC_BLOCKS_KEEP; i++)
+		cr_assert_neq(c->keep[i].p, last);
+	struct rx_timer t;
+	rx_timer_init(&t, ub_check, last);
+	rx_timer_start(r, &t, RX_MS(1), RX_MS(1));
+	tu_run(r, 5000);
+	rx_timer_stop(r, &t);
+	cr_assert_eq(RX_STAT_READ(rx_reactor_stats(r)->blocks_unmapped_off), 1,
+		     "the block was not unmapped by an offload");
+	rx_reactor_destroy(r);
 }
 
 /* A length-prefixed message whose size on_data announces as soon as it
