@@ -590,6 +590,34 @@ static void serve_client(rx_accept_fn accept, void *(*client)(void *))
 	rx_reactor_destroy(r);
 }
 
+/* Accept a connection for the large-message cases: ops, the budget
+ * (NULL: none), and room for a partial message of in_max bytes. */
+static void attach_large(struct rx_listener *l, int fd,
+			 const struct rx_conn_ops *ops, struct rx_budget *budget,
+			 size_t in_max)
+{
+	int err;
+	struct rx_conn *c = rx_conn_attach(rx_listener_reactor(l), fd, ops,
+					   NULL, &err);
+	if (!c)
+		return;
+	if (budget)
+		rx_conn_set_budget(c, budget);
+	rx_conn_set_limits(c, in_max, 1 << 20, 1 << 19, 1 << 20);
+}
+
+/* Send one message of len pattern bytes (sequence seq) behind its 8-byte
+ * length on a connection of its own, and wait until it was all taken. */
+static void send_pattern_message(uint16_t port, uint64_t len, unsigned seq)
+{
+	uint8_t *buf = malloc(sizeof(len) + len);
+	cr_assert_not_null(buf);
+	memcpy(buf, &len, sizeof(len));
+	tu_fill_pattern(buf + sizeof(len), len, seq, 0);
+	send_whole_and_wait(port, buf, sizeof(len) + len);
+	free(buf);
+}
+
 /* Length-prefixed messages of pattern bytes, each on a connection of its
  * own: the kept input of a large one grows into the reactor's warm blocks,
  * which the next large message on any connection of the reactor reuses. */
@@ -629,25 +657,14 @@ static const struct rx_conn_ops wi_ops = {.on_data = wi_data,
 
 static void wi_accept(struct rx_listener *l, int fd, void *arg)
 {
-	int err;
 	(void)arg;
-	struct rx_conn *c = rx_conn_attach(rx_listener_reactor(l), fd, &wi_ops,
-					   NULL, &err);
-	if (c)
-		rx_conn_set_limits(c, 2 * WI_LEN, 1 << 20, 1 << 19, 1 << 20);
+	attach_large(l, fd, &wi_ops, NULL, 2 * WI_LEN);
 }
 
 static void *wi_client_main(void *arg)
 {
-	uint16_t port = *(uint16_t *)arg;
-	uint8_t *buf = malloc(sizeof(uint64_t) + WI_LEN);
-	uint64_t len = WI_LEN;
-	memcpy(buf, &len, sizeof(len));
-	for (unsigned m = 0; m < WI_MSGS; m++) {
-		tu_fill_pattern(buf + sizeof(len), WI_LEN, m, 0);
-		send_whole_and_wait(port, buf, sizeof(len) + WI_LEN);
-	}
-	free(buf);
+	for (unsigned m = 0; m < WI_MSGS; m++)
+		send_pattern_message(*(uint16_t *)arg, WI_LEN, m);
 	return NULL;
 }
 
@@ -742,29 +759,17 @@ static ssize_t ex_data(struct rx_conn *c, const uint8_t *d, size_t n)
 }
 
 static const struct rx_conn_ops ex_ops = {.on_data = ex_data,
-					  .on_close = wi_close};
+					  .on_close = stop_on_close};
 
 static void ex_accept(struct rx_listener *l, int fd, void *arg)
 {
-	int err;
 	(void)arg;
-	struct rx_conn *c = rx_conn_attach(rx_listener_reactor(l), fd, &ex_ops,
-					   NULL, &err);
-	if (!c)
-		return;
-	rx_conn_set_budget(c, &ex.budget);
-	rx_conn_set_limits(c, 2 * EX_LEN, 1 << 20, 1 << 19, 1 << 20);
+	attach_large(l, fd, &ex_ops, &ex.budget, 2 * EX_LEN);
 }
 
 static void *ex_client_main(void *arg)
 {
-	uint16_t port = *(uint16_t *)arg;
-	uint8_t *buf = malloc(sizeof(uint64_t) + EX_LEN);
-	uint64_t len = EX_LEN;
-	memcpy(buf, &len, sizeof(len));
-	tu_fill_pattern(buf + sizeof(len), EX_LEN, 7, 0);
-	send_whole_and_wait(port, buf, sizeof(len) + EX_LEN);
-	free(buf);
+	send_pattern_message(*(uint16_t *)arg, EX_LEN, 7);
 	return NULL;
 }
 
@@ -772,7 +777,6 @@ static void ex_round(bool hint)
 {
 	memset(&ex, 0, sizeof(ex));
 	ex.hint = hint;
-	wi.whole = WI_MSGS; /* wi_close stops the reactor at the close */
 	serve_client(ex_accept, ex_client_main);
 	cr_assert_eq(ex.whole, 1);
 	cr_assert_eq(ex.bad, 0, "the message's bytes changed");
@@ -855,14 +859,8 @@ static const struct rx_conn_ops ti_ops = {.on_data = ti_data,
 
 static void ti_accept(struct rx_listener *l, int fd, void *arg)
 {
-	int err;
 	(void)arg;
-	struct rx_conn *c = rx_conn_attach(rx_listener_reactor(l), fd, &ti_ops,
-					   NULL, &err);
-	if (c) {
-		rx_conn_set_budget(c, &ti.budget);
-		rx_conn_set_limits(c, 2 * TI_BIG, 1 << 20, 1 << 19, 1 << 20);
-	}
+	attach_large(l, fd, &ti_ops, &ti.budget, 2 * TI_BIG);
 }
 
 static void *ti_client_main(void *arg)
