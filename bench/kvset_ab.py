@@ -17,8 +17,13 @@ large input lands in (common/blocks.h). --health-too also runs pc-loadgen's
 node.health on 2 more connections of the node during each round's calls
 (from the first call's end, for --health-secs) and prints its p99 and its
 slowest call per round: the latency of everything else while one client
-stores large values. Stops
-everything it started, by PID.
+stores large values. --register-too also has a local client (libpeercache,
+python/peercache/client.py, on the node's Unix socket) create and remove
+a shared region of --register-mb in a loop over the same window, each
+first used by a set of one 4 KiB page (when libpeercache registers it with
+the node, which maps it on its offload thread), and prints the p50, p99
+and slowest of those creations with their first set, and the large blocks
+the node unmapped off its loop meanwhile. Stops everything it started, by PID.
 
   bench/kvset_ab.py --node before=/tmp/before/build/server/peercached \\
                     --node after=build/server/peercached
@@ -64,6 +69,11 @@ def main():
                     help="node.health p99 on 2 more connections during the calls (pc-loadgen)")
     ap.add_argument("--health-secs", type=float, default=1.5,
                     help="--health-too's measured window, s (default 1.5; within the calls)")
+    ap.add_argument("--register-too", action="store_true",
+                    help="a local client creating and removing a region in a loop during "
+                         "the calls; the p50/p99/slowest creation with its first set (libpeercache)")
+    ap.add_argument("--register-mb", type=int, default=4,
+                    help="--register-too's region size, MiB (default 4)")
     build = os.environ.get("PEERCACHE_BUILD_DIR", "build")
     ap.add_argument("--loadgen", default=os.path.join(build, "bench", "pc-loadgen"))
     a = ap.parse_args()
@@ -72,8 +82,16 @@ def main():
     procs = []
 
     try:
-        ports = [start_node(work, procs, b, k, 1024, faulted=True)
+        socks_path = [os.path.join(work, "node%d.sock" % k) if a.register_too else ""
+                      for k in range(len(nodes))]
+        ports = [start_node(work, procs, b, k, 1024, faulted=True, unix_socket=socks_path[k])
                  for k, (_, b) in enumerate(nodes)]
+        if a.register_too:
+            sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                            "..", "python"))
+            os.environ.setdefault("PEERCACHE_LIBRARY",
+                                  os.path.join(build, "client", "libpeercache.so.0"))
+            from peercache.client import Client
         values = [os.urandom(a.size) for _ in range(a.values)]
         seq = 0
         res = {n: [] for n, _ in nodes}
@@ -90,6 +108,28 @@ def main():
                 lg = []
                 failed = []
                 seq += 1
+                calls_over = threading.Event()
+                regs = []
+
+                def registrar(path=socks_path[k], name=name, rnd=seq):
+                    cl = Client(path)
+                    try:
+                        n = 0
+                        while not calls_over.is_set():
+                            # libpeercache registers a region with the node
+                            # on its first use: time that first set.
+                            t = time.monotonic()
+                            rid, _ = cl.region_create(a.register_mb << 20)
+                            ok = cl.set(rid, [b"kvset-ab-reg-%d-%d" % (rnd, n)], [0], [4096])
+                            regs.append((time.monotonic() - t) * 1000)
+                            cl.region_remove(rid)
+                            n += 1
+                            if ok != [True]:
+                                raise RuntimeError("set after the register: %r" % (ok,))
+                    except Exception as e:  # a measurement: name the failure, stop the run
+                        failed.append("%s: region_create failed: %s" % (name, e))
+                    finally:
+                        cl.close()
 
                 def client(c, sock, rnd=seq, name=name, rport=rport):
                     unpacker = msgpack.Unpacker(raw=False)
@@ -97,6 +137,9 @@ def main():
                         if c == 0 and i == 1 and a.health_too:
                             lg.append(health_start(a.loadgen, rport, a.health_secs,
                                                    warmup=0.2))
+                        if c == 0 and i == 1 and a.register_too:
+                            reg.append(threading.Thread(target=registrar))
+                            reg[0].start()
                         keys = ["kvset-ab-%d-%d-%d-%d" % (rnd, c, i, j)
                                 for j in range(a.values)]
                         t = time.monotonic()
@@ -106,11 +149,15 @@ def main():
                             failed.append("%s: kv.set failed: %r" % (name, msg[2]))
                             return
 
+                reg = []
                 threads = [threading.Thread(target=client, args=(c, sk))
                            for c, sk in enumerate(socks)]
                 for t in threads:
                     t.start()
                 for t in threads:
+                    t.join()
+                calls_over.set()
+                for t in reg:
                     t.join()
                 for sk in socks:
                     sk.close()
@@ -118,23 +165,36 @@ def main():
                     sys.exit(failed[0])
                 lg = lg[0] if lg else None
                 d = load_delta(s0, reactor_load(mport))
+                if a.register_too and not regs:
+                    sys.exit("%s: no region was created during the calls" % name)
+                regs.sort()
                 res[name].append((d[0], d[1], d[2], statistics.median(times),
-                                  health_end(lg) if lg else None))
+                                  d[4],
+                                  health_end(lg) if lg else None,
+                                  (regs[len(regs) // 2], regs[min(len(regs) - 1,
+                                                                  len(regs) * 99 // 100)],
+                                   regs[-1], len(regs), d[3]) if regs else None))
         mib = a.size * a.values / (1 << 20)
         print("kv.set of %d x %d KiB (%.0f MiB) per call, %d calls per round on each of "
               "%d connection(s), %d rounds"
               % (a.values, a.size // 1024, mib, a.calls, a.conns, a.rounds))
         for name, _ in nodes:
-            print("  %-10s stalls per round %s; CPU-bound %s; longest loop iteration "
-                  "<= ms %s; median call ms %s" % (
+            print("  %-10s stalls per round %s; CPU-bound %s; slept in the kernel %s; "
+                  "longest loop iteration <= ms %s; median call ms %s" % (
                       name, " ".join(str(x[0]) for x in res[name]),
                       " ".join(str(x[1]) for x in res[name]),
+                      " ".join(str(x[4]) for x in res[name]),
                       " ".join("%g" % (x[2] * 1000) for x in res[name]),
                       " ".join("%.0f" % x[3] for x in res[name])))
             if a.health_too:
                 print("  %-10s node.health per round, p99 ms %s; slowest ms %s" % (
-                    name, " ".join("%.2f" % x[4][0] for x in res[name]),
-                    " ".join("%.2f" % x[4][1] for x in res[name])))
+                    name, " ".join("%.2f" % x[5][0] for x in res[name]),
+                    " ".join("%.2f" % x[5][1] for x in res[name])))
+            if a.register_too:
+                print("  %-10s region_create of %d MiB + first set, per round (count; blocks "
+                      "unmapped off the loop): p50/p99/slowest ms %s" % (
+                          name, a.register_mb,
+                          " ".join("%.2f/%.2f/%.2f (%d; %d)" % x[6] for x in res[name])))
     finally:
         stop_all(work, procs)
 

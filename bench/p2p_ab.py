@@ -78,14 +78,14 @@ def node_specs(ap, specs):
     return nodes
 
 
-def start_node(work, procs, binary, k, pool_mb, faulted=False):
+def start_node(work, procs, binary, k, pool_mb, faulted=False, unix_socket=""):
     """A peercached of binary (2 reactor threads, loopback, every port its
-    own, reactor_stall_cpu_clock), added to procs, its log in work: its
-    (rpc port, metrics port) once it listens (faulted: and its pool is
-    faulted in)."""
+    own, reactor_stall_cpu_clock; a Unix socket only when unix_socket names
+    one), added to procs, its log in work: its (rpc port, metrics port) once
+    it listens (faulted: and its pool is faulted in)."""
     log = open(os.path.join(work, "node%d.log" % k), "w+")
     p = subprocess.Popen([binary, "--bind", "127.0.0.1", "--rpc-port", "0", "--data-port", "0",
-                          "--meta-port", "0", "--metrics-port", "0", "--socket", "",
+                          "--meta-port", "0", "--metrics-port", "0", "--socket", unix_socket,
                           "--threads", "2", "--pool-size", "%dmb" % pool_mb,
                           "--log-level", "info", "--reactor-stall-cpu-clock", "true"],
                          stdout=log, stderr=subprocess.STDOUT)
@@ -122,7 +122,9 @@ def stop_all(work, procs):
 
 def reactor_load(mport):
     """What the node's reactors counted so far: [stalls, CPU-bound stalls,
-    {le: loop iterations at most le seconds}] (all reactors together)."""
+    {le: loop iterations at most le seconds}, large blocks unmapped on the
+    offload thread, stalls in which the reactor slept in the kernel] (all
+    reactors together)."""
     with socket.create_connection(("127.0.0.1", mport), timeout=5) as c:
         c.sendall(b"GET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n")
         data = b""
@@ -131,10 +133,12 @@ def reactor_load(mport):
             if not b:
                 break
             data += b
-    out = [0, 0, {}]
+    out = [0, 0, {}, 0, 0]
     for line in data.decode().splitlines():
-        for i, name in enumerate(("peercache_reactor_stalls_total{",
-                                  "peercache_reactor_stalls_cpu_total{")):
+        for i, name in ((0, "peercache_reactor_stalls_total{"),
+                        (1, "peercache_reactor_stalls_cpu_total{"),
+                        (3, "peercache_reactor_blocks_unmapped_off_total{"),
+                        (4, "peercache_reactor_stalls_blocked_total{")):
             if line.startswith(name):
                 out[i] += int(float(line.rsplit(" ", 1)[1]))
         m = re.match(r'peercache_reactor_iteration_hist_seconds_bucket\{.*le="([^"]+)"\} (\S+)', line)
@@ -146,11 +150,12 @@ def reactor_load(mport):
 
 def load_delta(a, b):
     """b - a of reactor_load: [stalls, CPU-bound, longest iteration's
-    bucket bound in seconds (inf: over the last finite one)]."""
+    bucket bound in seconds (inf: over the last finite one), blocks
+    unmapped off the loop, stalls that slept]."""
     grew = [le for le in b[2] if b[2][le] - a[2].get(le, 0) !=
             b[2].get(float("inf"), 0) - a[2].get(float("inf"), 0)]
     longest = min((le for le in b[2] if le not in grew), default=float("inf"))
-    return [b[0] - a[0], b[1] - a[1], longest]
+    return [b[0] - a[0], b[1] - a[1], longest, b[3] - a[3], b[4] - a[4]]
 
 
 def health_start(loadgen, port, duration, warmup="1"):
