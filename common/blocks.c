@@ -54,6 +54,16 @@ void pc_block_free(struct pc_block *b)
 	*b = (struct pc_block){0};
 }
 
+void pc_block_free_sliced(struct pc_block *b)
+{
+	if (b->p && b->cap >= PC_BLOCK_MAP_MIN)
+		for (uint64_t at = 0; at < b->cap; at += PC_BLOCK_FREE_SLICE)
+			madvise(b->p + at, PC_MIN(PC_BLOCK_FREE_SLICE,
+						  b->cap - at),
+				MADV_DONTNEED);
+	pc_block_free(b);
+}
+
 bool pc_block_grow(struct pc_block *b, uint64_t bytes)
 {
 	if (bytes <= b->cap)

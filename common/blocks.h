@@ -94,6 +94,14 @@ void pc_blocks_drop(struct pc_blocks *c);
 /* Free a block (taken, not kept) and empty it. NULL p: nothing. A block's
  * memory is freed only here (or through a cache): never with free(). */
 void pc_block_free(struct pc_block *b);
+/* pc_block_free for a thread that may take its time (an offload thread):
+ * a mapped block's pages are given back PC_BLOCK_FREE_SLICE at a time
+ * (MADV_DONTNEED) before the now empty range is unmapped, so that no call
+ * holds the process's mmap lock for the whole teardown. One munmap of 32
+ * MiB of written pages held it 2-7 ms, and a reactor growing a block
+ * (mprotect) waited that long for it. */
+void pc_block_free_sliced(struct pc_block *b);
+#define PC_BLOCK_FREE_SLICE (256ull << 10)
 /* Make b hold at least bytes, keeping its contents, without copying them:
  * in place up to PC_BLOCK_RESERVE (mprotect), moved past it (mremap); the
  * new pages are faulted in as they are first written. Only a mapped block

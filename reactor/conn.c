@@ -243,7 +243,7 @@ struct block_unmap {
 
 static void unmap_work(struct rx_offload *o)
 {
-	pc_block_free(&((struct block_unmap *)o)->b);
+	pc_block_free_sliced(&((struct block_unmap *)o)->b);
 }
 
 static void unmap_done(struct rx_reactor *r, struct rx_offload *o)

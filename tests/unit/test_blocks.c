@@ -326,6 +326,36 @@ Test(blocks, a_block_grows_in_its_reservation_without_moving)
 	cr_assert_eq(c.reserve, PC_BLOCK_RESERVE, "drop keeps the reserve");
 }
 
+/* Freed a slice at a time (an offload thread's way), a mapped block leaves
+ * nothing of its reservation mapped and is emptied, as pc_block_free
+ * leaves it; a heap block is freed. (That no call holds the mmap lock
+ * long is a matter of time: bench/unmap_bench.c measures it.) */
+Test(blocks, a_block_freed_in_slices_leaves_nothing_mapped)
+{
+	char pr[5];
+	struct pc_blocks c = {.reserve = PC_BLOCK_RESERVE};
+	struct pc_block b = {0};
+	uint8_t *p = pc_blocks_take(&c, 2 * MB, &b);
+	cr_assert(p && pc_block_grow(&b, 5 * MB + 4096));
+	memset(p, 0x7e, b.cap);
+	uint64_t cap = b.cap;
+	pc_block_free_sliced(&b);
+	cr_assert_null(b.p);
+	cr_assert_eq(b.cap, 0);
+	cr_assert_eq(b.res, 0);
+	cr_assert_str_eq(prot_at(p, pr), "", "the block is still mapped");
+	cr_assert_str_eq(prot_at(p + cap - 1, pr), "");
+	cr_assert_str_eq(prot_at(p + PC_BLOCK_RESERVE - 1, pr), "",
+			 "its reservation is still mapped");
+
+	struct pc_blocks heap = {0};
+	cr_assert_not_null(pc_blocks_take(&heap, 4096, &b));
+	cr_assert_eq(b.res, 0, "a small block comes from the heap");
+	pc_block_free_sliced(&b);
+	cr_assert_null(b.p);
+	pc_block_free_sliced(&b); /* an empty one: nothing */
+}
+
 /* A new mapped block is fresh until it comes back from a cache; faulted in
  * (off the reactor, by its user), writing it then faults no page of its
  * own, where writing a fresh one faults each (measured side by side: the
