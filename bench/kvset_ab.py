@@ -173,17 +173,20 @@ def main():
                                   health_end(lg) if lg else None,
                                   (regs[len(regs) // 2], regs[min(len(regs) - 1,
                                                                   len(regs) * 99 // 100)],
-                                   regs[-1], len(regs), d[3]) if regs else None))
+                                   regs[-1], len(regs), d[3]) if regs else None,
+                                  d[3]))
         mib = a.size * a.values / (1 << 20)
         print("kv.set of %d x %d KiB (%.0f MiB) per call, %d calls per round on each of "
               "%d connection(s), %d rounds"
               % (a.values, a.size // 1024, mib, a.calls, a.conns, a.rounds))
         for name, _ in nodes:
             print("  %-10s stalls per round %s; CPU-bound %s; slept in the kernel %s; "
+                  "blocks unmapped off the loop %s; "
                   "longest loop iteration <= ms %s; median call ms %s" % (
                       name, " ".join(str(x[0]) for x in res[name]),
                       " ".join(str(x[1]) for x in res[name]),
                       " ".join(str(x[4]) for x in res[name]),
+                      " ".join(str(x[7]) for x in res[name]),
                       " ".join("%g" % (x[2] * 1000) for x in res[name]),
                       " ".join("%.0f" % x[3] for x in res[name])))
             if a.health_too:

@@ -38,7 +38,13 @@
 #include <stdint.h>
 
 #define PC_BLOCKS_KEEP 4                  /* blocks a cache keeps */
-#define PC_BLOCKS_KEEP_BYTES (64ull << 20) /* ... of at most this much */
+/* ... of at most 64 MiB of payload, and room for a message's framing on
+ * each: a kv.set of 8 x 4 MiB is 32 MiB and a few hundred bytes, 32 MiB +
+ * 4 KiB once rounded to pages, and a cap of 64 MiB flat kept only one of
+ * two such buffers (the other was unmapped, the next one faulted in
+ * again). */
+#define PC_BLOCK_FRAMING (64ull << 10)
+#define PC_BLOCKS_KEEP_BYTES ((64ull << 20) + PC_BLOCKS_KEEP * PC_BLOCK_FRAMING)
 #define PC_BLOCK_SET_MAX 3                /* blocks in one set */
 #define PC_BLOCK_MAP_MIN (1ull << 20)     /* blocks this large are mapped:
 					   * they can grow in place */

@@ -124,6 +124,22 @@ Test(blocks, keeps_at_most_its_blocks_and_bytes)
 	cr_assert_eq(c.kept, 0);
 }
 
+/* Two messages of 32 MiB of pages each, framing included (32 MiB + 4 KiB
+ * once rounded to pages), are both kept: their framing does not count
+ * against the 64 MiB of payload a cache keeps. */
+Test(blocks, two_half_cap_messages_with_their_framing_are_both_kept)
+{
+	struct pc_blocks c = {0};
+	struct pc_block a = {0}, b = {0};
+	cr_assert_not_null(pc_blocks_take(&c, 32 * MB + 300, &a));
+	cr_assert_not_null(pc_blocks_take(&c, 32 * MB + 300, &b));
+	cr_assert_eq(a.cap, 32 * MB + 4096, "rounded up to a page");
+	pc_blocks_put(&c, &a);
+	pc_blocks_put(&c, &b);
+	cr_assert_eq(kept_blocks(&c), 2, "one of the two was let go of");
+	pc_blocks_drop(&c);
+}
+
 /* A mapped block a cache lets go of goes to its drop hook (a reactor's
  * unmaps it off the loop), whole and once; heap blocks are freed. */
 static struct {
