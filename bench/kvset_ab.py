@@ -17,13 +17,17 @@ large input lands in (common/blocks.h). --health-too also runs pc-loadgen's
 node.health on 2 more connections of the node during each round's calls
 (from the first call's end, for --health-secs) and prints its p99 and its
 slowest call per round: the latency of everything else while one client
-stores large values. --register-too also has a local client (libpeercache,
+stores large values. Per round it also prints the stalls in which a reactor
+slept in the kernel (peercache_reactor_stalls_blocked_total) and the large
+blocks the node unmapped off its loop
+(peercache_reactor_blocks_unmapped_off_total); "-" for a build without
+them. --register-too also has a local client (libpeercache,
 python/peercache/client.py, on the node's Unix socket) create and remove
 a shared region of --register-mb in a loop over the same window, each
 first used by a set of one 4 KiB page (when libpeercache registers it with
 the node, which maps it on its offload thread), and prints the p50, p99
-and slowest of those creations with their first set, and the large blocks
-the node unmapped off its loop meanwhile. Stops everything it started, by PID.
+(with more than 100 of them; "-" otherwise) and slowest of those
+creations with their first set. Stops everything it started, by PID.
 
   bench/kvset_ab.py --node before=/tmp/before/build/server/peercached \\
                     --node after=build/server/peercached
@@ -44,6 +48,11 @@ import msgpack
 
 from p2p_ab import (health_end, health_start, load_delta, reactor_load, set_args, set_specs,
                     start_node, stop_all)
+
+
+def opt(v):
+    """A count, or "-" for a metric the node's build does not have."""
+    return "-" if v is None else str(v)
 
 
 def call(sock, unpacker, msgid, method, params):
@@ -77,6 +86,8 @@ def main():
     build = os.environ.get("PEERCACHE_BUILD_DIR", "build")
     ap.add_argument("--loadgen", default=os.path.join(build, "bench", "pc-loadgen"))
     a = ap.parse_args()
+    if a.register_too and a.calls < 2:
+        ap.error("--register-too runs from the end of the first call: --calls 2 or more")
     nodes = set_specs(ap, a)
     work = tempfile.mkdtemp(prefix="pc-kvset-ab-")
     procs = []
@@ -112,24 +123,30 @@ def main():
                 regs = []
 
                 def registrar(path=socks_path[k], name=name, rnd=seq):
-                    cl = Client(path)
+                    cl, step = None, "opening a client"
                     try:
+                        cl = Client(path)
                         n = 0
                         while not calls_over.is_set():
                             # libpeercache registers a region with the node
                             # on its first use: time that first set.
                             t = time.monotonic()
+                            step = "region_create"
                             rid, _ = cl.region_create(a.register_mb << 20)
+                            step = "the first set"
                             ok = cl.set(rid, [b"kvset-ab-reg-%d-%d" % (rnd, n)], [0], [4096])
-                            regs.append((time.monotonic() - t) * 1000)
+                            took = (time.monotonic() - t) * 1000
+                            if ok != [True]:
+                                raise RuntimeError("the node refused the page: %r" % (ok,))
+                            regs.append(took)
+                            step = "region_remove"
                             cl.region_remove(rid)
                             n += 1
-                            if ok != [True]:
-                                raise RuntimeError("set after the register: %r" % (ok,))
                     except Exception as e:  # a measurement: name the failure, stop the run
-                        failed.append("%s: region_create failed: %s" % (name, e))
+                        failed.append("%s: the local client failed at %s: %s" % (name, step, e))
                     finally:
-                        cl.close()
+                        if cl:
+                            cl.close()
 
                 def client(c, sock, rnd=seq, name=name, rport=rport):
                     unpacker = msgpack.Unpacker(raw=False)
@@ -168,12 +185,13 @@ def main():
                 if a.register_too and not regs:
                     sys.exit("%s: no region was created during the calls" % name)
                 regs.sort()
+                # A p99 needs more than 100 samples; with fewer it would be the slowest.
                 res[name].append((d[0], d[1], d[2], statistics.median(times),
                                   d[4],
                                   health_end(lg) if lg else None,
-                                  (regs[len(regs) // 2], regs[min(len(regs) - 1,
-                                                                  len(regs) * 99 // 100)],
-                                   regs[-1], len(regs), d[3]) if regs else None,
+                                  (regs[len(regs) // 2],
+                                   regs[len(regs) * 99 // 100] if len(regs) > 100 else None,
+                                   regs[-1], len(regs)) if regs else None,
                                   d[3]))
         mib = a.size * a.values / (1 << 20)
         print("kv.set of %d x %d KiB (%.0f MiB) per call, %d calls per round on each of "
@@ -185,8 +203,8 @@ def main():
                   "longest loop iteration <= ms %s; median call ms %s" % (
                       name, " ".join(str(x[0]) for x in res[name]),
                       " ".join(str(x[1]) for x in res[name]),
-                      " ".join(str(x[4]) for x in res[name]),
-                      " ".join(str(x[7]) for x in res[name]),
+                      " ".join(opt(x[4]) for x in res[name]),
+                      " ".join(opt(x[7]) for x in res[name]),
                       " ".join("%g" % (x[2] * 1000) for x in res[name]),
                       " ".join("%.0f" % x[3] for x in res[name])))
             if a.health_too:
@@ -194,10 +212,12 @@ def main():
                     name, " ".join("%.2f" % x[5][0] for x in res[name]),
                     " ".join("%.2f" % x[5][1] for x in res[name])))
             if a.register_too:
-                print("  %-10s region_create of %d MiB + first set, per round (count; blocks "
-                      "unmapped off the loop): p50/p99/slowest ms %s" % (
+                print("  %-10s region_create of %d MiB + first set, per round (count): "
+                      "p50/p99/slowest ms %s" % (
                           name, a.register_mb,
-                          " ".join("%.2f/%.2f/%.2f (%d; %d)" % x[6] for x in res[name])))
+                          " ".join("%.2f/%s/%.2f (%d)" % (
+                              x[6][0], "-" if x[6][1] is None else "%.2f" % x[6][1],
+                              x[6][2], x[6][3]) for x in res[name])))
     finally:
         stop_all(work, procs)
 

@@ -133,14 +133,14 @@ def reactor_load(mport):
             if not b:
                 break
             data += b
-    out = [0, 0, {}, 0, 0]
+    out = [0, 0, {}, None, None]
     for line in data.decode().splitlines():
         for i, name in ((0, "peercache_reactor_stalls_total{"),
                         (1, "peercache_reactor_stalls_cpu_total{"),
                         (3, "peercache_reactor_blocks_unmapped_off_total{"),
                         (4, "peercache_reactor_stalls_blocked_total{")):
             if line.startswith(name):
-                out[i] += int(float(line.rsplit(" ", 1)[1]))
+                out[i] = (out[i] or 0) + int(float(line.rsplit(" ", 1)[1]))
         m = re.match(r'peercache_reactor_iteration_hist_seconds_bucket\{.*le="([^"]+)"\} (\S+)', line)
         if m:
             le = float(m.group(1))
@@ -151,11 +151,14 @@ def reactor_load(mport):
 def load_delta(a, b):
     """b - a of reactor_load: [stalls, CPU-bound, longest iteration's
     bucket bound in seconds (inf: over the last finite one), blocks
-    unmapped off the loop, stalls that slept]."""
+    unmapped off the loop, stalls that slept (None: a build without the
+    metric)]."""
     grew = [le for le in b[2] if b[2][le] - a[2].get(le, 0) !=
             b[2].get(float("inf"), 0) - a[2].get(float("inf"), 0)]
     longest = min((le for le in b[2] if le not in grew), default=float("inf"))
-    return [b[0] - a[0], b[1] - a[1], longest, b[3] - a[3], b[4] - a[4]]
+    def diff(i):
+        return None if a[i] is None or b[i] is None else b[i] - a[i]
+    return [b[0] - a[0], b[1] - a[1], longest, diff(3), diff(4)]
 
 
 def health_start(loadgen, port, duration, warmup="1"):

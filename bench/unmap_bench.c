@@ -10,14 +10,16 @@
  * (mprotect to PROT_NONE), timing each call: both calls take the
  * process's mmap lock for writing, so they wait while the freer holds it.
  * Rounds rotate the freer's ways: `whole` (one munmap, pc_block_free),
- * `sliced` (pc_block_free_sliced: MADV_DONTNEED a slice at a time, then
- * munmap of the empty range) and, for the floor, `kept` (it writes one
+ * `sliced` by each --slices size (pc_block_drop_pages: MADV_DONTNEED a
+ * slice at a time, then munmap of the empty range, as pc_block_free_sliced
+ * does with PC_BLOCK_FREE_SLICE) and, for the floor, `kept` (it writes one
  * block over and over and frees nothing: what is left is the machine, a
  * preempted thread). Per mode, medians over the rounds: the reactor's
  * calls' p50/p99/p99.9/max in µs, calls over 0.5 ms, and the blocks
  * written (and freed) per second.
  *
  *   pc-unmap-bench [--rounds N] [--seconds S] [--block-mb M]
+ *                  [--slices KIB,...]
  */
 #include <errno.h>
 #include <pthread.h>
@@ -29,14 +31,14 @@
 #include "common/blocks.h"
 #include "common/util.h"
 
-enum mode { KEEP, WHOLE, SLICED, MODES };
-static const char *const mode_name[MODES] = {"kept (the floor)", "whole",
-					     "sliced"};
+enum { MODES_MAX = 8 };
+#define KEEP UINT64_MAX /* a mode's slice: free nothing */
+#define WHOLE 0         /* ... one munmap */
 
 struct run {
-	enum mode mode;
+	uint64_t slice; /* KEEP, WHOLE, or MADV_DONTNEED slices of this */
 	uint64_t block;
-	volatile bool stop;
+	bool stop;      /* __atomic */
 	uint64_t freed;
 };
 
@@ -45,17 +47,18 @@ static void *freer_main(void *arg)
 	struct run *r = arg;
 	struct pc_blocks c = {.reserve = PC_BLOCK_RESERVE};
 	struct pc_block b = {0};
-	while (!r->stop) {
+	while (!__atomic_load_n(&r->stop, __ATOMIC_ACQUIRE)) {
 		if (!b.p && (!pc_blocks_take(&c, PC_BLOCK_MAP_MIN, &b) ||
 			     !pc_block_grow(&b, r->block))) {
 			fprintf(stderr, "pc-unmap-bench: out of memory\n");
 			exit(1);
 		}
 		memset(b.p, 0x5a, r->block);
-		if (r->mode == SLICED)
-			pc_block_free_sliced(&b);
-		else if (r->mode == WHOLE)
+		if (r->slice != KEEP) {
+			if (r->slice != WHOLE)
+				pc_block_drop_pages(&b, r->slice);
 			pc_block_free(&b);
+		}
 		r->freed++;
 	}
 	pc_block_free(&b);
@@ -70,7 +73,7 @@ static int cmp_u64(const void *a, const void *b)
 
 enum { STATS = 6 }; /* p50, p99, p99.9, max (µs), over 0.5 ms, freed/s */
 
-static void one_round(enum mode mode, double seconds, uint64_t block,
+static void one_round(uint64_t slice, double seconds, uint64_t block,
 		      double out[STATS])
 {
 	size_t cap = 1u << 22, n = 0;
@@ -81,7 +84,7 @@ static void one_round(enum mode mode, double seconds, uint64_t block,
 		fprintf(stderr, "pc-unmap-bench: out of memory\n");
 		exit(1);
 	}
-	struct run r = {.mode = mode, .block = block};
+	struct run r = {.slice = slice, .block = block};
 	pthread_t t;
 	if (pthread_create(&t, NULL, freer_main, &r)) {
 		fprintf(stderr, "pc-unmap-bench: cannot start the freer\n");
@@ -99,8 +102,15 @@ static void one_round(enum mode mode, double seconds, uint64_t block,
 		lat[n] = after - now;
 		now = after;
 	}
-	r.stop = true;
+	__atomic_store_n(&r.stop, true, __ATOMIC_RELEASE);
 	pthread_join(t, NULL);
+	if (n == 0) {
+		fprintf(stderr, "pc-unmap-bench: no call was timed\n");
+		exit(1);
+	}
+	if (n == cap)
+		fprintf(stderr, "pc-unmap-bench: the round ended early, after "
+			"%zu calls\n", cap);
 	double took = (double)(pc_now_ns() - t0) / 1e9;
 	munmap(res, 2 * PC_BLOCK_MAP_MIN);
 	qsort(lat, n, sizeof(*lat), cmp_u64);
@@ -133,6 +143,9 @@ int main(int argc, char **argv)
 	int rounds = 5;
 	double seconds = 2;
 	long block_mb = 32;
+	uint64_t slice[MODES_MAX] = {KEEP, WHOLE};
+	int modes = 2;
+	const char *slices = NULL;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--rounds") && i + 1 < argc)
 			rounds = atoi(argv[++i]);
@@ -140,25 +153,43 @@ int main(int argc, char **argv)
 			seconds = atof(argv[++i]);
 		else if (!strcmp(argv[i], "--block-mb") && i + 1 < argc)
 			block_mb = atol(argv[++i]);
+		else if (!strcmp(argv[i], "--slices") && i + 1 < argc)
+			slices = argv[++i];
 		else {
 			fprintf(stderr, "usage: %s [--rounds N (5)] [--seconds S "
-				"(2)] [--block-mb M (32)]\n", argv[0]);
+				"(2)] [--block-mb M (32)] [--slices KIB,... "
+				"(PC_BLOCK_FREE_SLICE)]\n", argv[0]);
 			return strcmp(argv[i], "--help") ? 2 : 0;
 		}
 	}
-	if (rounds < 1 || rounds > 100 || seconds <= 0 || block_mb < 2 ||
-	    (uint64_t)block_mb << 20 > PC_BLOCK_RESERVE) {
-		fprintf(stderr, "pc-unmap-bench: --rounds 1-100, --seconds > 0, "
-			"--block-mb 2-%llu\n",
+	if (!slices)
+		slice[modes++] = PC_BLOCK_FREE_SLICE;
+	for (const char *p = slices; p && *p;) {
+		char *end;
+		long kib = strtol(p, &end, 10);
+		if (end == p || kib < 4 || kib % 4 || kib > (64l << 10) ||
+		    modes == MODES_MAX || (*end && *end != ',')) {
+			fprintf(stderr, "pc-unmap-bench: --slices: up to %d sizes "
+				"in KiB, multiples of 4 up to 65536, by commas\n",
+				MODES_MAX - 2);
+			return 2;
+		}
+		slice[modes++] = (uint64_t)kib << 10;
+		p = *end ? end + 1 : end;
+	}
+	if (rounds < 1 || rounds > 100 || !(seconds >= 0.01 && seconds <= 3600) ||
+	    block_mb < 2 || block_mb > (long)(PC_BLOCK_RESERVE >> 20)) {
+		fprintf(stderr, "pc-unmap-bench: --rounds 1-100, --seconds "
+			"0.01-3600, --block-mb 2-%llu\n",
 			(unsigned long long)(PC_BLOCK_RESERVE >> 20));
 		return 2;
 	}
-	static double v[MODES][STATS][100];
+	static double v[MODES_MAX][STATS][100];
 	for (int k = 0; k < rounds; k++)
-		for (int i = 0; i < MODES; i++) {
-			int m = (k + i) % MODES; /* rotate who goes first */
+		for (int i = 0; i < modes; i++) {
+			int m = (k + i) % modes; /* rotate who goes first */
 			double out[STATS];
-			one_round((enum mode)m, seconds, (uint64_t)block_mb << 20,
+			one_round(slice[m], seconds, (uint64_t)block_mb << 20,
 				  out);
 			for (int s = 0; s < STATS; s++)
 				v[m][s][k] = out[s];
@@ -169,11 +200,20 @@ int main(int argc, char **argv)
 	printf("| freeing | p50 us | p99 us | p99.9 us | max us | over 0.5 ms "
 	       "| blocks written (and freed)/s |\n"
 	       "|---|---|---|---|---|---|---|\n");
-	for (int m = 0; m < MODES; m++)
+	for (int m = 0; m < modes; m++) {
+		char name[48];
+		if (slice[m] == KEEP)
+			snprintf(name, sizeof(name), "kept (the floor)");
+		else if (slice[m] == WHOLE)
+			snprintf(name, sizeof(name), "whole");
+		else
+			snprintf(name, sizeof(name), "sliced, %llu KiB",
+				 (unsigned long long)(slice[m] >> 10));
 		printf("| %s | %.1f | %.1f | %.1f | %.0f | %.0f | %.0f |\n",
-		       mode_name[m], median(v[m][0], rounds),
+		       name, median(v[m][0], rounds),
 		       median(v[m][1], rounds), median(v[m][2], rounds),
 		       median(v[m][3], rounds), median(v[m][4], rounds),
 		       median(v[m][5], rounds));
+	}
 	return 0;
 }

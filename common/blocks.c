@@ -54,13 +54,20 @@ void pc_block_free(struct pc_block *b)
 	*b = (struct pc_block){0};
 }
 
+void pc_block_drop_pages(struct pc_block *b, uint64_t slice)
+{
+	PC_ASSERT(slice > 0);
+	if (!b->p || b->cap < PC_BLOCK_MAP_MIN)
+		return;
+	/* Slices end on multiples of slice from the block's start (a mapped
+	 * block starts on a huge-page boundary when the kernel aligns it). */
+	for (uint64_t at = 0; at < b->cap; at += slice)
+		madvise(b->p + at, PC_MIN(slice, b->cap - at), MADV_DONTNEED);
+}
+
 void pc_block_free_sliced(struct pc_block *b)
 {
-	if (b->p && b->cap >= PC_BLOCK_MAP_MIN)
-		for (uint64_t at = 0; at < b->cap; at += PC_BLOCK_FREE_SLICE)
-			madvise(b->p + at, PC_MIN(PC_BLOCK_FREE_SLICE,
-						  b->cap - at),
-				MADV_DONTNEED);
+	pc_block_drop_pages(b, PC_BLOCK_FREE_SLICE);
 	pc_block_free(b);
 }
 

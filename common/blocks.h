@@ -50,6 +50,11 @@
 					   * they can grow in place */
 #define PC_BLOCK_RESERVE (64ull << 20)    /* ... up to this much without
 					   * moving */
+/* pc_block_free_sliced's step: short enough that no madvise holds the mmap
+ * lock long, long enough that a 32 MiB block costs the reactors' CPUs few
+ * TLB shootdowns (one per call), and a whole transparent huge page, so
+ * that where THP is always on no slice splits one (bench/unmap_bench.c). */
+#define PC_BLOCK_FREE_SLICE (2ull << 20)
 
 struct pc_block {
 	uint8_t *p;   /* NULL: none */
@@ -102,12 +107,15 @@ void pc_blocks_drop(struct pc_blocks *c);
 void pc_block_free(struct pc_block *b);
 /* pc_block_free for a thread that may take its time (an offload thread):
  * a mapped block's pages are given back PC_BLOCK_FREE_SLICE at a time
- * (MADV_DONTNEED) before the now empty range is unmapped, so that no call
- * holds the process's mmap lock for the whole teardown. One munmap of 32
- * MiB of written pages held it 2-7 ms, and a reactor growing a block
- * (mprotect) waited that long for it. */
+ * (pc_block_drop_pages) before the now empty range is unmapped, so that no
+ * call holds the process's mmap lock for the whole teardown: one munmap of
+ * 32 MiB of written pages held it 2-7 ms (perf trace, under load), and a
+ * reactor growing a block (mprotect) waited for it. */
 void pc_block_free_sliced(struct pc_block *b);
-#define PC_BLOCK_FREE_SLICE (256ull << 10)
+/* Give a mapped block's pages [p, p + cap) back to the kernel, slice bytes
+ * (a multiple of the page size) at a time (MADV_DONTNEED): the block stays
+ * mapped and reads zeros. A heap block or an empty one: nothing. */
+void pc_block_drop_pages(struct pc_block *b, uint64_t slice);
 /* Make b hold at least bytes, keeping its contents, without copying them:
  * in place up to PC_BLOCK_RESERVE (mprotect), moved past it (mremap); the
  * new pages are faulted in as they are first written. Only a mapped block

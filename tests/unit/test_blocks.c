@@ -6,10 +6,14 @@
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include "common/blocks.h"
+#include "common/util.h"
 
 #define MB (1ull << 20)
 
@@ -125,8 +129,9 @@ Test(blocks, keeps_at_most_its_blocks_and_bytes)
 }
 
 /* Two messages of 32 MiB of pages each, framing included (32 MiB + 4 KiB
- * once rounded to pages), are both kept: their framing does not count
- * against the 64 MiB of payload a cache keeps. */
+ * once rounded to pages), are both kept: the cap has 64 KiB of slack for
+ * each block it keeps over its 64 MiB of payload. A third is let go of:
+ * the slack is not a second cap. */
 Test(blocks, two_half_cap_messages_with_their_framing_are_both_kept)
 {
 	struct pc_blocks c = {0};
@@ -137,6 +142,11 @@ Test(blocks, two_half_cap_messages_with_their_framing_are_both_kept)
 	pc_blocks_put(&c, &a);
 	pc_blocks_put(&c, &b);
 	cr_assert_eq(kept_blocks(&c), 2, "one of the two was let go of");
+	struct pc_block third = {0};
+	cr_assert_not_null(pc_blocks_take(NULL, 32 * MB + 300, &third));
+	pc_blocks_put(&c, &third);
+	cr_assert_eq(kept_blocks(&c), 2, "a third one was kept");
+	cr_assert_eq(c.kept, 2 * (32 * MB + 4096));
 	pc_blocks_drop(&c);
 }
 
@@ -342,10 +352,67 @@ Test(blocks, a_block_grows_in_its_reservation_without_moving)
 	cr_assert_eq(c.reserve, PC_BLOCK_RESERVE, "drop keeps the reserve");
 }
 
+/* Pages of [p, p + len) resident in memory (mincore). */
+static uint64_t resident_pages(const uint8_t *p, uint64_t len)
+{
+	long pg = sysconf(_SC_PAGESIZE);
+	uint64_t n = len / (uint64_t)pg, in = 0;
+	unsigned char *v = malloc(n);
+	cr_assert_not_null(v);
+	cr_assert_eq(mincore((void *)p, len, v), 0);
+	for (uint64_t i = 0; i < n; i++)
+		in += v[i] & 1;
+	free(v);
+	return in;
+}
+
+/* A block's pages given back a slice at a time are all gone from memory,
+ * whatever the slice, and the block stays mapped, reading zeros; a page
+ * mapped right past its end keeps its bytes. (That no call holds
+ * the mmap lock long is a matter of time: bench/unmap_bench.c.) */
+Test(blocks, dropped_pages_are_given_back_and_nothing_else)
+{
+	char pr[5];
+	const uint64_t slices[] = {4096, 256 << 10, PC_BLOCK_FREE_SLICE,
+				   3 * MB};
+	for (unsigned k = 0; k < PC_ARRAY_LEN(slices); k++) {
+		struct pc_blocks c = {.reserve = PC_BLOCK_RESERVE};
+		struct pc_block b = {0};
+		uint8_t *p = pc_blocks_take(&c, 2 * MB, &b);
+		cr_assert(p && pc_block_grow(&b, 5 * MB + 4096));
+		/* The neighbour: a written page right past cap, in place of
+		 * the reservation's (the block's own address space, so it is
+		 * ours to put there). */
+		uint8_t *next = mmap(p + b.cap, 4096, PROT_READ | PROT_WRITE,
+				     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
+				     -1, 0);
+		cr_assert(next == p + b.cap, "the neighbour could not be placed");
+		next[0] = 0x11;
+		memset(p, 0x7e, b.cap);
+		cr_assert_eq(resident_pages(p, b.cap), b.cap / 4096);
+		pc_block_drop_pages(&b, slices[k]);
+		cr_assert_eq(b.p, p, "the block was freed, not emptied");
+		cr_assert_eq(resident_pages(p, b.cap), 0,
+			     "pages left in memory (slice %llu)",
+			     (unsigned long long)slices[k]);
+		cr_assert_str_eq(prot_at(p + b.cap - 1, pr), "rw-p");
+		cr_assert_eq(p[0], 0);
+		cr_assert_eq(p[b.cap - 1], 0);
+		cr_assert_eq(next[0], 0x11, "the neighbour lost its bytes");
+		pc_block_free(&b); /* the neighbour with the reservation */
+		cr_assert_str_eq(prot_at(next, pr), "");
+	}
+	struct pc_block h = {0};
+	cr_assert_not_null(pc_blocks_take(NULL, 4096, &h));
+	memset(h.p, 0x22, 4096);
+	pc_block_drop_pages(&h, PC_BLOCK_FREE_SLICE);
+	cr_assert_eq(h.p[4095], 0x22, "a heap block's bytes were dropped");
+	pc_block_free(&h);
+}
+
 /* Freed a slice at a time (an offload thread's way), a mapped block leaves
  * nothing of its reservation mapped and is emptied, as pc_block_free
- * leaves it; a heap block is freed. (That no call holds the mmap lock
- * long is a matter of time: bench/unmap_bench.c measures it.) */
+ * leaves it; a heap block is freed. */
 Test(blocks, a_block_freed_in_slices_leaves_nothing_mapped)
 {
 	char pr[5];
