@@ -22,12 +22,13 @@ slept in the kernel (peercache_reactor_stalls_blocked_total) and the large
 blocks the node unmapped off its loop
 (peercache_reactor_blocks_unmapped_off_total); "-" for a build without
 them. --register-too also has a local client (libpeercache,
-python/peercache/client.py, on the node's Unix socket) create and remove
-a shared region of --register-mb in a loop over the same window, each
-first used by a set of one 4 KiB page (when libpeercache registers it with
-the node, which maps it on its offload thread), and prints the p50, p99
-(with more than 100 of them; "-" otherwise) and slowest of those
-creations with their first set. Stops everything it started, by PID.
+python/peercache/client.py, on the node's Unix socket; a process of its
+own, so that it never waits for this one's GIL) create and remove a
+shared region of --register-mb in a loop over the same window, each first
+used by a set of one 4 KiB page (when libpeercache registers it with the
+node, which maps it on its offload thread) and then by a second one, and
+prints the p50, p99 (with more than 100 of them; "-" otherwise) and
+slowest of those creations with their first set, and of the second sets. Stops everything it started, by PID.
 
   bench/kvset_ab.py --node before=/tmp/before/build/server/peercached \\
                     --node after=build/server/peercached
@@ -36,6 +37,7 @@ Only 127.0.0.1 is contacted. A measurement: the exit status does not depend
 on the figures (1 on a failed run, 2 on bad usage).
 """
 import argparse
+import multiprocessing as mp
 import os
 import socket
 import statistics
@@ -48,6 +50,49 @@ import msgpack
 
 from p2p_ab import (health_end, health_start, load_delta, reactor_load, set_args, set_specs,
                     start_node, stop_all)
+
+
+def quantiles(v):
+    """(p50, p99 or None with 100 samples or fewer, slowest, count) of v."""
+    v = sorted(v)
+    return (v[len(v) // 2], v[len(v) * 99 // 100] if len(v) > 100 else None, v[-1], len(v))
+
+
+def register_loop(path, mb, rnd, stop, out):
+    """--register-too's local client, in a process of its own: until stop
+    is set, create a region of mb MiB, time its first set of one 4 KiB page
+    (when libpeercache registers it with the node), then a second set from
+    the registered region, and remove it. Puts ([first set ms], [second set
+    ms], None or what failed) on out."""
+    firsts, seconds, step, cl = [], [], "opening a client", None
+    try:
+        from peercache.client import Client
+        cl = Client(path)
+        n = 0
+        while not stop.is_set():
+            t = time.monotonic()
+            step = "region_create"
+            rid, _ = cl.region_create(mb << 20)
+            step = "the first set"
+            ok = cl.set(rid, [b"kvset-ab-reg-%d-%d" % (rnd, n)], [0], [4096])
+            t2 = time.monotonic()
+            step = "the second set"
+            ok2 = cl.set(rid, [b"kvset-ab-reg2-%d-%d" % (rnd, n)], [8192], [4096])
+            t3 = time.monotonic()
+            if ok != [True] or ok2 != [True]:
+                raise RuntimeError("the node refused a page: %r %r" % (ok, ok2))
+            firsts.append((t2 - t) * 1000)
+            seconds.append((t3 - t2) * 1000)
+            step = "region_remove"
+            cl.region_remove(rid)
+            n += 1
+        step = None
+    except Exception as e:  # a measurement: name the failure, stop the run
+        step = "at %s: %s" % (step, e)
+    finally:
+        if cl:
+            cl.close()
+    out.put((firsts, seconds, step))
 
 
 def opt(v):
@@ -102,7 +147,9 @@ def main():
                                             "..", "python"))
             os.environ.setdefault("PEERCACHE_LIBRARY",
                                   os.path.join(build, "client", "libpeercache.so.0"))
-            from peercache.client import Client
+            # register_loop's process starts afresh (not forked from a
+            # process with threads) with this one's sys.path.
+            mp.set_start_method("spawn")
         values = [os.urandom(a.size) for _ in range(a.values)]
         seq = 0
         res = {n: [] for n, _ in nodes}
@@ -120,33 +167,22 @@ def main():
                 failed = []
                 seq += 1
                 calls_over = threading.Event()
-                regs = []
+                stop_ev = mp.Event()
+                regs, seconds = [], []
 
                 def registrar(path=socks_path[k], name=name, rnd=seq):
-                    cl, step = None, "opening a client"
-                    try:
-                        cl = Client(path)
-                        n = 0
-                        while not calls_over.is_set():
-                            # libpeercache registers a region with the node
-                            # on its first use: time that first set.
-                            t = time.monotonic()
-                            step = "region_create"
-                            rid, _ = cl.region_create(a.register_mb << 20)
-                            step = "the first set"
-                            ok = cl.set(rid, [b"kvset-ab-reg-%d-%d" % (rnd, n)], [0], [4096])
-                            took = (time.monotonic() - t) * 1000
-                            if ok != [True]:
-                                raise RuntimeError("the node refused the page: %r" % (ok,))
-                            regs.append(took)
-                            step = "region_remove"
-                            cl.region_remove(rid)
-                            n += 1
-                    except Exception as e:  # a measurement: name the failure, stop the run
-                        failed.append("%s: the local client failed at %s: %s" % (name, step, e))
-                    finally:
-                        if cl:
-                            cl.close()
+                    # A process of its own: a thread here would wait for
+                    # the GIL while the clients pack 32 MiB.
+                    res_q = mp.Queue()
+                    pr = mp.Process(target=register_loop,
+                                    args=(path, a.register_mb, rnd, stop_ev, res_q))
+                    pr.start()
+                    got = res_q.get()
+                    pr.join()
+                    if got[2]:
+                        failed.append("%s: the local client failed %s" % (name, got[2]))
+                    regs.extend(got[0])
+                    seconds.extend(got[1])
 
                 def client(c, sock, rnd=seq, name=name, rport=rport):
                     unpacker = msgpack.Unpacker(raw=False)
@@ -174,6 +210,7 @@ def main():
                 for t in threads:
                     t.join()
                 calls_over.set()
+                stop_ev.set()
                 for t in reg:
                     t.join()
                 for sk in socks:
@@ -184,14 +221,11 @@ def main():
                 d = load_delta(s0, reactor_load(mport))
                 if a.register_too and not regs:
                     sys.exit("%s: no region was created during the calls" % name)
-                regs.sort()
                 # A p99 needs more than 100 samples; with fewer it would be the slowest.
                 res[name].append((d[0], d[1], d[2], statistics.median(times),
                                   d[4],
                                   health_end(lg) if lg else None,
-                                  (regs[len(regs) // 2],
-                                   regs[len(regs) * 99 // 100] if len(regs) > 100 else None,
-                                   regs[-1], len(regs)) if regs else None,
+                                  quantiles(regs) + quantiles(seconds) if regs else None,
                                   d[3]))
         mib = a.size * a.values / (1 << 20)
         print("kv.set of %d x %d KiB (%.0f MiB) per call, %d calls per round on each of "
@@ -212,12 +246,13 @@ def main():
                     name, " ".join("%.2f" % x[5][0] for x in res[name]),
                     " ".join("%.2f" % x[5][1] for x in res[name])))
             if a.register_too:
-                print("  %-10s region_create of %d MiB + first set, per round (count): "
-                      "p50/p99/slowest ms %s" % (
-                          name, a.register_mb,
-                          " ".join("%.2f/%s/%.2f (%d)" % (
-                              x[6][0], "-" if x[6][1] is None else "%.2f" % x[6][1],
-                              x[6][2], x[6][3]) for x in res[name])))
+                for what, o in (("region_create of %d MiB + first set" % a.register_mb, 0),
+                                ("a set on a registered region", 4)):
+                    print("  %-10s %s, per round (count): p50/p99/slowest ms %s" % (
+                        name, what,
+                        " ".join("%.2f/%s/%.2f (%d)" % (
+                            x[6][o], "-" if x[6][o + 1] is None else "%.2f" % x[6][o + 1],
+                            x[6][o + 2], x[6][o + 3]) for x in res[name])))
     finally:
         stop_all(work, procs)
 
