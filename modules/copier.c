@@ -75,7 +75,10 @@ static void fired(struct rx_reactor *r, struct rx_timer *tm);
 
 /* Run queued jobs within this pass's budget. A job with a slice of its own
  * takes at most that much of a pass, and the jobs behind it go on
- * meanwhile. */
+ * meanwhile. A job the pass's budget ran out on goes to the back of the
+ * queue: the jobs take the passes in turn (one job a request at a time:
+ * kv's sets and gets copy page by page), so a request's copy queued behind
+ * large ones waits a slice of each, not all of their pages. */
 static void drain(struct rx_reactor *r)
 {
 	size_t room = budget(r);
@@ -92,8 +95,15 @@ static void drain(struct rx_reactor *r)
 			at = &j->next;
 			continue;
 		}
-		if (!fin)
+		if (!fin) {
+			if (j->next) { /* to the back: the others go first */
+				*at = j->next;
+				j->next = NULL;
+				t.tail->next = j;
+				t.tail = j;
+			}
 			break;
+		}
 		*at = j->next;
 		if (t.tail == j)
 			t.tail = prev;

@@ -12,6 +12,9 @@
  *    (copier_copy counts what the calling pass already did), so a pass of
  *    copies stays near ~0.1 ms whatever the page size; a job with its own
  *    slice takes at most that much of a pass (the queue waits behind it);
+ *  - queued jobs take the passes in turn: one that the pass's budget ran
+ *    out on goes behind the others, so a job waits at most a slice of each
+ *    job queued before it, never their whole length;
  *  - a job finishes exactly once: inline (copier_copy returns 1, done is
  *    not called) or later through done (copier_copy returned 0);
  *  - the sum (when asked) is pc_page_sum of the destination's bytes, taken

@@ -202,6 +202,62 @@ Test(copier, jobs_share_the_pass_budget_in_order)
 	rx_reactor_destroy(c.r);
 }
 
+/* Two 4 MiB copies under way, then a 4 KiB one queued behind them: the
+ * jobs take the passes in turn, so the small one is done a few passes
+ * later, while both large ones are still copying (in the order they came,
+ * it would wait for both: all 16 of their slices). */
+static struct copier_job rr_small;
+static uint8_t rr_src[4096], rr_dst[4096];
+static uint64_t rr_left[2]; /* bytes the large jobs had left then */
+
+static void rr_small_done(struct copier_job *j)
+{
+	(void)j;
+	rr_left[0] = c.job.len - c.job.off;
+	rr_left[1] = c.job2.len - c.job2.off;
+}
+
+static void rr_queue_small(struct rx_reactor *r, struct rx_timer *t)
+{
+	(void)t;
+	memset(rr_src, 0x6B, sizeof(rr_src));
+	rr_small = (struct copier_job){.dst = rr_dst, .src = rr_src,
+				       .len = sizeof(rr_src),
+				       .done = rr_small_done};
+	cr_assert_eq(copier_copy(r, &rr_small), 0, "queued behind the two");
+}
+
+static void start_two_then_small(struct rx_reactor *r, struct rx_timer *t)
+{
+	start_two(r, t);
+	rx_timer_start(r, &c.t2, 0, 0); /* the next pass */
+}
+
+Test(copier, a_small_copy_waits_a_slice_of_each_large_one)
+{
+	c = (struct ctx){0};
+	copier_set_slice(512 << 10);
+	setup_bufs(8 * MIB); /* two jobs of 4 MiB: 8 slices each */
+	c.r = tu_reactor(NULL);
+	rx_timer_init(&c.t, start_two_then_small, NULL);
+	rx_timer_init(&c.t2, rr_queue_small, NULL);
+	rx_timer_start(c.r, &c.t, 0, 0);
+	tu_run(c.r, 20000);
+	cr_assert_eq(c.done, 2);
+	cr_assert_eq(rr_small.res, 0);
+	cr_assert_eq(memcmp(rr_dst, rr_src, sizeof(rr_src)), 0);
+	/* One slice of the first inline, then a slice of each in turn: at
+	 * most 4 slices were copied before it (16 in arrival order). */
+	uint64_t before = c.len - rr_left[0] - rr_left[1];
+	cr_assert_leq(before, 4 * (512 << 10), "%llu bytes of the large jobs "
+		      "were copied before the 4 KiB one",
+		      (unsigned long long)before);
+	cr_assert_gt(rr_left[0], 0, "it waited for the whole first job");
+	cr_assert_gt(rr_left[1], 0, "it waited for the whole second job");
+	cr_assert_eq(tu_check_pattern(c.dst, c.len, 7, 0), -1);
+	rx_reactor_destroy(c.r);
+}
+
 static int small_started;
 static uint8_t small_src[4096], small_dst[4096];
 
