@@ -393,28 +393,39 @@ Test(rpc, pipelined_requests_get_out_of_order_replies)
 	server_down();
 }
 
+static void pack_keep(msgpack_packer *pk, uint32_t msgid, uint32_t len,
+		      uint64_t ms, uint64_t seed)
+{
+	rpc_pack_request(pk, msgid, "test.keep", 3);
+	msgpack_pack_bin(pk, len);
+	uint8_t *b = malloc(len);
+	tu_fill_pattern(b, len, seed, 0);
+	msgpack_pack_bin_body(pk, b, len);
+	free(b);
+	msgpack_pack_uint64(pk, ms);
+	msgpack_pack_uint64(pk, seed);
+}
+
 /* A test.keep request, then (sleep_id) a test.sleep [0, sleep_id * 11]
- * behind it in the same send. */
+ * behind it, then (then_id) a small test.keep [512 bytes, 1 ms, then_id *
+ * 11], all in the same send: the bytes behind the first arrive with its
+ * last ones (sent apart, they might come after the connection paused for
+ * the kept request, and then in a receive of their own). */
 static void send_keep_then(int fd, uint32_t msgid, uint32_t len, uint64_t ms,
-			   uint64_t seed, uint32_t sleep_id)
+			   uint64_t seed, uint32_t sleep_id, uint32_t then_id)
 {
 	struct pc_wbuf w;
 	msgpack_packer pk;
 	pc_wbuf_init(&w, 0);
 	pc_wbuf_packer(&w, &pk);
-	rpc_pack_request(&pk, msgid, "test.keep", 3);
-	msgpack_pack_bin(&pk, len);
-	uint8_t *b = malloc(len);
-	tu_fill_pattern(b, len, seed, 0);
-	msgpack_pack_bin_body(&pk, b, len);
-	free(b);
-	msgpack_pack_uint64(&pk, ms);
-	msgpack_pack_uint64(&pk, seed);
+	pack_keep(&pk, msgid, len, ms, seed);
 	if (sleep_id) {
 		rpc_pack_request(&pk, sleep_id, "test.sleep", 2);
 		msgpack_pack_uint64(&pk, 0);
 		msgpack_pack_uint64(&pk, sleep_id * 11);
 	}
+	if (then_id)
+		pack_keep(&pk, then_id, 512, 1, then_id * 11);
 	for (size_t off = 0; off < w.len;) {
 		ssize_t k = send(fd, w.data + off, w.len - off, 0);
 		cr_assert_gt(k, 0);
@@ -426,7 +437,7 @@ static void send_keep_then(int fd, uint32_t msgid, uint32_t len, uint64_t ms,
 static void send_keep(int fd, uint32_t msgid, uint32_t len, uint64_t ms,
 		      uint64_t seed)
 {
-	send_keep_then(fd, msgid, len, ms, seed, 0);
+	send_keep_then(fd, msgid, len, ms, seed, 0, 0);
 }
 
 Test(rpc, a_kept_request_stays_intact_and_holds_the_calls_after_it)
@@ -435,11 +446,7 @@ Test(rpc, a_kept_request_stays_intact_and_holds_the_calls_after_it)
 	int fd = tu_connect(S.port);
 	/* A large request kept for 100 ms, then at once a call that would
 	 * answer first if it were taken meanwhile, then a small keep. */
-	send_keep(fd, 1, 900u << 10, 100, 11);
-	uint8_t buf[128];
-	size_t len = pack_req(buf, sizeof(buf), 2, "test.sleep", 0, 22, 2);
-	cr_assert_eq(send(fd, buf, len, 0), (ssize_t)len);
-	send_keep(fd, 3, 512, 1, 33);
+	send_keep_then(fd, 1, 900u << 10, 100, 11, 2, 3);
 	int64_t v;
 	char code[64] = "";
 	cr_assert_eq(read_resp(fd, &v, code), 1, "a call after the kept "
@@ -456,7 +463,7 @@ Test(rpc, a_kept_request_stays_intact_and_holds_the_calls_after_it)
 	cr_assert_eq(v, 0, "a small request kept");
 	/* Kept, then answered at once inside its handler, with a call behind
 	 * it in the same buffer: the connection keeps reading that buffer. */
-	send_keep_then(fd, 5, 300u << 10, 0, 55, 6);
+	send_keep_then(fd, 5, 300u << 10, 0, 55, 6, 0);
 	cr_assert_eq(read_resp(fd, &v, code), 5);
 	cr_assert_eq(v, 1, "kept: %lld (%s)", (long long)v, code);
 	cr_assert_eq(read_resp(fd, &v, NULL), 6);
