@@ -20,6 +20,7 @@
 #include "common/util.h"
 #include "reactor/group.h"
 #include "reactor/reactor.h"
+#include "reactor/rx_internal.h" /* the reactor's warm input blocks */
 #include "testutil.h"
 
 /* ------------------------------------------------------- stale completions */
@@ -573,14 +574,15 @@ static void send_whole_and_wait(uint16_t port, const uint8_t *buf, size_t len)
 	close(fd);
 }
 
-/* A reactor serving accept on a loopback port while client(&port) runs on
- * a thread of its own, until the reactor stops; then it is destroyed. */
-static void serve_client(rx_accept_fn accept, void *(*client)(void *))
+/* Reactor r serving accept (with arg) on a loopback port while
+ * client(&port) runs on a thread of its own, until r stops; then r is
+ * destroyed. serve_client: the same on a fresh reactor. */
+static void serve_client_on(struct rx_reactor *r, rx_accept_fn accept,
+			    void *arg, void *(*client)(void *))
 {
-	struct rx_reactor *r = tu_reactor(NULL);
 	int err;
 	struct rx_listener *l = rx_listen_tcp(r, "127.0.0.1", 0, false, 16,
-					      accept, NULL, &err);
+					      accept, arg, &err);
 	cr_assert_not_null(l);
 	uint16_t port = rx_listener_port(l);
 	pthread_t th;
@@ -588,6 +590,11 @@ static void serve_client(rx_accept_fn accept, void *(*client)(void *))
 	tu_run(r, 20000);
 	pthread_join(th, NULL);
 	rx_reactor_destroy(r);
+}
+
+static void serve_client(rx_accept_fn accept, void *(*client)(void *))
+{
+	serve_client_on(tu_reactor(NULL), accept, NULL, client);
 }
 
 /* Accept a connection for the large-message cases: ops, the budget
@@ -606,6 +613,19 @@ static void attach_large(struct rx_listener *l, int fd,
 	rx_conn_set_limits(c, in_max, 1 << 20, 1 << 19, 1 << 20);
 }
 
+/* attach_large's arguments, for a listener's accept argument. */
+struct large_spec {
+	const struct rx_conn_ops *ops;
+	struct rx_budget *budget;
+	size_t in_max;
+};
+
+static void accept_large(struct rx_listener *l, int fd, void *arg)
+{
+	const struct large_spec *s = arg;
+	attach_large(l, fd, s->ops, s->budget, s->in_max);
+}
+
 /* Send one message of len pattern bytes (sequence seq) behind its 8-byte
  * length on a connection of its own, and wait until it was all taken. */
 static void send_pattern_message(uint16_t port, uint64_t len, unsigned seq)
@@ -616,6 +636,20 @@ static void send_pattern_message(uint16_t port, uint64_t len, unsigned seq)
 	tu_fill_pattern(buf + sizeof(len), len, seq, 0);
 	send_whole_and_wait(port, buf, sizeof(len) + len);
 	free(buf);
+}
+
+/* The end of an on_data for a length-prefixed message of len pattern bytes
+ * (sequence seq): 0 while it is not whole; then its pattern checked (a
+ * mismatch counted in *bad), *whole counted, and its size consumed. */
+static ssize_t take_pattern_message(const uint8_t *d, size_t n, uint64_t len,
+				    unsigned seq, unsigned *bad,
+				    unsigned *whole)
+{
+	if (n < sizeof(len) + len)
+		return 0;
+	*bad += tu_check_pattern(d + sizeof(len), len, seq, 0) != -1;
+	(*whole)++;
+	return (ssize_t)(sizeof(len) + len);
 }
 
 /* Length-prefixed messages of pattern bytes, each on a connection of its
@@ -715,6 +749,109 @@ Test(reactor, a_block_its_caches_let_go_is_unmapped_off_the_loop)
 	rx_reactor_destroy(r);
 }
 
+/* A message announced large (rx_conn_expect) moves into one of the
+ * reactor's warm blocks only once 64 KiB of it is charged: its header and
+ * a few KiB after it hold no warm block (a client holds one only for bytes
+ * it sent), 256 KiB of it do. The client sends each part only when the
+ * reactor has looked at the warm blocks after the one before. */
+#define EA_LEN (6u << 20)
+#define EA_FIRST (8u << 10)
+#define EA_SECOND (256u << 10)
+
+static struct {
+	int ack;                  /* eventfd: the client may send more */
+	bool hinted;
+	int step;                 /* parts looked at */
+	uint64_t kept[2];         /* the warm blocks' bytes after each part */
+	unsigned whole, bad;
+	struct rx_timer t;
+} ea;
+
+static void ea_look(struct rx_reactor *r, struct rx_timer *t)
+{
+	(void)t;
+	ea.kept[ea.step++] = r->in_warm.kept;
+	cr_assert_eq(eventfd_write(ea.ack, 1), 0);
+}
+
+static ssize_t ea_data(struct rx_conn *c, const uint8_t *d, size_t n)
+{
+	uint64_t len;
+	if (n < sizeof(len))
+		return 0;
+	memcpy(&len, d, sizeof(len));
+	if (!ea.hinted) /* once: it lasts while nothing is consumed */
+		rx_conn_expect(c, sizeof(len) + len);
+	ea.hinted = true;
+	/* Look once each part is all here and kept: a pass later, after
+	 * on_data has returned and the connection kept what it left. */
+	size_t part = ea.step == 0 ? EA_FIRST : EA_FIRST + EA_SECOND;
+	if (ea.step < 2 && n == sizeof(len) + part &&
+	    !rx_timer_armed(&ea.t))
+		rx_timer_start(rx_conn_reactor(c), &ea.t, RX_MS(5), 0);
+	return take_pattern_message(d, n, len, 9, &ea.bad, &ea.whole);
+}
+
+static const struct rx_conn_ops ea_ops = {.on_data = ea_data,
+					  .on_close = stop_on_close};
+
+static void *ea_client_main(void *arg)
+{
+	uint64_t len = EA_LEN;
+	uint8_t *buf = malloc(sizeof(len) + len);
+	cr_assert_not_null(buf);
+	memcpy(buf, &len, sizeof(len));
+	tu_fill_pattern(buf + sizeof(len), len, 9, 0);
+	int fd = tu_connect(*(uint16_t *)arg);
+	size_t parts[3] = {sizeof(len) + EA_FIRST, EA_SECOND,
+			   len - EA_FIRST - EA_SECOND}, off = 0;
+	for (int i = 0; i < 3; i++) {
+		if (i) { /* the reactor looked at what came before */
+			struct pollfd pf = {.fd = ea.ack, .events = POLLIN};
+			eventfd_t v;
+			cr_assert_eq(poll(&pf, 1, 20000), 1, "no word from the "
+				     "reactor after part %d", i);
+			cr_assert_eq(eventfd_read(ea.ack, &v), 0);
+		}
+		for (size_t end = off + parts[i]; off < end;) {
+			ssize_t k = send(fd, buf + off, end - off, 0);
+			cr_assert_gt(k, 0);
+			off += (size_t)k;
+		}
+	}
+	shutdown(fd, SHUT_WR);
+	char x;
+	while (recv(fd, &x, 1, 0) > 0) /* until the reactor closes */
+		;
+	close(fd);
+	free(buf);
+	return NULL;
+}
+
+Test(reactor, a_large_message_takes_a_warm_block_only_once_64_kib_is_charged)
+{
+	memset(&ea, 0, sizeof(ea));
+	ea.ack = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	cr_assert_geq(ea.ack, 0);
+	rx_timer_init(&ea.t, ea_look, NULL);
+	struct rx_reactor *r = tu_reactor(NULL);
+	struct pc_block b = {0}; /* one warm block the message fits */
+	cr_assert_not_null(pc_blocks_take(&r->in_warm, 8u << 20, &b));
+	pc_blocks_put(&r->in_warm, &b);
+	uint64_t warm = r->in_warm.kept;
+	cr_assert_geq(warm, 8u << 20);
+	struct large_spec spec = {&ea_ops, NULL, 2 * EA_LEN};
+	serve_client_on(r, accept_large, &spec, ea_client_main);
+	close(ea.ack);
+	cr_assert_eq(ea.step, 2);
+	cr_assert_eq(ea.kept[0], warm, "the header and %u KiB took a warm "
+		     "block", EA_FIRST >> 10);
+	cr_assert_eq(ea.kept[1], 0, "%u KiB more did not take the warm block",
+		     EA_SECOND >> 10);
+	cr_assert_eq(ea.whole, 1);
+	cr_assert_eq(ea.bad, 0, "the message's bytes changed");
+}
+
 /* A length-prefixed message whose size on_data announces as soon as it
  * knows it (rx_conn_expect) is kept in one buffer from its first kept byte
  * to its last: never moved, never copied into a larger one; the budget is
@@ -751,11 +888,7 @@ static ssize_t ex_data(struct rx_conn *c, const uint8_t *d, size_t n)
 		known |= ex.seen[i] == d;
 	if (!known && ex.nseen < 64 && n > (64u << 10)) /* kept, not a recv buffer */
 		ex.seen[ex.nseen++] = d;
-	if (n < sizeof(len) + len)
-		return 0;
-	ex.bad += tu_check_pattern(d + sizeof(len), len, 7, 0) != -1;
-	ex.whole++;
-	return (ssize_t)(sizeof(len) + len);
+	return take_pattern_message(d, n, len, 7, &ex.bad, &ex.whole);
 }
 
 static const struct rx_conn_ops ex_ops = {.on_data = ex_data,
