@@ -56,6 +56,7 @@ import ctypes
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import statistics
@@ -168,8 +169,9 @@ class Node:
                 self.port, self.mport = int(m.group(1)), int(mm.group(1))
                 return
             time.sleep(0.05)
+        text = self.text()
         self.stop()
-        raise SystemExit("%s node did not start:\n%s" % (name, self.text()))
+        raise SystemExit("%s node did not start:\n%s" % (name, text))
 
     def text(self):
         with open(self.logf.name, "rb") as f:
@@ -212,6 +214,7 @@ class Node:
                 self.proc.kill()
                 self.proc.wait()
         self.logf.close()
+        shutil.rmtree(self.dir, ignore_errors=True)  # its log, socket, shim results
 
 
 def pct(xs, q):
