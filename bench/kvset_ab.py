@@ -39,6 +39,7 @@ on the figures (1 on a failed run, 2 on bad usage).
 import argparse
 import multiprocessing as mp
 import os
+import queue
 import socket
 import statistics
 import sys
@@ -90,9 +91,11 @@ def register_loop(path, mb, rnd, stop, out):
     except Exception as e:  # a measurement: name the failure, stop the run
         step = "at %s: %s" % (step, e)
     finally:
-        if cl:
-            cl.close()
-    out.put((firsts, seconds, step))
+        try:
+            if cl:
+                cl.close()
+        finally:
+            out.put((firsts, seconds, step))
 
 
 def opt(v):
@@ -125,7 +128,8 @@ def main():
                     help="--health-too's measured window, s (default 1.5; within the calls)")
     ap.add_argument("--register-too", action="store_true",
                     help="a local client creating and removing a region in a loop during "
-                         "the calls; the p50/p99/slowest creation with its first set (libpeercache)")
+                         "the calls; the p50/p99/slowest creation with its first set, and of "
+                         "a second set (libpeercache)")
     ap.add_argument("--register-mb", type=int, default=4,
                     help="--register-too's region size, MiB (default 4)")
     build = os.environ.get("PEERCACHE_BUILD_DIR", "build")
@@ -147,9 +151,9 @@ def main():
                                             "..", "python"))
             os.environ.setdefault("PEERCACHE_LIBRARY",
                                   os.path.join(build, "client", "libpeercache.so.0"))
-            # register_loop's process starts afresh (not forked from a
-            # process with threads) with this one's sys.path.
-            mp.set_start_method("spawn")
+        # register_loop's process starts afresh (not forked from a process
+        # with threads) with this one's sys.path.
+        ctx = mp.get_context("spawn")
         values = [os.urandom(a.size) for _ in range(a.values)]
         seq = 0
         res = {n: [] for n, _ in nodes}
@@ -167,17 +171,23 @@ def main():
                 failed = []
                 seq += 1
                 calls_over = threading.Event()
-                stop_ev = mp.Event()
+                stop_ev = ctx.Event()
                 regs, seconds = [], []
 
                 def registrar(path=socks_path[k], name=name, rnd=seq):
                     # A process of its own: a thread here would wait for
                     # the GIL while the clients pack 32 MiB.
-                    res_q = mp.Queue()
-                    pr = mp.Process(target=register_loop,
-                                    args=(path, a.register_mb, rnd, stop_ev, res_q))
+                    res_q = ctx.Queue()
+                    pr = ctx.Process(target=register_loop,
+                                     args=(path, a.register_mb, rnd, stop_ev, res_q))
                     pr.start()
-                    got = res_q.get()
+                    got = None
+                    while got is None:
+                        try:
+                            got = res_q.get(timeout=1)
+                        except queue.Empty:
+                            if not pr.is_alive():  # died without a word
+                                got = ([], [], "with exit code %s" % pr.exitcode)
                     pr.join()
                     if got[2]:
                         failed.append("%s: the local client failed %s" % (name, got[2]))

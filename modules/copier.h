@@ -14,7 +14,9 @@
  *    slice takes at most that much of a pass (the queue waits behind it);
  *  - queued jobs take the passes in turn: one that the pass's budget ran
  *    out on goes behind the others, so a job waits at most a slice of each
- *    job queued before it, never their whole length;
+ *    job queued before it (besides the slices jobs with a slice of their
+ *    own take every pass), never their whole length; large requests under
+ *    way together therefore finish about together, not one after another;
  *  - a job finishes exactly once: inline (copier_copy returns 1, done is
  *    not called) or later through done (copier_copy returned 0);
  *  - the sum (when asked) is pc_page_sum of the destination's bytes, taken

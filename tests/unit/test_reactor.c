@@ -750,9 +750,10 @@ Test(reactor, a_block_its_caches_let_go_is_unmapped_off_the_loop)
 }
 
 /* A message announced large (rx_conn_expect) moves into one of the
- * reactor's warm blocks only once 64 KiB of it is charged: its header and
- * a few KiB after it hold no warm block (a client holds one only for bytes
- * it sent), 256 KiB of it do. The client sends each part only when the
+ * reactor's warm blocks only once 64 KiB of it is charged (at most twice
+ * what arrived): its header and 8 KiB after it hold no warm block (a
+ * client holds one only for bytes it sent), 264 KiB of it do. The two
+ * parts bracket the step; they do not pin it to the byte. The client sends each part only when the
  * reactor has looked at the warm blocks after the one before. */
 #define EA_LEN (6u << 20)
 #define EA_FIRST (8u << 10)

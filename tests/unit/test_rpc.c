@@ -408,9 +408,10 @@ static void pack_keep(msgpack_packer *pk, uint32_t msgid, uint32_t len,
 
 /* A test.keep request, then (sleep_id) a test.sleep [0, sleep_id * 11]
  * behind it, then (then_id) a small test.keep [512 bytes, 1 ms, then_id *
- * 11], all in the same send: the bytes behind the first arrive with its
- * last ones (sent apart, they might come after the connection paused for
- * the kept request, and then in a receive of their own). */
+ * 11], all in the same send, so that the bytes behind the first almost
+ * always arrive with its last ones (only a receive ending exactly where it
+ * ends would part them). Sent apart, they often came after the connection
+ * had paused for the kept request, in a receive of their own. */
 static void send_keep_then(int fd, uint32_t msgid, uint32_t len, uint64_t ms,
 			   uint64_t seed, uint32_t sleep_id, uint32_t then_id)
 {
