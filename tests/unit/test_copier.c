@@ -65,9 +65,11 @@ static void start_one(struct rx_reactor *r, struct rx_timer *t)
 }
 
 /* A fresh case: the copier's slice, buffers of len bytes (sum_only: no
- * destination), a reactor running start until the case stops it. */
-static void run_case(size_t slice, size_t len, bool sum_only,
-		     void (*start)(struct rx_reactor *, struct rx_timer *))
+ * destination), a reactor running start until the case stops it; then
+ * (NULL: none) is c.t2's callback, for start to arm. */
+static void run_case_then(size_t slice, size_t len, bool sum_only,
+			  void (*start)(struct rx_reactor *, struct rx_timer *),
+			  void (*then)(struct rx_reactor *, struct rx_timer *))
 {
 	c = (struct ctx){0};
 	copier_set_slice(slice);
@@ -75,8 +77,16 @@ static void run_case(size_t slice, size_t len, bool sum_only,
 	c.r = tu_reactor(NULL);
 	c.sum_only = sum_only;
 	rx_timer_init(&c.t, start, NULL);
+	if (then)
+		rx_timer_init(&c.t2, then, NULL);
 	rx_timer_start(c.r, &c.t, 0, 0);
 	tu_run(c.r, 20000);
+}
+
+static void run_case(size_t slice, size_t len, bool sum_only,
+		     void (*start)(struct rx_reactor *, struct rx_timer *))
+{
+	run_case_then(slice, len, sum_only, start, NULL);
 }
 
 Test(copier, big_page_takes_several_passes)
@@ -235,14 +245,9 @@ static void start_two_then_small(struct rx_reactor *r, struct rx_timer *t)
 
 Test(copier, a_small_copy_waits_a_slice_of_each_large_one)
 {
-	c = (struct ctx){0};
-	copier_set_slice(512 << 10);
-	setup_bufs(8 * MIB); /* two jobs of 4 MiB: 8 slices each */
-	c.r = tu_reactor(NULL);
-	rx_timer_init(&c.t, start_two_then_small, NULL);
-	rx_timer_init(&c.t2, rr_queue_small, NULL);
-	rx_timer_start(c.r, &c.t, 0, 0);
-	tu_run(c.r, 20000);
+	/* two jobs of 4 MiB: 8 slices each */
+	run_case_then(512 << 10, 8 * MIB, false, start_two_then_small,
+		      rr_queue_small);
 	cr_assert_eq(c.done, 2);
 	cr_assert_eq(rr_small.res, 0);
 	cr_assert_eq(memcmp(rr_dst, rr_src, sizeof(rr_src)), 0);
@@ -371,14 +376,7 @@ static void start_chain(struct rx_reactor *r, struct rx_timer *t)
 
 Test(copier, done_starting_a_copy_inline_stays_in_the_slice)
 {
-	c = (struct ctx){0};
-	copier_set_slice(SLICE);
-	setup_bufs(6 * SLICE);
-	c.r = tu_reactor(NULL);
-	rx_timer_init(&c.t, start_chain, NULL);
-	rx_timer_init(&c.t2, check_pass, NULL);
-	rx_timer_start(c.r, &c.t, 0, 0);
-	tu_run(c.r, 20000);
+	run_case_then(SLICE, 6 * SLICE, false, start_chain, check_pass);
 	cr_assert_eq(c.done, 2);
 	cr_assert_eq(c.job2.res, 0);
 	/* The first job's last half slice and the second's first half. */
