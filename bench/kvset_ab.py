@@ -98,6 +98,20 @@ def register_loop(path, mb, rnd, stop, out):
             out.put((firsts, seconds, step))
 
 
+def register_result(pr, res_q):
+    """What register_loop's process pr put on res_q, once it has ended; one
+    that died without a word (a crash in the library) is a failure."""
+    got = None
+    while got is None:
+        try:
+            got = res_q.get(timeout=1)
+        except queue.Empty:
+            if not pr.is_alive():
+                got = ([], [], "with exit code %s" % pr.exitcode)
+    pr.join()
+    return got
+
+
 def opt(v):
     """A count, or "-" for a metric the node's build does not have."""
     return "-" if v is None else str(v)
@@ -170,39 +184,24 @@ def main():
                 lg = []
                 failed = []
                 seq += 1
-                calls_over = threading.Event()
                 stop_ev = ctx.Event()
                 regs, seconds = [], []
+                reg = []  # the local client's (process, queue), once started
 
-                def registrar(path=socks_path[k], name=name, rnd=seq):
-                    # A process of its own: a thread here would wait for
-                    # the GIL while the clients pack 32 MiB.
-                    res_q = ctx.Queue()
-                    pr = ctx.Process(target=register_loop,
-                                     args=(path, a.register_mb, rnd, stop_ev, res_q))
-                    pr.start()
-                    got = None
-                    while got is None:
-                        try:
-                            got = res_q.get(timeout=1)
-                        except queue.Empty:
-                            if not pr.is_alive():  # died without a word
-                                got = ([], [], "with exit code %s" % pr.exitcode)
-                    pr.join()
-                    if got[2]:
-                        failed.append("%s: the local client failed %s" % (name, got[2]))
-                    regs.extend(got[0])
-                    seconds.extend(got[1])
-
-                def client(c, sock, rnd=seq, name=name, rport=rport):
+                def client(c, sock, rnd=seq, name=name, rport=rport, path=socks_path[k]):
                     unpacker = msgpack.Unpacker(raw=False)
                     for i in range(a.calls):
                         if c == 0 and i == 1 and a.health_too:
                             lg.append(health_start(a.loadgen, rport, a.health_secs,
                                                    warmup=0.2))
                         if c == 0 and i == 1 and a.register_too:
-                            reg.append(threading.Thread(target=registrar))
-                            reg[0].start()
+                            # A process of its own: a thread here would wait
+                            # for the GIL while the clients pack 32 MiB.
+                            res_q = ctx.Queue()
+                            pr = ctx.Process(target=register_loop,
+                                             args=(path, a.register_mb, rnd, stop_ev, res_q))
+                            pr.start()
+                            reg.append((pr, res_q))
                         keys = ["kvset-ab-%d-%d-%d-%d" % (rnd, c, i, j)
                                 for j in range(a.values)]
                         t = time.monotonic()
@@ -212,17 +211,19 @@ def main():
                             failed.append("%s: kv.set failed: %r" % (name, msg[2]))
                             return
 
-                reg = []
                 threads = [threading.Thread(target=client, args=(c, sk))
                            for c, sk in enumerate(socks)]
                 for t in threads:
                     t.start()
                 for t in threads:
                     t.join()
-                calls_over.set()
                 stop_ev.set()
-                for t in reg:
-                    t.join()
+                for pr, res_q in reg:
+                    got = register_result(pr, res_q)
+                    if got[2]:
+                        failed.append("%s: the local client failed %s" % (name, got[2]))
+                    regs.extend(got[0])
+                    seconds.extend(got[1])
                 for sk in socks:
                     sk.close()
                 if failed:
@@ -231,7 +232,6 @@ def main():
                 d = load_delta(s0, reactor_load(mport))
                 if a.register_too and not regs:
                     sys.exit("%s: no region was created during the calls" % name)
-                # A p99 needs more than 100 samples; with fewer it would be the slowest.
                 res[name].append((d[0], d[1], d[2], statistics.median(times),
                                   d[4],
                                   health_end(lg) if lg else None,
