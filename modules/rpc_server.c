@@ -27,6 +27,7 @@
 #include "common/settings.h"
 #include "modules/modules.h"
 #include "modules/spread.h"
+#include "reactor/group.h"
 #include "rpc/peercred.h"
 #include "rpc/rpc.h"
 
@@ -83,6 +84,16 @@ static uint64_t tcp_load(unsigned i)
 static uint64_t unix_load(unsigned i)
 {
 	return rpc_server_local_conns(g.srv, i);
+}
+
+/* How the RPC server hands a newcomer to another reactor
+ * (rpc_server_set_post): through the node's reactor group. */
+static int post_to(void *arg, unsigned reactor,
+		   void (*fn)(struct rx_reactor *r, void *fn_arg), void *fn_arg)
+{
+	struct pc_ctx *ctx = arg;
+	struct rx_group *grp = __atomic_load_n(&ctx->group, __ATOMIC_ACQUIRE);
+	return grp ? rx_group_post(grp, reactor, fn, fn_arg) : -ESHUTDOWN;
 }
 
 static void serve_tcp(struct rx_reactor *r, int fd)
@@ -172,6 +183,8 @@ static int rpc_init(struct pc_ctx *ctx)
 				 gid, ctx->threads);
 	if (ret == 0)
 		ret = rpc_server_set_guard(g.srv, &gd);
+	if (ret == 0)
+		rpc_server_set_post(g.srv, post_to, ctx);
 	if (ret < 0) {
 		rpc_server_free(g.srv);
 		g.srv = NULL;

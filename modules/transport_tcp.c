@@ -40,6 +40,7 @@
 #include "common/metrics.h"
 #include "common/settings.h"
 #include "common/auth.h"
+#include "common/unproven.h"
 #include "modules/modules.h"
 #include "modules/transport.h"
 #include "modules/transport_mixed.h"
@@ -47,6 +48,7 @@
 #include "modules/transport_tcp.h"
 #include "modules/transport_wire.h"
 #include "modules/spread.h"
+#include "reactor/group.h"
 #include "rpc/peercred.h"
 
 #define LOG_MOD "transport"
@@ -70,11 +72,13 @@ static struct {
 	met_id narrowed;
 	/* data-port connection guards (server side) */
 	struct d_rstate *rs;      /* per reactor */
+	struct pc_unproven *unproven; /* per reactor: rs[]'s unproven list */
 	uint32_t n_all, n_preauth; /* atomic: live connections */
 	uint32_t max_all, max_preauth;
 	uint64_t handshake_ns, idle_ns;
 	struct rx_budget budget;
 	met_id conns_open, conns_refused, conns_evicted, conns_timed_out;
+	met_id conns_moved;
 	met_id preauth_violations;
 	/* with an RDMA device: RDMA beside TCP (transport_mixed.h) */
 	struct tp_node *rdma, *mixed;
@@ -105,8 +109,9 @@ static int tcp_dereg_region(struct tp_node *tn, uint32_t key)
  * connections count against data_max_preauth_connections, all of them
  * against data_max_connections (both node-wide, atomics); when a cap is
  * full, the oldest unproven connection of the accepting reactor older than
- * D_EVICT_GRACE_MS is dropped for the newcomer, else the newcomer is
- * refused. Before authentication a connection may send one AUTH_CHALLENGE
+ * D_EVICT_GRACE_MS is dropped for the newcomer; when that reactor has none,
+ * the newcomer is handed once to the reactor holding the most that are
+ * past the grace (common/unproven.h), which drops one or refuses it. Before authentication a connection may send one AUTH_CHALLENGE
  * and one AUTH_RESPONSE, nothing else, with a few hundred bytes of input and
  * 4 KiB of output. A proven connection without traffic or queued output for
  * rpc_idle_timeout is closed. Input and copied output of all connections
@@ -156,6 +161,7 @@ struct d_rstate {
 	struct rx_timer sweep;
 	struct dlist list[DL__COUNT];
 	uint32_t conns;   /* atomic: connections admitted here, not closed */
+	uint32_t nyoung;  /* on list[DL_YOUNG] */
 };
 
 static void dl_add(struct dlist *l, struct dconn *d, int k)
@@ -188,10 +194,22 @@ static void dl_del(struct dlist *l, struct dconn *d, int k)
 	n->on = false;
 }
 
+/* Publish rs's unproven connections for the other reactors. */
+static void d_young_publish(struct d_rstate *rs)
+{
+	const struct dconn *h = rs->list[DL_YOUNG].head;
+	pc_unproven_set(&g.unproven[rs - g.rs], rs->nyoung,
+			h ? h->accepted_ns : 0);
+}
+
 /* Leave the unproven class (authenticated, first request, or closing). */
 static void d_prove(struct dconn *d)
 {
-	dl_del(&d->rs->list[DL_YOUNG], d, DL_YOUNG);
+	if (d->link[DL_YOUNG].on) {
+		dl_del(&d->rs->list[DL_YOUNG], d, DL_YOUNG);
+		d->rs->nyoung--;
+		d_young_publish(d->rs);
+	}
 	if (d->preauth) {
 		d->preauth = false;
 		__atomic_sub_fetch(&g.n_preauth, 1, __ATOMIC_RELAXED);
@@ -259,28 +277,25 @@ static bool d_take(struct d_rstate *rs, uint32_t *n, uint32_t max)
 	return false;
 }
 
-static bool d_admit(struct dconn *d)
+/* Admit d, dropping an unproven connection of this reactor for it when a
+ * cap is full: NULL, or the setting of the cap that refused it (nothing
+ * logged or counted). */
+static const char *d_admit(struct dconn *d)
 {
-	const char *cap = NULL;
 	if (!d_take(d->rs, &g.n_all, g.max_all))
-		cap = "data_max_connections";
-	else if (!d_take(d->rs, &g.n_preauth, g.max_preauth)) {
+		return "data_max_connections";
+	if (!d_take(d->rs, &g.n_preauth, g.max_preauth)) {
 		__atomic_sub_fetch(&g.n_all, 1, __ATOMIC_RELAXED);
-		cap = "data_max_preauth_connections";
-	}
-	if (cap) {
-		met_inc(g.conns_refused);
-		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "refusing a data connection "
-			  "from %s: %s is reached and no unproven connection "
-			  "is old enough to drop", d->peer, cap);
-		return false;
+		return "data_max_preauth_connections";
 	}
 	d->counted = d->preauth = true;
 	__atomic_add_fetch(&d->rs->conns, 1, __ATOMIC_RELAXED);
 	met_gauge_add(g.conns_open, 1);
 	dl_add(&d->rs->list[DL_ALL], d, DL_ALL);
 	dl_add(&d->rs->list[DL_YOUNG], d, DL_YOUNG);
-	return true;
+	d->rs->nyoung++;
+	d_young_publish(d->rs);
+	return NULL;
 }
 
 /* Handshake deadlines (unproven list, oldest first) and idle proven
@@ -643,8 +658,52 @@ static bool tcp_peer_allowed(int fd)
 	return false;
 }
 
+static void d_accept_on(struct rx_reactor *r, int fd, bool may_move);
+
+/* On the reactor a newcomer was handed to (d_move). */
+static void d_move_run(struct rx_reactor *r, void *arg)
+{
+	int fd = (int)(intptr_t)arg;
+	if (rx_reactor_stopping(r)) {
+		met_inc(g.conns_refused);
+		close(fd);
+		return;
+	}
+	d_accept_on(r, fd, false);
+}
+
+/* Hand fd, which reactor here cannot admit, to the reactor that can drop
+ * an unproven connection for it: true when on its way. */
+static bool d_move(unsigned here, int fd, const char *peer)
+{
+	struct rx_group *grp = __atomic_load_n(&g.ctx->group, __ATOMIC_ACQUIRE);
+	int to = grp ? pc_unproven_pick(g.unproven, g.threads, here,
+					pc_now_ns() - RX_MS(D_EVICT_GRACE_MS))
+		     : -1;
+	if (to < 0)
+		return false;
+	/* Counted first: the other reactor may answer the client before
+	 * this one would have counted it. */
+	met_inc(g.conns_moved);
+	if (rx_group_post(grp, (unsigned)to, d_move_run,
+			  (void *)(intptr_t)fd) < 0) {
+		met_add(g.conns_moved, (uint64_t)-1);
+		return false;
+	}
+	PC_LOGD(LOG_MOD, "data connection from %s: handed to r%d, which holds "
+		"unproven connections to drop for it", peer, to);
+	return true;
+}
+
 /* Serve the accepted fd on reactor r. */
 static void d_accept(struct rx_reactor *r, int fd)
+{
+	d_accept_on(r, fd, true);
+}
+
+/* may_move: a newcomer this reactor cannot admit may go to another one
+ * (once: the one it goes to admits it or refuses it). */
+static void d_accept_on(struct rx_reactor *r, int fd, bool may_move)
 {
 	if (!g.secret && !tcp_peer_allowed(fd)) {
 		close(fd);
@@ -659,9 +718,17 @@ static void d_accept(struct rx_reactor *r, int fd)
 	d->rs = &g.rs[rx_reactor_id(r)];
 	d->accepted_ns = d->last_act_ns = pc_now_ns();
 	rpc_tcp_peer_name(fd, d->peer, sizeof(d->peer), NULL);
-	if (!d_admit(d)) {
+	const char *cap = d_admit(d);
+	if (cap) {
+		if (!may_move || !d_move(rx_reactor_id(r), fd, d->peer)) {
+			met_inc(g.conns_refused);
+			PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "refusing a data "
+				  "connection from %s: %s is reached and no "
+				  "unproven connection is old enough to drop",
+				  d->peer, cap);
+			close(fd);
+		}
 		free(d);
-		close(fd);
 		return;
 	}
 	int err;
@@ -719,9 +786,11 @@ static double reactor_conns(void *arg)
 
 static int server_guards_init(const struct pc_settings *s, unsigned threads)
 {
+	g.threads = threads;
 	g.rs = calloc(threads, sizeof(*g.rs));
+	g.unproven = calloc(threads, sizeof(*g.unproven));
 	g.labels = calloc(threads, sizeof(*g.labels));
-	if (!g.rs || !g.labels)
+	if (!g.rs || !g.unproven || !g.labels)
 		return -ENOMEM;
 	for (unsigned i = 0; i < threads; i++) {
 		snprintf(g.labels[i], sizeof(*g.labels), "reactor=\"%u\"", i);
@@ -747,6 +816,10 @@ static int server_guards_init(const struct pc_settings *s, unsigned threads)
 	g.conns_evicted = met_register(MET_COUNTER,
 		"peercache_transport_connections_evicted_total",
 		"unproven data connections dropped to admit a new one", NULL);
+	g.conns_moved = met_register(MET_COUNTER,
+		"peercache_transport_connections_moved_total",
+		"new data connections handed to the reactor that could drop "
+		"an unproven connection for them", NULL);
 	g.conns_timed_out = met_register(MET_COUNTER,
 		"peercache_transport_connections_timed_out_total",
 		"data connections closed by the handshake or idle deadline",
@@ -1090,6 +1163,7 @@ static void t_fini(struct pc_ctx *ctx)
 	free(g.l);
 	pc_spread_fini(&g.spread);
 	free(g.rs);
+	free(g.unproven);
 	free(g.labels);
 	free(g.svc.clients);
 	g.svc.clients = NULL;

@@ -110,6 +110,22 @@ int rpc_server_set_guard(struct rpc_server *s, const struct rpc_guard *g);
 void rpc_server_accept(struct rpc_server *s, struct rx_reactor *r, int fd,
 		       bool is_unix);
 
+/*
+ * Run fn(reactor, fn_arg) on the reactor numbered reactor (its thread):
+ * 0, or -errno when it cannot (then fn never runs). The server's owner
+ * provides it (the node: its reactor group).
+ */
+typedef int (*rpc_post_fn)(void *arg, unsigned reactor,
+			   void (*fn)(struct rx_reactor *r, void *fn_arg),
+			   void *fn_arg);
+/* A reactor drops only its own unproven connections to admit a newcomer
+ * into a full class (or host). With post set, a newcomer its reactor
+ * cannot admit that way is handed once to the reactor holding the most
+ * unproven connections, which admits it by dropping one of its own or
+ * refuses it; without (the default) it is refused where it is. Main
+ * thread, before the first accept. */
+void rpc_server_set_post(struct rpc_server *s, rpc_post_fn post, void *arg);
+
 /* Unix-socket connections reactor serves now (any thread; a gauge). */
 uint64_t rpc_server_local_conns(const struct rpc_server *s, unsigned reactor);
 /* TCP connections reactor serves now (any thread; a gauge). */
@@ -148,6 +164,7 @@ struct rpc_stats {
 	uint64_t auth_failures;
 	uint64_t late_replies;    /* replies for a client already gone */
 	uint64_t conns_evicted;   /* unproven connections dropped for new ones */
+	uint64_t conns_moved;     /* newcomers handed to another reactor */
 	uint64_t conns_timed_out; /* closed by a handshake/message/idle deadline */
 	uint64_t conns_stalled;   /* closed: queued output made no progress */
 	uint64_t conns_refused_host; /* over rpc_max_connections_per_host */

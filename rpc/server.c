@@ -73,6 +73,7 @@
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/sha256.h"
+#include "common/unproven.h"
 #include "rpc/auth.h"
 #include "rpc/msg.h"
 #include "rpc/peercred.h"
@@ -126,7 +127,8 @@ struct host_slot {
  * dropped first. */
 enum sc_ylist { YL_SILENT, YL_TALKING, YL__COUNT };
 
-/* Per reactor: its unproven TCP connections, oldest first on each list. */
+/* Per reactor: its unproven TCP connections, oldest first on each list
+ * (summed up for the other reactors in rpc_server.unproven[]). */
 struct rpc_rstate {
 	struct rpc_sconn *young_head[YL__COUNT], *young_tail[YL__COUNT];
 	unsigned nyoung[YL__COUNT];
@@ -147,6 +149,7 @@ struct rpc_server {
 	unsigned nreactors;
 	struct rpc_stats *st;            /* one per reactor */
 	struct rpc_rstate *rs;           /* one per reactor */
+	struct pc_unproven *unproven;    /* one per reactor: rs[]'s lists */
 	uint32_t cls[SC__COUNT];         /* atomic: live connections by class */
 	struct rx_budget budget;         /* input and reply bytes, all conns */
 	pthread_mutex_t hosts_lock;
@@ -154,6 +157,8 @@ struct rpc_server {
 					  * NULL: no per-host cap */
 	unsigned hosts_mask;
 	unsigned hosts_used;             /* addresses in the table */
+	rpc_post_fn post;                /* to another reactor (may be NULL) */
+	void *post_arg;
 };
 
 struct rpc_sconn {
@@ -301,6 +306,7 @@ int rpc_server_new(struct rpc_server **out, const struct rpc_limits *lim,
 	s->mpl_preauth = s->mpl;
 	pthread_mutex_init(&s->hosts_lock, NULL);
 	s->rs = calloc(nreactors ? nreactors : 1, sizeof(*s->rs));
+	s->unproven = calloc(nreactors ? nreactors : 1, sizeof(*s->unproven));
 	s->table_mask = (unsigned)pc_roundup_pow2(2u * n + 2) - 1;
 	s->table = calloc(s->table_mask + 1, sizeof(*s->table));
 	s->entries = calloc(n + 1, sizeof(*s->entries));
@@ -310,7 +316,7 @@ int rpc_server_new(struct rpc_server **out, const struct rpc_limits *lim,
 	if (secret && *secret)
 		s->secret = strdup(secret);
 	int ret = 0;
-	if (!s->table || !s->entries || !s->st || !s->rs ||
+	if (!s->table || !s->entries || !s->st || !s->rs || !s->unproven ||
 	    (secret && *secret && !s->secret))
 		ret = -ENOMEM;
 	for (unsigned t = 0; t < ntables && !ret; t++)
@@ -344,6 +350,7 @@ void rpc_server_free(struct rpc_server *s)
 	free(s->entries);
 	free(s->st);
 	free(s->rs);
+	free(s->unproven);
 	free(s->hosts);
 	pthread_mutex_destroy(&s->hosts_lock);
 	free(s);
@@ -443,6 +450,10 @@ static void rpc_collector(struct met_writer *w, void *arg)
 		{"peercache_rpc_connections_evicted_total",
 		 "unproven connections dropped to admit a new one",
 		 offsetof(struct rpc_stats, conns_evicted), MET_COUNTER, false},
+		{"peercache_rpc_connections_moved_total",
+		 "new connections handed to the reactor that could drop an "
+		 "unproven connection for them",
+		 offsetof(struct rpc_stats, conns_moved), MET_COUNTER, false},
 		{"peercache_rpc_connections_timed_out_total",
 		 "connections closed by a handshake, message or idle deadline",
 		 offsetof(struct rpc_stats, conns_timed_out), MET_COUNTER, false},
@@ -621,11 +632,34 @@ static void host_del(struct rpc_server *s, const uint8_t *addr)
 
 /* --------------------------------------------------- classes and eviction */
 
+/* The time list l is ordered by, for sc. */
+static uint64_t young_time(const struct rpc_sconn *sc, unsigned l)
+{
+	return l == YL_SILENT ? sc->accepted_ns : sc->spoke_ns;
+}
+
+/* Publish reactor id's unproven connections for the other reactors: how
+ * many, and the time of the oldest list head (as evict_one sees them). */
+static void young_publish(struct rpc_server *s, unsigned id)
+{
+	const struct rpc_rstate *rs = &s->rs[id];
+	uint64_t oldest = 0;
+	for (unsigned l = 0; l < YL__COUNT; l++) {
+		const struct rpc_sconn *h = rs->young_head[l];
+		uint64_t t = h ? young_time(h, l) : 0;
+		if (t && (!oldest || t < oldest))
+			oldest = t;
+	}
+	pc_unproven_set(&s->unproven[id],
+			rs->nyoung[YL_SILENT] + rs->nyoung[YL_TALKING], oldest);
+}
+
 static void young_del(struct rpc_sconn *sc)
 {
 	if (!sc->young)
 		return;
-	struct rpc_rstate *rs = &sc->srv->rs[rx_reactor_id(sc->r)];
+	unsigned id = rx_reactor_id(sc->r);
+	struct rpc_rstate *rs = &sc->srv->rs[id];
 	unsigned l = sc->ylist;
 	if (sc->yprev)
 		sc->yprev->ynext = sc->ynext;
@@ -638,13 +672,15 @@ static void young_del(struct rpc_sconn *sc)
 	sc->yprev = sc->ynext = NULL;
 	sc->young = false;
 	rs->nyoung[l]--;
+	young_publish(sc->srv, id);
 }
 
 /* Append sc to unproven list l: YL_SILENT is in order of accepted_ns,
  * YL_TALKING in order of spoke_ns. */
 static void young_add(struct rpc_sconn *sc, enum sc_ylist l)
 {
-	struct rpc_rstate *rs = &sc->srv->rs[rx_reactor_id(sc->r)];
+	unsigned id = rx_reactor_id(sc->r);
+	struct rpc_rstate *rs = &sc->srv->rs[id];
 	sc->yprev = rs->young_tail[l];
 	sc->ynext = NULL;
 	if (rs->young_tail[l])
@@ -653,8 +689,9 @@ static void young_add(struct rpc_sconn *sc, enum sc_ylist l)
 		rs->young_head[l] = sc;
 	rs->young_tail[l] = sc;
 	sc->young = true;
-	rs->nyoung[l]++;
 	sc->ylist = (uint8_t)l;
+	rs->nyoung[l]++;
+	young_publish(sc->srv, id);
 }
 
 /* Give back the class and host slots (at close, or at once on eviction, so
@@ -719,8 +756,7 @@ static bool evict_one(const struct rpc_server *s, struct rpc_rstate *rs,
 	};
 	for (unsigned l = 0; l < YL__COUNT; l++)
 	for (struct rpc_sconn *v = rs->young_head[l]; v; v = v->ynext) {
-		uint64_t t = l == YL_SILENT ? v->accepted_ns : v->spoke_ns;
-		if (t > before[l])
+		if (young_time(v, l) > before[l])
 			break; /* oldest first: the rest are younger still */
 		if ((k != SC__COUNT && v->cls != k) ||
 		    (addr && memcmp(v->addr, addr, 16) != 0) ||
@@ -751,26 +787,23 @@ static int class_take(struct rpc_server *s, struct rpc_rstate *rs,
 	return -EMFILE;
 }
 
-/* Admit a new connection into its class (and host) or refuse it. */
-static int sc_admit(struct rpc_sconn *sc)
+/* Why a newcomer was not admitted. */
+enum sc_admit { ADMIT_OK, ADMIT_HOST_FULL, ADMIT_CLASS_FULL };
+
+/* Admit a new connection into its class (and host), dropping an unproven
+ * connection of this reactor for it when full; nothing logged or counted. */
+static enum sc_admit sc_admit(struct rpc_sconn *sc)
 {
 	struct rpc_server *s = sc->srv;
 	struct rpc_rstate *rs = &s->rs[rx_reactor_id(sc->r)];
 	if (!sc->is_unix && s->hosts) {
 		uint32_t n = host_add(s, sc->addr);
+		if (!n)
+			return ADMIT_HOST_FULL; /* the table itself is full */
 		if (n > s->gd.max_per_host &&
 		    !evict_one(s, rs, SC__COUNT, sc->addr)) {
-			if (n)
-				host_del(s, sc->addr);
-			n = 0;
-		}
-		if (!n) {
-			RX_STAT_INC(sc->st->conns_refused_host);
-			PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "refusing %s: %u "
-				  "connections from one address is the limit "
-				  "(rpc_max_connections_per_host)", sc->peer,
-				  s->gd.max_per_host);
-			return -EMFILE;
+			host_del(s, sc->addr);
+			return ADMIT_HOST_FULL;
 		}
 		sc->has_host = true;
 	}
@@ -778,15 +811,29 @@ static int sc_admit(struct rpc_sconn *sc)
 		if (sc->has_host)
 			host_del(s, sc->addr);
 		sc->has_host = false;
-		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "refusing %s: %u connections "
-			  "is the limit (%s)", sc->peer, class_cap(s, sc->cls),
-			  class_setting[sc->cls]);
-		return -EMFILE;
+		return ADMIT_CLASS_FULL;
 	}
 	sc->counted = true;
 	if (!sc->is_unix || sc->cls == SC_PREAUTH) /* unproven: evictable */
 		young_add(sc, YL_SILENT);
-	return 0;
+	return ADMIT_OK;
+}
+
+static void sc_refused(struct rpc_sconn *sc, enum sc_admit why)
+{
+	const struct rpc_server *s = sc->srv;
+	RX_STAT_INC(sc->st->conns_refused);
+	if (why == ADMIT_HOST_FULL) {
+		RX_STAT_INC(sc->st->conns_refused_host);
+		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "refusing %s: %u connections "
+			  "from one address is the limit "
+			  "(rpc_max_connections_per_host)", sc->peer,
+			  s->gd.max_per_host);
+	} else {
+		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "refusing %s: %u connections "
+			  "is the limit (%s)", sc->peer, class_cap(s, sc->cls),
+			  class_setting[sc->cls]);
+	}
 }
 
 /* The connection proved itself: no longer a candidate for eviction, no
@@ -1349,8 +1396,71 @@ static void describe_tcp_peer(struct rpc_sconn *sc, int fd)
 	rpc_tcp_peer_name(fd, sc->peer, sizeof(sc->peer), sc->addr);
 }
 
+/* A newcomer on its way to the reactor that can drop an unproven
+ * connection for it (common/unproven.h). */
+struct sc_move {
+	struct rpc_server *s;
+	int fd;
+	bool is_unix;
+};
+
+static void accept_on(struct rpc_server *s, struct rx_reactor *r, int fd,
+		      bool is_unix, bool may_move);
+
+static void move_run(struct rx_reactor *r, void *arg)
+{
+	struct sc_move m = *(struct sc_move *)arg;
+	free(arg);
+	if (rx_reactor_stopping(r)) {
+		RX_STAT_INC(m.s->st[rx_reactor_id(r)].conns_refused);
+		close(m.fd);
+		return;
+	}
+	accept_on(m.s, r, m.fd, m.is_unix, false);
+}
+
+/* Hand fd to the reactor that can admit it: true when on its way. */
+static bool sc_move(struct rpc_sconn *sc, int fd)
+{
+	struct rpc_server *s = sc->srv;
+	int to = s->post ? pc_unproven_pick(s->unproven, s->nreactors,
+					    rx_reactor_id(sc->r),
+					    pc_now_ns() -
+						    RX_MS(EVICT_GRACE_MS))
+			 : -1;
+	struct sc_move *m = to >= 0 ? malloc(sizeof(*m)) : NULL;
+	if (!m)
+		return false;
+	*m = (struct sc_move){s, fd, sc->is_unix};
+	PC_LOGD(LOG_MOD, "%s: handing it to r%d, which holds unproven "
+		"connections to drop for it", sc->peer, to);
+	/* Counted first: the other reactor may answer the client before
+	 * this one would have counted it. */
+	RX_STAT_INC(sc->st->conns_moved);
+	if (s->post(s->post_arg, (unsigned)to, move_run, m) < 0) {
+		RX_STAT_ADD(sc->st->conns_moved, (uint64_t)-1);
+		free(m);
+		return false;
+	}
+	return true;
+}
+
+void rpc_server_set_post(struct rpc_server *s, rpc_post_fn post, void *arg)
+{
+	s->post = post;
+	s->post_arg = arg;
+}
+
 void rpc_server_accept(struct rpc_server *s, struct rx_reactor *r, int fd,
 		       bool is_unix)
+{
+	accept_on(s, r, fd, is_unix, true);
+}
+
+/* may_move: a newcomer this reactor cannot admit may go to another one
+ * (once: the one it goes to admits it or refuses it). */
+static void accept_on(struct rpc_server *s, struct rx_reactor *r, int fd,
+		      bool is_unix, bool may_move)
 {
 	struct rpc_stats *st = &s->st[rx_reactor_id(r)];
 	struct rpc_sconn *sc = calloc(1, sizeof(*sc));
@@ -1387,9 +1497,12 @@ void rpc_server_accept(struct rpc_server *s, struct rx_reactor *r, int fd,
 	sc->mpl = sc->authed ? &s->mpl : &s->mpl_preauth;
 	sc->accepted_ns = sc->last_act_ns = pc_now_ns();
 	rx_timer_init(&sc->timer, sc_timer_fired, sc);
-	if (sc_admit(sc) < 0) {
-		RX_STAT_INC(st->conns_refused);
-		close(fd);
+	enum sc_admit why = sc_admit(sc);
+	if (why != ADMIT_OK) {
+		if (!may_move || !sc_move(sc, fd)) {
+			sc_refused(sc, why);
+			close(fd);
+		}
 		free(sc);
 		return;
 	}

@@ -11,6 +11,7 @@ connections that drops the oldest for a newcomer, and a raised fd limit.
 import os
 import resource
 import select
+import signal
 import socket
 import struct
 import subprocess
@@ -88,6 +89,70 @@ def test_challenge_spam_is_closed_and_costs_nothing(node_factory):
     m = metrics_of(n)
     assert m["peercache_transport_preauth_violations_total"] >= 100, m
     assert "a second AUTH_CHALLENGE before authenticating" in n.text()
+    assert n.stop() == 0
+
+
+def challenge_answered(addr):
+    """A new data connection sends AUTH_CHALLENGE: True when an answer
+    arrives, False when the node closes the connection instead."""
+    s = socket.create_connection(addr, timeout=5)
+    try:
+        s.sendall(challenge(1))
+        return len(s.recv(4096)) > 0
+    except (ConnectionResetError, BrokenPipeError):
+        return False
+    finally:
+        s.close()
+
+
+def test_flood_met_by_one_reactor_locks_no_data_newcomer_out(node_factory):
+    """As on the RPC port: a reactor drops only its own unproven data
+    connections, so when one reactor met a whole flood (the node was stopped
+    while it arrived), a newcomer placed on the other was closed until the
+    handshake deadline freed the cap. It is now handed to the reactor that
+    holds them."""
+    hard = raise_nofile()
+    assert hard >= 9000
+    n = node_factory("--cluster-secret", SECRET, "--pool-size", "64mb",
+                     "--threads", "2")
+    n.wait_for("ready")
+    addr = data_addr(n)
+    flood = []
+    os.kill(n.proc.pid, signal.SIGSTOP)
+    try:
+        try:
+            for _ in range(4096):
+                s = socket.socket()
+                s.setblocking(False)
+                try:
+                    s.connect(addr)
+                except BlockingIOError:
+                    pass
+                flood.append(s)
+            time.sleep(0.5)
+        finally:
+            os.kill(n.proc.pid, signal.SIGCONT)
+        deadline = time.time() + 60
+        while True:  # until the node has met every flood connection
+            m = metrics_of(n)
+            met = sum(m["peercache_transport_connections%s" % k]
+                      for k in ("", "_refused_total", "_evicted_total",
+                                "_timed_out_total"))
+            if met >= 4096:
+                break
+            assert time.time() < deadline, "the node met %d of 4096" % met
+            time.sleep(0.1)
+        time.sleep(0.3)  # every flood connection is past the 100 ms grace
+        held = sorted(m['peercache_transport_reactor_connections'
+                        '{reactor="%d"}' % i] for i in range(2))
+        answered = sum(challenge_answered(addr) for _ in range(10))
+    finally:
+        for s in flood:
+            s.close()
+    m = metrics_of(n)
+    print("connections per reactor %s; newcomers handed over %d" % (
+        held, m["peercache_transport_connections_moved_total"]))
+    assert answered == 10, "%d of 10 newcomers answered" % answered
     assert n.stop() == 0
 
 

@@ -2,7 +2,9 @@
  * tests/unit/test_rpc_guard.c — the reply memory budget handlers reserve
  * from (rpc_call_budget_take / rpc_call_budget_give): node-wide and
  * per-connection shares, reservations held by asynchronous calls, and
- * bytes given back when a reply ends.
+ * bytes given back when a reply ends. And a newcomer whose reactor holds
+ * no unproven connection to drop for it, while another holds the whole
+ * cap, handed over there (rpc_server_set_post).
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -63,7 +65,7 @@ static const struct rpc_method methods[] = {
 static struct {
 	struct rpc_server *srv;
 	struct rx_group *g;
-	uint16_t port;
+	uint16_t port[2]; /* each reactor's own listener */
 } G;
 
 static void on_tcp(struct rx_listener *l, int fd, void *arg)
@@ -80,11 +82,23 @@ static int on_start(struct rx_reactor *r, void *arg)
 					      on_tcp, NULL, &err);
 	if (!l)
 		return err;
-	G.port = rx_listener_port(l);
+	G.port[rx_reactor_id(r)] = rx_listener_port(l);
 	return 0;
 }
 
-static void guard_up(const struct rpc_guard *gd)
+static int post_group(void *arg, unsigned reactor,
+		      void (*fn)(struct rx_reactor *r, void *fn_arg),
+		      void *fn_arg)
+{
+	(void)arg;
+	return rx_group_post(G.g, reactor, fn, fn_arg);
+}
+
+/* A server on nreactors reactors (1 or 2), each listening on a port of
+ * its own; with a secret, TCP clients are unproven until they prove it;
+ * move: newcomers may be handed to another reactor (rpc_server_set_post). */
+static void guard_up_on(const struct rpc_guard *gd, unsigned nreactors,
+			const char *secret, bool move)
 {
 	struct rpc_limits lim = {
 		.max_message_bytes = 1 << 20,
@@ -95,12 +109,20 @@ static void guard_up(const struct rpc_guard *gd)
 		.max_fds = 1,
 	};
 	const struct rpc_method *tables[] = {methods};
-	cr_assert_eq(rpc_server_new(&G.srv, &lim, tables, 1, NULL, -1, 1), 0);
+	cr_assert_eq(rpc_server_new(&G.srv, &lim, tables, 1, secret, -1,
+				    nreactors), 0);
 	cr_assert_eq(rpc_server_set_guard(G.srv, gd), 0);
+	if (move)
+		rpc_server_set_post(G.srv, post_group, NULL);
 	struct rx_params p;
 	rx_params_default(&p);
 	struct rx_group_hooks h = {.thread_start = on_start};
-	cr_assert_eq(rx_group_start(&G.g, 1, &p, &h), 0);
+	cr_assert_eq(rx_group_start(&G.g, nreactors, &p, &h), 0);
+}
+
+static void guard_up(const struct rpc_guard *gd)
+{
+	guard_up_on(gd, 1, NULL, false);
 }
 
 static struct rpc_stats guard_down(void)
@@ -139,7 +161,7 @@ Test(rpc_guard, node_budget_counts_reservations_of_every_connection)
 {
 	struct rpc_guard gd = {.max_reply_bytes = 1 << 20};
 	guard_up(&gd);
-	int a = tu_connect(G.port), b = tu_connect(G.port);
+	int a = tu_connect(G.port[0]), b = tu_connect(G.port[0]);
 	send_take(a, 1, 800 << 10, 400); /* held for 400 ms */
 	usleep(100 * 1000);
 	send_take(b, 2, 400 << 10, 0);
@@ -160,7 +182,7 @@ Test(rpc_guard, connection_share_counts_its_own_reservations)
 {
 	struct rpc_guard gd = {.conn_reply_bytes = 256 << 10};
 	guard_up(&gd);
-	int a = tu_connect(G.port), b = tu_connect(G.port);
+	int a = tu_connect(G.port[0]), b = tu_connect(G.port[0]);
 	send_take(a, 1, 200 << 10, 300);
 	usleep(100 * 1000);
 	send_take(a, 2, 100 << 10, 0); /* 200 + 100 KiB on one connection */
@@ -174,4 +196,85 @@ Test(rpc_guard, connection_share_counts_its_own_reservations)
 	close(b);
 	struct rpc_stats st = guard_down();
 	cr_assert_eq(st.budget_refusals, 2);
+}
+
+/* ------------------------------------------ unproven connections elsewhere */
+
+#define SILENT 4
+
+/* SILENT connections to reactor 0 that never send a byte, all admitted and
+ * past the 100 ms grace before a newcomer may drop one. */
+static void silent_on_reactor_0(int *fds)
+{
+	for (unsigned i = 0; i < SILENT; i++)
+		fds[i] = tu_connect(G.port[0]);
+	struct rpc_stats st = {0};
+	for (unsigned t = 0; t < 500 && st.conns_accepted < SILENT; t++) {
+		usleep(10 * 1000);
+		rpc_server_stats(G.srv, &st);
+	}
+	cr_assert_eq(st.conns_accepted, SILENT, "%llu of %d admitted",
+		     (unsigned long long)st.conns_accepted, SILENT);
+	usleep(200 * 1000);
+}
+
+/* A new client of reactor 1 asks for its challenge: true when answered,
+ * false when the server closed the connection instead. */
+static bool newcomer_answered(void)
+{
+	int fd = tu_connect(G.port[1]);
+	struct timeval tv = {.tv_sec = 5};
+	cr_assert_eq(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)),
+		     0);
+	cr_assert_eq(tu_rpc_send_uints(fd, 1, "auth.challenge", NULL, 0), 0);
+	uint8_t buf[512];
+	uint32_t id;
+	struct rpc_result res;
+	const char *why = "";
+	bool ok = tu_rpc_read_reply(fd, buf, sizeof(buf), &id, &res, &why) == 0;
+	if (ok)
+		cr_assert(!res.err && id == 1, "the challenge was refused");
+	close(fd);
+	return ok;
+}
+
+/* A newcomer of reactor 1 while reactor 0 holds the whole of gd's cap,
+ * every one of them past the grace: with move, it is handed to reactor 0,
+ * which drops one of its own for it; without, it is refused. */
+static void newcomer_case(const struct rpc_guard *gd, bool move)
+{
+	guard_up_on(gd, 2, "guard test secret", move);
+	int fds[SILENT];
+	silent_on_reactor_0(fds);
+	bool answered = newcomer_answered();
+	struct rpc_stats st = guard_down();
+	for (unsigned i = 0; i < SILENT; i++)
+		close(fds[i]);
+	if (move)
+		cr_assert(answered, "a newcomer of reactor 1 was refused while "
+			  "reactor 0 held the cap");
+	else
+		cr_assert(!answered, "admitted without a hand-over");
+	cr_assert_eq(st.conns_moved, move);
+	cr_assert_eq(st.conns_evicted, move);
+	cr_assert_eq(st.conns_refused, !move);
+}
+
+Test(rpc_guard, a_full_class_held_by_another_reactor_admits_a_newcomer)
+{
+	struct rpc_guard gd = {.max_preauth = SILENT};
+	newcomer_case(&gd, true);
+}
+
+Test(rpc_guard, a_full_host_held_by_another_reactor_admits_a_newcomer)
+{
+	struct rpc_guard gd = {.max_per_host = SILENT};
+	newcomer_case(&gd, true);
+}
+
+/* The control: a server that cannot hand connections over refuses it. */
+Test(rpc_guard, without_a_way_to_hand_it_over_the_newcomer_is_refused)
+{
+	struct rpc_guard gd = {.max_preauth = SILENT};
+	newcomer_case(&gd, false);
 }
