@@ -22,19 +22,25 @@
 
 #include <stdint.h>
 
+/* A cache line each: a reactor writes its own at every accept and proof,
+ * and must not bounce its neighbours'. */
 struct pc_unproven {
-	uint64_t n;         /* unproven connections the reactor holds */
-	uint64_t oldest_ns; /* when the oldest of them began; 0: none */
+	_Alignas(64) uint64_t n; /* unproven connections the reactor holds */
+	uint64_t drop_ns; /* from when the first of them may be dropped for a
+			   * newcomer (past its grace); 0: none */
 };
 
-/* Publish reactor u's count and its oldest's time (its own thread). */
-void pc_unproven_set(struct pc_unproven *u, uint64_t n, uint64_t oldest_ns);
+/* nreactors zeroed entries (free() them), or NULL. */
+struct pc_unproven *pc_unproven_new(unsigned nreactors);
 
-/* Of the nreactors entries of per, the reactor other than here holding
- * the most unproven connections whose oldest began at or before cut_ns
- * (past the grace that protects a new one), or -1. A guess from published
- * counts: the reactor named checks again before it drops anything. */
+/* Publish reactor u's count and first drop time (its own thread). */
+void pc_unproven_set(struct pc_unproven *u, uint64_t n, uint64_t drop_ns);
+
+/* Of the nreactors entries of per, the reactor other than here, with a
+ * connection it may drop at now_ns, that holds the most unproven ones; or
+ * -1. A guess from published values: the reactor named checks again
+ * before it drops anything. */
 int pc_unproven_pick(const struct pc_unproven *per, unsigned nreactors,
-		     unsigned here, uint64_t cut_ns);
+		     unsigned here, uint64_t now_ns);
 
 #endif /* PC_COMMON_UNPROVEN_H */

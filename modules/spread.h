@@ -29,7 +29,10 @@
  * Only the oldest candidate is checked for liveness (a dead one is closed
  * and the next tried), so a data connection costs one check however many
  * RPC connections its host holds open.
- * A wrong pair costs what independent placement costs, nothing more.
+ * A wrong pair costs what independent placement costs, nothing more. So
+ * does the rare client the RPC server hands on to another reactor after
+ * its placement (rpc_server_set_post, only while a connection cap is
+ * full): its note still names the reactor placed first.
  */
 #ifndef PC_MODULES_SPREAD_H
 #define PC_MODULES_SPREAD_H

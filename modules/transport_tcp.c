@@ -108,10 +108,12 @@ static int tcp_dereg_region(struct tp_node *tn, uint32_t key)
  * send a first well-formed request within rpc_handshake_timeout. Unproven
  * connections count against data_max_preauth_connections, all of them
  * against data_max_connections (both node-wide, atomics); when a cap is
- * full, the oldest unproven connection of the accepting reactor older than
+ * full, the oldest unproven connection of the serving reactor older than
  * D_EVICT_GRACE_MS is dropped for the newcomer; when that reactor has none,
- * the newcomer is handed once to the reactor holding the most that are
- * past the grace (common/unproven.h), which drops one or refuses it. Before authentication a connection may send one AUTH_CHALLENGE
+ * the newcomer is handed once to the reactor holding the most unproven
+ * connections, one of them past the grace (common/unproven.h), which drops
+ * one or refuses it. Before authentication a connection may send one
+ * AUTH_CHALLENGE
  * and one AUTH_RESPONSE, nothing else, with a few hundred bytes of input and
  * 4 KiB of output. A proven connection without traffic or queued output for
  * rpc_idle_timeout is closed. Input and copied output of all connections
@@ -199,7 +201,7 @@ static void d_young_publish(struct d_rstate *rs)
 {
 	const struct dconn *h = rs->list[DL_YOUNG].head;
 	pc_unproven_set(&g.unproven[rs - g.rs], rs->nyoung,
-			h ? h->accepted_ns : 0);
+			h ? h->accepted_ns + RX_MS(D_EVICT_GRACE_MS) : 0);
 }
 
 /* Leave the unproven class (authenticated, first request, or closing). */
@@ -660,10 +662,12 @@ static bool tcp_peer_allowed(int fd)
 
 static void d_accept_on(struct rx_reactor *r, int fd, bool may_move);
 
-/* On the reactor a newcomer was handed to (d_move). */
+/* On the reactor a newcomer was handed to (d_move); counted here, before
+ * the client can have an answer. */
 static void d_move_run(struct rx_reactor *r, void *arg)
 {
 	int fd = (int)(intptr_t)arg;
+	met_inc(g.conns_moved);
 	if (rx_reactor_stopping(r)) {
 		met_inc(g.conns_refused);
 		close(fd);
@@ -678,18 +682,11 @@ static bool d_move(unsigned here, int fd, const char *peer)
 {
 	struct rx_group *grp = __atomic_load_n(&g.ctx->group, __ATOMIC_ACQUIRE);
 	int to = grp ? pc_unproven_pick(g.unproven, g.threads, here,
-					pc_now_ns() - RX_MS(D_EVICT_GRACE_MS))
+					pc_now_ns())
 		     : -1;
-	if (to < 0)
+	if (to < 0 || rx_group_post(grp, (unsigned)to, d_move_run,
+				    (void *)(intptr_t)fd) < 0)
 		return false;
-	/* Counted first: the other reactor may answer the client before
-	 * this one would have counted it. */
-	met_inc(g.conns_moved);
-	if (rx_group_post(grp, (unsigned)to, d_move_run,
-			  (void *)(intptr_t)fd) < 0) {
-		met_add(g.conns_moved, (uint64_t)-1);
-		return false;
-	}
 	PC_LOGD(LOG_MOD, "data connection from %s: handed to r%d, which holds "
 		"unproven connections to drop for it", peer, to);
 	return true;
@@ -788,7 +785,7 @@ static int server_guards_init(const struct pc_settings *s, unsigned threads)
 {
 	g.threads = threads;
 	g.rs = calloc(threads, sizeof(*g.rs));
-	g.unproven = calloc(threads, sizeof(*g.unproven));
+	g.unproven = pc_unproven_new(threads);
 	g.labels = calloc(threads, sizeof(*g.labels));
 	if (!g.rs || !g.unproven || !g.labels)
 		return -ENOMEM;

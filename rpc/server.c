@@ -5,7 +5,8 @@
  * the connection count), struct rpc_sconn (one per client connection) and
  * struct rpc_call (one per request until its reply). Threading: the method
  * table and limits are read-only after rpc_server_new; a connection and its
- * calls belong to the reactor that accepted it; counters are per reactor
+ * calls belong to the reactor that serves it (the one it was handed to,
+ * if any, never moving after it is served); counters are per reactor
  * (relaxed stores, summed by rpc_server_stats); the connection counts per
  * class, the per-host table (a mutex) and the memory budget are the shared
  * state, touched at accept, authentication and close, and per buffer growth
@@ -16,16 +17,18 @@
  * cap, so a flood of one never refuses the others; TCP is also capped per
  * source address. A TCP connection is "unproven" until it authenticates
  * (or, when it was authenticated at accept, until its first request): a full
- * class or host cap drops the oldest unproven connection of that reactor for
- * the new one instead of refusing it, and an unproven connection has
- * rpc_handshake_timeout to prove itself. A message must arrive whole within
- * rpc_message_timeout of its first byte (slowloris), and a TCP connection
- * without traffic or calls for rpc_idle_timeout is closed. A connection of
- * any class (Unix socket too) whose queued replies took no byte for
- * rpc_write_stall_timeout is closed: a client that stopped reading (or was
- * stopped) gives its share of the reply budget back. All deadlines of a
- * connection share one timer that re-arms itself lazily, so arrivals only
- * store a timestamp (output that begins to queue arms it if it is later).
+ * class or host cap drops the oldest unproven connection of the reactor
+ * serving the new one instead of refusing it (when it has none, the new one
+ * is handed to the reactor that has, common/unproven.h), and an unproven
+ * connection has rpc_handshake_timeout to prove itself. A message must
+ * arrive whole within rpc_message_timeout of its first byte (slowloris),
+ * and a TCP connection without traffic or calls for rpc_idle_timeout is
+ * closed. A connection of any class (Unix socket too) whose queued
+ * replies took no byte for rpc_write_stall_timeout is closed: a client
+ * that stopped reading (or was stopped) gives its share of the reply
+ * budget back. All deadlines of a connection share one timer that re-arms
+ * itself lazily, so arrivals only store a timestamp (output that begins to
+ * queue arms it if it is later).
  *
  * The per-host cap counts unproven TCP connections only (it keeps one address
  * from filling the unproven slots); a proven connection gives its host slot
@@ -306,7 +309,7 @@ int rpc_server_new(struct rpc_server **out, const struct rpc_limits *lim,
 	s->mpl_preauth = s->mpl;
 	pthread_mutex_init(&s->hosts_lock, NULL);
 	s->rs = calloc(nreactors ? nreactors : 1, sizeof(*s->rs));
-	s->unproven = calloc(nreactors ? nreactors : 1, sizeof(*s->unproven));
+	s->unproven = pc_unproven_new(nreactors);
 	s->table_mask = (unsigned)pc_roundup_pow2(2u * n + 2) - 1;
 	s->table = calloc(s->table_mask + 1, sizeof(*s->table));
 	s->entries = calloc(n + 1, sizeof(*s->entries));
@@ -638,21 +641,7 @@ static uint64_t young_time(const struct rpc_sconn *sc, unsigned l)
 	return l == YL_SILENT ? sc->accepted_ns : sc->spoke_ns;
 }
 
-/* Publish reactor id's unproven connections for the other reactors: how
- * many, and the time of the oldest list head (as evict_one sees them). */
-static void young_publish(struct rpc_server *s, unsigned id)
-{
-	const struct rpc_rstate *rs = &s->rs[id];
-	uint64_t oldest = 0;
-	for (unsigned l = 0; l < YL__COUNT; l++) {
-		const struct rpc_sconn *h = rs->young_head[l];
-		uint64_t t = h ? young_time(h, l) : 0;
-		if (t && (!oldest || t < oldest))
-			oldest = t;
-	}
-	pc_unproven_set(&s->unproven[id],
-			rs->nyoung[YL_SILENT] + rs->nyoung[YL_TALKING], oldest);
-}
+static void young_publish(struct rpc_server *s, unsigned id);
 
 static void young_del(struct rpc_sconn *sc)
 {
@@ -734,25 +723,52 @@ static bool has_unread_bytes(const struct rpc_sconn *v)
 	return fd >= 0 && ioctl(fd, FIONREAD, &pending) == 0 && pending > 0;
 }
 
+/* How long the connections on list l of rs are kept from being dropped
+ * for a newcomer. The longer grace of those that spoke holds only while
+ * they are at most half of this reactor's share of the unproven class:
+ * connections that each send one request cannot lock newcomers out for
+ * longer than silent ones can. */
+static uint64_t young_grace_ns(const struct rpc_server *s,
+			       const struct rpc_rstate *rs, unsigned l)
+{
+	uint32_t talk_max = class_cap(s, SC_PREAUTH) /
+			    (s->nreactors ? s->nreactors : 1) / 2;
+	bool talk_grace = rs->nyoung[YL_TALKING] <= (talk_max ? talk_max : 1);
+	return RX_MS(l == YL_TALKING && talk_grace ? EVICT_TALKING_GRACE_MS
+						   : EVICT_GRACE_MS);
+}
+
+/* Publish reactor id's unproven connections for the other reactors: how
+ * many, and from when the first of them may be dropped (evict_one's
+ * view, but for the class and address it also filters by). */
+static void young_publish(struct rpc_server *s, unsigned id)
+{
+	const struct rpc_rstate *rs = &s->rs[id];
+	uint64_t first = 0;
+	for (unsigned l = 0; l < YL__COUNT; l++) {
+		const struct rpc_sconn *h = rs->young_head[l];
+		uint64_t t = h ? young_time(h, l) + young_grace_ns(s, rs, l)
+			       : 0;
+		if (t && (!first || t < first))
+			first = t;
+	}
+	pc_unproven_set(&s->unproven[id],
+			rs->nyoung[YL_SILENT] + rs->nyoung[YL_TALKING], first);
+}
+
 /*
  * Drop the oldest unproven connection of reactor rs of class k (SC__COUNT:
- * any) and, when addr is set, from that address, if it is older than
- * EVICT_GRACE_MS: a silent one if there is one, else one that has spoken
- * but not yet proved itself. The longer grace of those that spoke holds
- * only while they are at most half of this reactor's share of the
- * unproven class: connections that each send one request cannot lock
- * newcomers out for longer than silent ones can. false: none to drop.
+ * any) and, when addr is set, from that address, if it is past its grace
+ * (young_grace_ns): a silent one if there is one, else one that has spoken
+ * but not yet proved itself. false: none to drop.
  */
 static bool evict_one(const struct rpc_server *s, struct rpc_rstate *rs,
 		      enum sc_class k, const uint8_t *addr)
 {
 	uint64_t now = pc_now_ns();
-	uint32_t talk_max = class_cap(s, SC_PREAUTH) / (s->nreactors ? s->nreactors : 1) / 2;
-	bool talk_grace = rs->nyoung[YL_TALKING] <= (talk_max ? talk_max : 1);
 	const uint64_t before[YL__COUNT] = {
-		[YL_SILENT] = now - RX_MS(EVICT_GRACE_MS),
-		[YL_TALKING] = now - RX_MS(talk_grace ? EVICT_TALKING_GRACE_MS
-						      : EVICT_GRACE_MS),
+		[YL_SILENT] = now - young_grace_ns(s, rs, YL_SILENT),
+		[YL_TALKING] = now - young_grace_ns(s, rs, YL_TALKING),
 	};
 	for (unsigned l = 0; l < YL__COUNT; l++)
 	for (struct rpc_sconn *v = rs->young_head[l]; v; v = v->ynext) {
@@ -787,8 +803,16 @@ static int class_take(struct rpc_server *s, struct rpc_rstate *rs,
 	return -EMFILE;
 }
 
-/* Why a newcomer was not admitted. */
-enum sc_admit { ADMIT_OK, ADMIT_HOST_FULL, ADMIT_CLASS_FULL };
+/* Why a newcomer was not admitted. Only the first two are for want of an
+ * unproven connection of this reactor to drop: another reactor may have
+ * one (sc_move). */
+enum sc_admit {
+	ADMIT_OK,
+	ADMIT_HOST_FULL,   /* rpc_max_connections_per_host */
+	ADMIT_CLASS_FULL,  /* the class cap (never the Unix socket's) */
+	ADMIT_HOSTS_TABLE, /* the per-host table itself (node-wide) */
+	ADMIT_LOCAL_FULL,  /* rpc_max_local_connections: none is dropped */
+};
 
 /* Admit a new connection into its class (and host), dropping an unproven
  * connection of this reactor for it when full; nothing logged or counted. */
@@ -799,7 +823,7 @@ static enum sc_admit sc_admit(struct rpc_sconn *sc)
 	if (!sc->is_unix && s->hosts) {
 		uint32_t n = host_add(s, sc->addr);
 		if (!n)
-			return ADMIT_HOST_FULL; /* the table itself is full */
+			return ADMIT_HOSTS_TABLE;
 		if (n > s->gd.max_per_host &&
 		    !evict_one(s, rs, SC__COUNT, sc->addr)) {
 			host_del(s, sc->addr);
@@ -811,7 +835,7 @@ static enum sc_admit sc_admit(struct rpc_sconn *sc)
 		if (sc->has_host)
 			host_del(s, sc->addr);
 		sc->has_host = false;
-		return ADMIT_CLASS_FULL;
+		return sc->cls == SC_LOCAL ? ADMIT_LOCAL_FULL : ADMIT_CLASS_FULL;
 	}
 	sc->counted = true;
 	if (!sc->is_unix || sc->cls == SC_PREAUTH) /* unproven: evictable */
@@ -823,7 +847,7 @@ static void sc_refused(struct rpc_sconn *sc, enum sc_admit why)
 {
 	const struct rpc_server *s = sc->srv;
 	RX_STAT_INC(sc->st->conns_refused);
-	if (why == ADMIT_HOST_FULL) {
+	if (why == ADMIT_HOST_FULL || why == ADMIT_HOSTS_TABLE) {
 		RX_STAT_INC(sc->st->conns_refused_host);
 		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "refusing %s: %u connections "
 			  "from one address is the limit "
@@ -1407,41 +1431,44 @@ struct sc_move {
 static void accept_on(struct rpc_server *s, struct rx_reactor *r, int fd,
 		      bool is_unix, bool may_move);
 
+/* On the reactor a newcomer was handed to (sc_move); counted here, before
+ * the client can have an answer. */
 static void move_run(struct rx_reactor *r, void *arg)
 {
 	struct sc_move m = *(struct sc_move *)arg;
+	struct rpc_stats *st = &m.s->st[rx_reactor_id(r)];
 	free(arg);
+	RX_STAT_INC(st->conns_moved);
 	if (rx_reactor_stopping(r)) {
-		RX_STAT_INC(m.s->st[rx_reactor_id(r)].conns_refused);
+		RX_STAT_INC(st->conns_refused);
 		close(m.fd);
 		return;
 	}
 	accept_on(m.s, r, m.fd, m.is_unix, false);
 }
 
-/* Hand fd to the reactor that can admit it: true when on its way. */
-static bool sc_move(struct rpc_sconn *sc, int fd)
+/* Hand fd, which sc's reactor could not admit (why), to the reactor that
+ * can drop an unproven connection for it: true when on its way. A client
+ * refused for who it is waits among the unproven only for its refusal
+ * (already logged): it is not worth a hand-over. */
+static bool sc_move(struct rpc_sconn *sc, int fd, enum sc_admit why)
 {
 	struct rpc_server *s = sc->srv;
-	int to = s->post ? pc_unproven_pick(s->unproven, s->nreactors,
-					    rx_reactor_id(sc->r),
-					    pc_now_ns() -
-						    RX_MS(EVICT_GRACE_MS))
-			 : -1;
+	if (!s->post || sc->refusal ||
+	    (why != ADMIT_HOST_FULL && why != ADMIT_CLASS_FULL))
+		return false;
+	int to = pc_unproven_pick(s->unproven, s->nreactors,
+				  rx_reactor_id(sc->r), pc_now_ns());
 	struct sc_move *m = to >= 0 ? malloc(sizeof(*m)) : NULL;
 	if (!m)
 		return false;
 	*m = (struct sc_move){s, fd, sc->is_unix};
-	PC_LOGD(LOG_MOD, "%s: handing it to r%d, which holds unproven "
-		"connections to drop for it", sc->peer, to);
-	/* Counted first: the other reactor may answer the client before
-	 * this one would have counted it. */
-	RX_STAT_INC(sc->st->conns_moved);
 	if (s->post(s->post_arg, (unsigned)to, move_run, m) < 0) {
-		RX_STAT_ADD(sc->st->conns_moved, (uint64_t)-1);
 		free(m);
 		return false;
 	}
+	PC_LOGD(LOG_MOD, "%s: handed to r%d, which holds unproven "
+		"connections to drop for it", sc->peer, to);
 	return true;
 }
 
@@ -1499,7 +1526,7 @@ static void accept_on(struct rpc_server *s, struct rx_reactor *r, int fd,
 	rx_timer_init(&sc->timer, sc_timer_fired, sc);
 	enum sc_admit why = sc_admit(sc);
 	if (why != ADMIT_OK) {
-		if (!may_move || !sc_move(sc, fd)) {
+		if (!may_move || !sc_move(sc, fd, why)) {
 			sc_refused(sc, why);
 			close(fd);
 		}

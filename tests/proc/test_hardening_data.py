@@ -99,7 +99,7 @@ def challenge_answered(addr):
     try:
         s.sendall(challenge(1))
         return len(s.recv(4096)) > 0
-    except (ConnectionResetError, BrokenPipeError):
+    except OSError:  # reset, or no answer within the timeout
         return False
     finally:
         s.close()
@@ -110,18 +110,21 @@ def test_flood_met_by_one_reactor_locks_no_data_newcomer_out(node_factory):
     connections, so when one reactor met a whole flood (the node was stopped
     while it arrived), a newcomer placed on the other was closed until the
     handshake deadline freed the cap. It is now handed to the reactor that
-    holds them."""
-    hard = raise_nofile()
-    assert hard >= 9000
+    holds them. The handshake deadline is long, so nothing else frees the
+    cap meanwhile. One reactor held them all in 5 of 6 runs here (before
+    the fix, 0 of 10 newcomers then got in, in 3 of 3 runs); the hand-over
+    is checked when it does."""
+    flood_n, cap = 4096, 256
     n = node_factory("--cluster-secret", SECRET, "--pool-size", "64mb",
-                     "--threads", "2")
+                     "--threads", "2", "--rpc-handshake-timeout", "60s",
+                     "--data-max-preauth-connections", str(cap))
     n.wait_for("ready")
     addr = data_addr(n)
     flood = []
     os.kill(n.proc.pid, signal.SIGSTOP)
     try:
         try:
-            for _ in range(4096):
+            for _ in range(flood_n):
                 s = socket.socket()
                 s.setblocking(False)
                 try:
@@ -129,7 +132,7 @@ def test_flood_met_by_one_reactor_locks_no_data_newcomer_out(node_factory):
                 except BlockingIOError:
                     pass
                 flood.append(s)
-            time.sleep(0.5)
+            time.sleep(0.3)
         finally:
             os.kill(n.proc.pid, signal.SIGCONT)
         deadline = time.time() + 60
@@ -138,21 +141,25 @@ def test_flood_met_by_one_reactor_locks_no_data_newcomer_out(node_factory):
             met = sum(m["peercache_transport_connections%s" % k]
                       for k in ("", "_refused_total", "_evicted_total",
                                 "_timed_out_total"))
-            if met >= 4096:
+            if met >= flood_n:
                 break
-            assert time.time() < deadline, "the node met %d of 4096" % met
+            assert time.time() < deadline, "the node met %d of %d" % (
+                met, flood_n)
             time.sleep(0.1)
         time.sleep(0.3)  # every flood connection is past the 100 ms grace
         held = sorted(m['peercache_transport_reactor_connections'
                         '{reactor="%d"}' % i] for i in range(2))
+        assert sum(held) == cap, held
         answered = sum(challenge_answered(addr) for _ in range(10))
     finally:
         for s in flood:
             s.close()
-    m = metrics_of(n)
+    moved = metrics_of(n)["peercache_transport_connections_moved_total"]
     print("connections per reactor %s; newcomers handed over %d" % (
-        held, m["peercache_transport_connections_moved_total"]))
+        held, moved))
     assert answered == 10, "%d of 10 newcomers answered" % answered
+    if held[0] == 0:  # the case this is about: one reactor held them all
+        assert moved >= 1
     assert n.stop() == 0
 
 

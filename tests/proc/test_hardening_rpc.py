@@ -275,33 +275,39 @@ def test_flood_met_by_one_reactor_locks_no_newcomer_out(node_factory):
     was placed on the other one, which had none to drop, and was reset
     until the handshake deadline freed the class; the flood test above
     failed in CI that way. Such a newcomer is now handed to the reactor
-    that holds them."""
-    assert raise_nofile(16384) >= 9000
+    that holds them. The handshake deadline is long, so nothing else frees
+    the class meanwhile. Whether one reactor ends up with them all varies
+    from run to run (about 1 in 3 here); the hand-over is checked when it
+    does, and test_rpc_guard.c pins it on two reactors every time."""
+    flood_n, cap = 4096, 128
     n = node_factory("--cluster-secret", SECRET, "--pool-size", "64mb",
-                     "--threads", "2")
+                     "--threads", "2", "--rpc-handshake-timeout", "60s",
+                     "--rpc-max-preauth-connections", str(cap))
     addr = addr_of(n)
     flood = []
     os.kill(n.proc.pid, signal.SIGSTOP)
     try:
         try:
-            flood += open_idle(addr, 4096)
-            time.sleep(0.5)
+            flood += open_idle(addr, flood_n)
+            time.sleep(0.3)
         finally:
             os.kill(n.proc.pid, signal.SIGCONT)
-        wait_for_flood(n, 4096)
+        wait_for_flood(n, flood_n)
         time.sleep(0.3)  # every flood connection is past the 100 ms grace
         m = metrics_of(n)
         held = sorted(m['peercache_rpc_tcp_connections{reactor="%d"}' % i]
                       for i in range(2))
+        assert sum(held) == cap, held
         for _ in range(10):
             authed_client(n).close()
     finally:
         for s in flood:
             s.close()
-    m = metrics_of(n)
+    moved = metrics_of(n)["peercache_rpc_connections_moved_total"]
     report("one-reactor flood: unproven connections per reactor %s; "
-           "newcomers handed over %d" % (
-               held, m["peercache_rpc_connections_moved_total"]))
+           "newcomers handed over %d" % (held, moved))
+    if held[0] == 0:  # the case this is about: one reactor held them all
+        assert moved >= 1
     assert n.proc.poll() is None
     assert n.stop() == 0
 
