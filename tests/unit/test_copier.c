@@ -243,18 +243,16 @@ static void start_two_then_small(struct rx_reactor *r, struct rx_timer *t)
 	rx_timer_start(r, &c.t2, 0, 0); /* the next pass */
 }
 
-Test(copier, a_small_copy_waits_a_slice_of_each_large_one)
+/* After rr_queue_small's case (512 KiB passes): the two large jobs and the
+ * small one all whole and right, and the small one done while both large
+ * ones were still copying, after at most 4 slices of theirs (16 in
+ * arrival order). 4 is the exact worst case, when the copier's timer runs
+ * before t2 in the pass after the start; 3 when t2 runs first. */
+static void assert_small_waited_a_slice_of_each(void)
 {
-	/* two jobs of 4 MiB: 8 slices each */
-	run_case_then(512 << 10, 8 * MIB, false, start_two_then_small,
-		      rr_queue_small);
 	cr_assert_eq(c.done, 2);
 	cr_assert_eq(rr_small.res, 0);
 	cr_assert_eq(memcmp(rr_dst, rr_src, sizeof(rr_src)), 0);
-	/* One slice of the first inline, then a slice of each in turn: at
-	 * most 4 slices were copied before it (16 in arrival order). 4 is
-	 * the exact worst case, when the copier's timer runs before t2 in
-	 * the pass after the start; 3 when t2 runs first. */
 	uint64_t before = c.len - rr_left[0] - rr_left[1];
 	cr_assert_leq(before, 4 * (512 << 10), "%llu bytes of the large jobs "
 		      "were copied before the 4 KiB one",
@@ -262,6 +260,67 @@ Test(copier, a_small_copy_waits_a_slice_of_each_large_one)
 	cr_assert_gt(rr_left[0], 0, "it waited for the whole first job");
 	cr_assert_gt(rr_left[1], 0, "it waited for the whole second job");
 	cr_assert_eq(tu_check_pattern(c.dst, c.len, 7, 0), -1);
+}
+
+Test(copier, a_small_copy_waits_a_slice_of_each_large_one)
+{
+	/* two jobs of 4 MiB: 8 slices each */
+	run_case_then(512 << 10, 8 * MIB, false, start_two_then_small,
+		      rr_queue_small);
+	assert_small_waited_a_slice_of_each();
+	rx_reactor_destroy(c.r);
+}
+
+/* A job with a slice of its own (the disk tier's write-through) queued
+ * ahead of two large ones, then a small one: the capped job keeps its
+ * slice of every pass while the others take theirs in turn behind it. */
+#define CAP_LEN (1u * MIB)
+#define CAP_SLICE (64u << 10)
+static struct copier_job cap_job;
+static uint8_t *cap_src, *cap_dst;
+static uint64_t cap_iters;
+static bool cap_finished;
+
+static void cap_done(struct copier_job *j)
+{
+	(void)j;
+	cap_iters = rx_reactor_stats(c.r)->loop_iterations - c.iters0;
+	cap_finished = true;
+}
+
+static void start_capped_two_then_small(struct rx_reactor *r,
+					struct rx_timer *t)
+{
+	c.iters0 = rx_reactor_stats(r)->loop_iterations;
+	cap_job = (struct copier_job){.dst = cap_dst, .src = cap_src,
+				      .len = CAP_LEN, .sum = true,
+				      .slice = CAP_SLICE, .done = cap_done};
+	cr_assert_eq(copier_copy(r, &cap_job), 0);
+	start_two_then_small(r, t);
+}
+
+Test(copier, a_capped_job_keeps_its_slice_while_the_others_take_turns)
+{
+	cap_src = malloc(CAP_LEN);
+	cap_dst = malloc(CAP_LEN);
+	cr_assert(cap_src && cap_dst);
+	tu_fill_pattern(cap_src, CAP_LEN, 11, 0);
+	cap_finished = false;
+	run_case_then(512 << 10, 8 * MIB, false, start_capped_two_then_small,
+		      rr_queue_small);
+	assert_small_waited_a_slice_of_each();
+	cr_assert(cap_finished, "the capped job was not done before the "
+		  "large ones");
+	cr_assert_eq(cap_job.res, 0);
+	cr_assert_eq(tu_check_pattern(cap_dst, CAP_LEN, 11, 0), -1);
+	cr_assert_eq(cap_job.sumv, pc_page_sum(cap_src, CAP_LEN));
+	/* 16 slices of 64 KiB, the first inline: one a pass, none lost to
+	 * the turns of the jobs behind it. */
+	cr_assert_leq(cap_iters, 17, "1 MiB in 64 KiB slices took %llu passes",
+		      (unsigned long long)cap_iters);
+	cr_assert_eq(c.job2.sumv, pc_page_sum(c.src + c.len / 2, c.len / 2));
+	free(cap_src);
+	free(cap_dst);
 	rx_reactor_destroy(c.r);
 }
 
