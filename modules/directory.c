@@ -17,6 +17,10 @@
  * A lookup asks the first owner; a key it does not know, or an owner that
  * does not answer, is asked of the next owner, round after round, until
  * found or every owner was asked (the original only fell back on errors).
+ * A node that is one of a key's owners looks in its own replica first (no
+ * round trip; own_first_order), and marks what it finds there
+ * (dir_rec.own_replica) so that a reader whose read of it fails asks the
+ * other owners (PL_LOOKUP_ELSEWHERE).
  * Deletes are conditional on (producer, generation), so a late delete for an
  * evicted page never removes a newer record of the same key.
  *
@@ -131,6 +135,7 @@ static struct {
 	uint64_t records;             /* atomic */
 	uint64_t bytes;               /* atomic: sum of the stripes' bytes */
 	met_id lookups, lookup_hits, fallbacks, puts, removes, skipped;
+	met_id own_hits;
 	met_id evicted, stale_dropped, put_refused, moved_away;
 	unsigned move_grace_ms;       /* member_ttl: see struct move */
 	uint64_t last_sweep_ns;       /* atomic: the last restart sweep */
@@ -908,6 +913,9 @@ struct job {
 	unsigned *nowners;
 	unsigned *attempt;   /* lookup: next owner to ask */
 	bool *done_key;      /* lookup: resolved */
+	bool *own_first;     /* lookup: this node, not the key's first owner,
+			      * asks its own replica first (own_first_order) */
+	unsigned lflags;     /* lookup: PL_LOOKUP_* */
 	struct dir_rec *recs;
 	bool *flags;         /* publish: ok; remove: existed */
 	char *node;          /* remove: producer (NULL = any) */
@@ -946,6 +954,15 @@ static bool owner_suspect(struct job *j, unsigned o)
 		return false;
 	met_inc(g.skipped);
 	return true;
+}
+
+/* A lookup does not ask owner o: suspect, or this node when the caller
+ * wants the others' records (PL_LOOKUP_ELSEWHERE). */
+static bool lookup_passes_over(struct job *j, unsigned o, unsigned self)
+{
+	if (o == self)
+		return (j->lflags & PL_LOOKUP_ELSEWHERE) != 0;
+	return owner_suspect(j, o);
 }
 
 static void job_finish(struct job *j)
@@ -1056,10 +1073,17 @@ static void pack_announce(msgpack_packer *pk)
 static void job_local(struct job *j, unsigned k)
 {
 	if (j->kind == JOB_LOOKUP) {
-		if (shard_get(j->keys[k], j->klens[k], &j->recs[k]))
+		/* Asked out of ring order (own_first_order): a miss here
+		 * goes on to the first owner, which is no fallback. */
+		bool first = j->own_first[k] && j->attempt[k] == 0;
+		if (shard_get(j->keys[k], j->klens[k], &j->recs[k])) {
 			j->done_key[k] = true;
-		else
+			j->recs[k].own_replica = true;
+			if (first)
+				met_inc(g.own_hits);
+		} else if (!first) {
 			met_inc(g.fallbacks);
+		}
 		j->attempt[k]++;
 	} else if (j->kind == JOB_PUBLISH) {
 		PC_DASSERT(j->recs[k].found && j->recs[k].gen != 0);
@@ -1116,8 +1140,8 @@ static void job_round(struct job *j)
 			tgt[k] = UINT32_MAX;
 			/* Suspect owners are passed over: the next replica. */
 			while (!j->done_key[k] && j->attempt[k] < j->nowners[k] &&
-			       j->owners[k][j->attempt[k]] != self &&
-			       owner_suspect(j, j->owners[k][j->attempt[k]]))
+			       lookup_passes_over(j, j->owners[k][j->attempt[k]],
+						  self))
 				j->attempt[k]++;
 			if (j->done_key[k] || j->attempt[k] >= j->nowners[k])
 				continue;
@@ -1224,6 +1248,7 @@ static struct job *job_layout(struct pc_arena *a, const struct dir_keys *k,
 	unsigned *nowners = pc_arena_take(a, n * sizeof(*nowners));
 	unsigned *attempt = pc_arena_take(a, n * sizeof(*attempt));
 	bool *done_key = pc_arena_take(a, n * sizeof(*done_key));
+	bool *own_first = pc_arena_take(a, n * sizeof(*own_first));
 	unsigned *count = pc_arena_take(a, (members ? members : 1) *
 					       sizeof(*count));
 	unsigned *tgt = pc_arena_take(a, n * sizeof(*tgt));
@@ -1246,6 +1271,7 @@ static struct job *job_layout(struct pc_arena *a, const struct dir_keys *k,
 	*j = (struct job){.nkeys = n, .keys = keys, .klens = klens,
 			  .owners = owners, .nowners = nowners,
 			  .attempt = attempt, .done_key = done_key,
+			  .own_first = own_first,
 			  .members = members, .count = count, .tgt = tgt,
 			  .gens = gcopy, .node = ncopy};
 	return j;
@@ -1289,14 +1315,45 @@ static struct job *job_new(enum job_kind kind, struct rx_reactor *r,
 	return j;
 }
 
+/*
+ * A lookup not bound to ring order: for each key this node owns a replica
+ * of, but is not the first owner of, this node goes first (the others keep
+ * their order behind it). Its replica is the record every owner was sent,
+ * so a hit costs no round trip; a miss asks the first owner next, as
+ * before. A publish this node missed (it timed out here) leaves this
+ * replica older than the others, whatever the order: dir_rec.own_replica
+ * marks every record from here, and a reader whose read of one fails asks
+ * the other owners (PL_LOOKUP_ELSEWHERE, kv).
+ */
+static void own_first_order(struct job *j)
+{
+	int self = ring_find(j->ring, g.cl->self_id);
+	if (self < 0)
+		return;
+	for (unsigned k = 0; k < j->nkeys; k++) {
+		unsigned *o = j->owners[k];
+		for (unsigned a = 1; a < j->nowners[k]; a++) {
+			if (o[a] != (unsigned)self)
+				continue;
+			memmove(o + 1, o, a * sizeof(*o));
+			o[0] = (unsigned)self;
+			j->own_first[k] = true;
+			break;
+		}
+	}
+}
+
 static int api_lookup(struct rx_reactor *r, const struct dir_keys *k,
-		      struct dir_rec *recs, uint64_t deadline_ns,
-		      pl_done_fn done, void *arg)
+		      struct dir_rec *recs, unsigned flags,
+		      uint64_t deadline_ns, pl_done_fn done, void *arg)
 {
 	struct job *j = job_new(JOB_LOOKUP, r, ring_now(), k, NULL, NULL,
 				deadline_ns, done, arg);
 	if (!j)
 		return -EINVAL;
+	j->lflags = flags;
+	if (!(flags & (PL_LOOKUP_IN_ORDER | PL_LOOKUP_ELSEWHERE)))
+		own_first_order(j);
 	memset(recs, 0, k->n * sizeof(*recs));
 	j->recs = recs;
 	met_add(g.lookups, k->n);
@@ -1625,6 +1682,10 @@ static int d_init(struct pc_ctx *ctx)
 				   "peercache_directory_fallbacks_total",
 				   "lookups that went on to the next replica",
 				   NULL);
+	g.own_hits = met_register(MET_COUNTER,
+				  "peercache_directory_own_replica_hits_total",
+				  "keys this node found in its own replica "
+				  "without asking their first owner", NULL);
 	g.puts = met_register(MET_COUNTER, "peercache_directory_publishes_total",
 			      "records published by this node", NULL);
 	g.removes = met_register(MET_COUNTER,

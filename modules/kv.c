@@ -116,7 +116,7 @@ static struct {
 	struct pc_budget staging;   /* kv_staging_max: all calls */
 	unsigned read_timeout_ms;   /* rpc_timeout: a read never waits longer */
 	uint64_t deadline_ns;       /* request_deadline */
-	met_id deadline_hit, rd_suspect, rc_stale;
+	met_id deadline_hit, rd_suspect, rc_stale, own_stale;
 	met_id rd_req, rd_hit, rd_miss, rd_local, rd_remote, rd_fail, rd_tier;
 	met_id wr_req, wr_pages, wr_bytes, ex_req, ex_found, del_req;
 	met_id rd_bytes; /* every path: kv.get, session, shim, local, remote */
@@ -605,6 +605,8 @@ struct fetch {
 	unsigned nrec;
 	unsigned ncached;    /* records [0, ncached) came from the read cache */
 	bool again;          /* the lookup of cached records that failed */
+	bool again_own;      /* ... among them, records from this node's own
+			      * directory replica */
 	struct tp_read *reads;
 	struct fetch_check *checks; /* per read: its page's check, when done
 				     * as it landed */
@@ -838,8 +840,9 @@ static void fetch_landed(void *arg, const struct tp_read *rd)
 static void fetch_read_done(void *arg, struct tp_read *reads, unsigned n)
 {
 	struct fetch *f = arg;
-	/* Records from the read cache that do not read are looked up again,
-	 * once, if the call has time left. */
+	/* Records from the read cache, or from this node's own directory
+	 * replica, that do not read are looked up again (at the other
+	 * owners), once, if the call has time left. */
 	bool may_again = !f->again && pc_now_ns() < f->deadline;
 	unsigned again = 0;
 	for (unsigned j = 0; j < n; j++) {
@@ -854,17 +857,23 @@ static void fetch_read_done(void *arg, struct tp_read *reads, unsigned n)
 				      : fetch_check_page(f, j, reads[j].dst);
 		if (bad) {
 			bool cached = ri < f->ncached;
+			bool guess = cached || r->own_replica;
 			if (cached)
 				rc_forget(g.rcache, f->ks.k[i], f->ks.len[i],
 					  r->node, r->gen);
-			met_inc(cached && may_again ? g.rc_stale : g.rd_fail);
+			met_inc(!(guess && may_again) ? g.rd_fail
+				: cached	      ? g.rc_stale
+						      : g.own_stale);
 			PC_LOGD(LOG_MOD, "remote page from %s failed%s: %s",
-				r->data, cached ? " (a cached record)" : "",
+				r->data, cached ? " (a cached record)"
+				: r->own_replica ? " (this node's replica)"
+						 : "",
 				strerror(-bad));
 			if (g.health && ph_evidence(reads[j].res, f->read_ms))
 				g.health->failed(r->node, reads[j].res,
 							  "data read");
-			if (cached && may_again) {
+			if (guess && may_again) {
+				f->again_own |= !cached;
 				/* Staged: a place of its new length, then. */
 				if (f->staging)
 					f->at[i] = NULL;
@@ -1215,7 +1224,12 @@ static void fetch_lookup(struct fetch *f)
 	struct dir_rec *recs = f->recs + f->ncached;
 	memset(recs, 0, nlook * sizeof(*recs));
 	struct dir_keys k = {f->lk + f->ncached, f->ll + f->ncached, nlook};
-	if (!nlook || g.pl->lookup(f->r, &k, recs, f->deadline,
+	/* The second time, from the other owners: a record from this node's
+	 * own replica that did not read may be older than theirs. */
+	unsigned flags = !f->again      ? 0
+			 : f->again_own ? PL_LOOKUP_ELSEWHERE
+					: PL_LOOKUP_IN_ORDER;
+	if (!nlook || g.pl->lookup(f->r, &k, recs, flags, f->deadline,
 				   fetch_looked_up, f) < 0)
 		fetch_looked_up(f); /* the cached ones alone */
 }
@@ -1369,7 +1383,7 @@ static int kv_exists(struct rx_reactor *r, const struct kv_item *it,
 	struct dir_keys k = dir_keys_of(&e->ks, e->looked);
 	struct dir_rec *recs = &e->recs[e->looked - e->local];
 	if (k.n == 0 ||
-	    g.pl->lookup(r, &k, recs, e->deadline, exists_done, e) < 0) {
+	    g.pl->lookup(r, &k, recs, 0, e->deadline, exists_done, e) < 0) {
 		memset(recs, 0, k.n * sizeof(*recs)); /* what was not there */
 		exists_done(e);
 	}
@@ -1783,6 +1797,10 @@ static int kv_init(struct pc_ctx *ctx)
 	CTR(g.rd_fail, "peercache_read_failures_total",
 	    "remote pages that failed to arrive or to validate (counted as "
 	    "misses)");
+	CTR(g.own_stale, "peercache_read_own_replica_stale_total",
+	    "remote pages whose record came from this node's own directory "
+	    "replica and did not read (the key was looked up again at the "
+	    "other owners)");
 	CTR(g.rd_bytes, "peercache_bytes_read_total",
 	    "page bytes read (found pages, local or remote, on every path)");
 	CTR(g.wr_req, "peercache_write_requests_total", "set calls");

@@ -59,6 +59,11 @@ struct dir_rec {
 	uint32_t rkey;
 	uint32_t len;            /* payload bytes */
 	uint64_t gen;
+	/* A lookup's answer from this node's own replica of the record
+	 * (its shard): that may be older than the other owners' when this
+	 * node missed a publish (it did not answer in time), so a reader
+	 * whose read of it fails asks them (PL_LOOKUP_ELSEWHERE). */
+	bool own_replica;
 };
 
 /* A batch of keys: keys[i] has klens[i] bytes (1..DIR_KEY_MAX). */
@@ -70,12 +75,30 @@ struct dir_keys {
 
 typedef void (*pl_done_fn)(void *arg);
 
+/* Lookup flags. */
+enum {
+	/*
+	 * Ask each key's owners in ring order, this node in its turn.
+	 * Without it, a node that is one of a key's owners, but not its
+	 * first, looks in its own replica first and asks no one when the
+	 * record is there (dir_rec.own_replica): with directory_replicas 2
+	 * a member of a two-node cluster then looks every key up without a
+	 * round trip. Callers that act on the record rather than read it
+	 * (the disk tier's checks) pass it.
+	 */
+	PL_LOOKUP_IN_ORDER = 1,
+	/* Do not take this node's own replica: ask the other owners (a
+	 * second try after a record from here did not read). */
+	PL_LOOKUP_ELSEWHERE = 2,
+};
+
 struct pl_ops {
 	const char *mode; /* the `mode` value it implements: "p2p" */
-	/* Look these keys up; recs[i].found tells. done runs once, later. */
+	/* Look these keys up; recs[i].found tells. done runs once, later.
+	 * flags: PL_LOOKUP_*. */
 	int (*lookup)(struct rx_reactor *r, const struct dir_keys *k,
-		      struct dir_rec *recs, uint64_t deadline_ns,
-		      pl_done_fn done, void *arg);
+		      struct dir_rec *recs, unsigned flags,
+		      uint64_t deadline_ns, pl_done_fn done, void *arg);
 	/* Publish these pages' records; ok[i] when they are findable. The
 	 * keys are copied before this returns; recs and ok must stay valid
 	 * until done runs. */

@@ -134,6 +134,44 @@ def _data_addr(node):
     return host, int(port)
 
 
+def test_a_record_here_that_does_not_read_is_asked_of_the_other_owner(cluster):
+    # Two nodes, two directory replicas: each holds every record and looks
+    # keys up in its own replica, without a round trip. Node b's replica
+    # is then given records that do not read (another generation, as when
+    # b missed a publish): b's reads of them fail, and b asks the other
+    # owner. Every get is the page, none a miss.
+    a, b = cluster(2, "--pool-size", "64mb")
+    ca, cb = RpcClient(a.endpoint("rpc")), RpcClient(b.endpoint("rpc"))
+    keys = ["near-%d" % i for i in range(48)]
+    vals = [page(k, 3000) for k in keys]
+    assert ca.call("kv.set", [keys, vals])[1] == [True] * len(keys)
+    err, got = cb.call("kv.get", [keys])
+    assert err is None and got == vals
+    before = metrics_of(b)
+    assert before["peercache_directory_own_replica_hits_total"] > 0, \
+        "b found the keys a owns first in its own replica"
+    assert before["peercache_read_own_replica_stale_total"] == 0
+    # b's replica: records of another generation, from a producer that is
+    # not a member (a live member's key would keep its record).
+    err, recs = ca.call("dir.get", [keys])
+    assert err is None and all(recs)
+    assert cb.call("dir.del", [[[k, None, 0] for k in keys]])[1] == [True] * len(keys)
+    fake = "127.0.0.1:1"
+    data = recs[0][1]
+    wrong = [[k, [fake, data, r[2], r[3], r[4], r[5] + 1000, True]]
+             for k, r in zip(keys, recs)]
+    err, stored = cb.call("dir.put", [wrong, [fake, data, 1]])
+    assert err is None and stored == len(keys)
+    err, got = cb.call("kv.get", [keys])
+    assert err is None
+    assert got == vals, "%d of %d read" % (sum(g is not None for g in got),
+                                           len(keys))
+    after = metrics_of(b)
+    assert after["peercache_read_own_replica_stale_total"] == len(keys)
+    for n in (a, b):
+        assert n.stop() == 0
+
+
 def test_data_port_refuses_unpublished_memory(cluster):
     a, b, c = cluster(3, "--pool-size", "16mb")
     ca = RpcClient(a.endpoint("rpc"))

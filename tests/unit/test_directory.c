@@ -438,6 +438,7 @@ struct plc {
 	struct ring *from[2]; /* move: the rings placed against */
 	unsigned nfrom;
 	uint64_t deadline_ns;
+	unsigned flags_lookup; /* lookup: PL_LOOKUP_* */
 	int ret;
 	int calls;
 };
@@ -459,7 +460,8 @@ static void plc_run(struct rx_reactor *r, void *arg)
 		c->ret = pl->publish(r, &k, c->rec, c->flags, c->deadline_ns,
 				     plc_done, c);
 	else if (c->kind == 1)
-		c->ret = pl->lookup(r, &k, c->rec, c->deadline_ns, plc_done, c);
+		c->ret = pl->lookup(r, &k, c->rec, c->flags_lookup,
+				    c->deadline_ns, plc_done, c);
 	else if (c->kind == 3)
 		c->ret = pl->move(r, &k, c->rec, c->flags, c->from, c->nfrom,
 				  c->deadline_ns, plc_done, c);
@@ -503,8 +505,12 @@ static struct dir_rec rec_of(unsigned i, uint64_t gen)
 	return r;
 }
 
-/* This node's own shard, through its dir.get (over TCP). */
-static bool self_has(const char *key, uint64_t *gen)
+/*
+ * Call method of this node's directory (over TCP) with params [[key]]
+ * (del: [[[key, nil, 0]]]); the reply, to free with rpc_sync_reply_free.
+ */
+static struct rpc_sync_reply self_call(const char *method, const char *key,
+				       bool del)
 {
 	const struct svc_cluster *cl = svc_find_cluster(&nf.ctx);
 	int err;
@@ -518,11 +524,26 @@ static bool self_has(const char *key, uint64_t *gen)
 	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
 	msgpack_pack_array(&pk, 1);
 	msgpack_pack_array(&pk, 1);
+	if (del)
+		msgpack_pack_array(&pk, 3);
 	mp_pack_cstr(&pk, key);
+	if (del) {
+		msgpack_pack_nil(&pk);
+		msgpack_pack_uint64(&pk, 0);
+	}
 	struct rpc_sync_reply rep;
-	cr_assert_eq(rpc_sync_call(s, "dir.get", sb.data, sb.size, NULL, 0,
-				   5000, &rep), 0);
+	cr_assert_eq(rpc_sync_call(s, method, sb.data, sb.size, NULL, 0, 5000,
+				   &rep), 0);
 	cr_assert_eq(rep.res.err, 0);
+	msgpack_sbuffer_destroy(&sb);
+	rpc_sync_free(s);
+	return rep;
+}
+
+/* This node's own shard, through its dir.get. */
+static bool self_has(const char *key, uint64_t *gen)
+{
+	struct rpc_sync_reply rep = self_call("dir.get", key, false);
 	uint32_t n, seven;
 	cr_assert(mp_rd_array(&rep.res.result, &n) == 0 && n == 1);
 	bool found = mp_peek(&rep.res.result) != MP_T_NIL;
@@ -539,20 +560,26 @@ static bool self_has(const char *key, uint64_t *gen)
 		mp_rd_uint(&rep.res.result, gen);
 	}
 	rpc_sync_reply_free(&rep);
-	msgpack_sbuffer_destroy(&sb);
-	rpc_sync_free(s);
 	return found;
 }
 
 /* ---------------------------------------------------------------- tests */
 
-Test(directory, records_land_on_their_owners_and_lookups_fall_back)
+/* N records of this node, keys prefix-i with generations 10 + i,
+ * published. */
+static struct plc *published(const char *prefix)
 {
-	setup(2);
-	struct plc *c = plc_new(0, "own", N);
+	struct plc *c = plc_new(0, prefix, N);
 	for (unsigned i = 0; i < N; i++)
 		c->rec[i] = rec_of(i, 10 + i);
 	plc_do(c);
+	return c;
+}
+
+Test(directory, records_land_on_their_owners_and_lookups_fall_back)
+{
+	setup(2);
+	struct plc *c = published("own");
 	unsigned on[3] = {0};
 	for (unsigned i = 0; i < N; i++) {
 		cr_assert(c->flags[i], "%s not stored", c->kb[i]);
@@ -721,7 +748,8 @@ static void lookup_async(struct rx_reactor *r, void *arg)
 	const struct pl_ops *pl = svc_find_placement(&nf.ctx);
 	struct dir_keys k = {c->k, c->kl, c->n};
 	c->calls = 0;
-	c->ret = pl->lookup(r, &k, c->rec, c->deadline_ns, plc_done, c);
+	c->ret = pl->lookup(r, &k, c->rec, c->flags_lookup, c->deadline_ns,
+			    plc_done, c);
 	/* not nf_done: plc_done signals when the lookup ends */
 }
 
@@ -963,5 +991,113 @@ Test(directory, dir_put_checks_its_producer_and_drops_a_restarted_ones)
 	cr_assert(!self_has("p-1", &gen));
 	cr_assert(self_has("p-2", &gen) && gen == 1);
 	rpc_sync_free(s);
+	teardown();
+}
+
+/* ------------------------------------ this node's own replica, asked first */
+
+/* Owner i's record of key gets generation gen: a publish this node missed. */
+static void own_set_gen(unsigned i, const char *key, uint64_t gen)
+{
+	pthread_mutex_lock(&own[i].mu);
+	struct own_rec *e = own_find(&own[i], key, (uint32_t)strlen(key));
+	cr_assert(e, "owner %u has no %s", i, key);
+	e->rec.gen = gen;
+	pthread_mutex_unlock(&own[i].mu);
+}
+
+/* Remove key's record from this node's shard alone (its dir.del). */
+static void self_del(const char *key)
+{
+	struct rpc_sync_reply rep = self_call("dir.del", key, true);
+	rpc_sync_reply_free(&rep);
+}
+
+/* A lookup of the keys kb[idx[0..n)] of c, with flags. */
+static struct plc *plc_of(const struct plc *c, const unsigned *idx,
+			  unsigned n, unsigned flags)
+{
+	struct plc *l = calloc(1, sizeof(*l));
+	cr_assert(l);
+	l->kind = 1;
+	l->n = n;
+	l->flags_lookup = flags;
+	for (unsigned i = 0; i < n; i++) {
+		memcpy(l->kb[i], c->kb[idx[i]], sizeof(l->kb[i]));
+		l->k[i] = l->kb[i];
+		l->kl[i] = strlen(l->kb[i]);
+	}
+	plc_do(l);
+	return l;
+}
+
+Test(directory, a_replica_here_answers_before_the_first_owner_is_asked)
+{
+	setup(2);
+	struct plc *c = published("near");
+	/* The keys this node holds the second replica of; their first
+	 * owners (fakes) get a newer record this node did not see. */
+	unsigned second[N], ns = 0, mine = N;
+	for (unsigned i = 0; i < N; i++) {
+		cr_assert(c->flags[i], "%s not stored", c->kb[i]);
+		struct owners_q q = owners(c->kb[i]);
+		cr_assert_eq(q.n, 2);
+		if (q.who[0] == 2)
+			mine = i;
+		if (q.who[1] != 2)
+			continue;
+		own_set_gen(q.who[0], c->kb[i], 100 + i);
+		second[ns++] = i;
+	}
+	cr_assert_gt(ns, 0, "no key has this node second");
+	cr_assert_lt(mine, N, "no key has this node first");
+
+	/* Found here, marked as this node's replica, and no owner asked. */
+	unsigned gets0[OWNERS] = {own_calls(0, 0), own_calls(1, 0)};
+	struct plc *l = plc_of(c, second, ns, 0);
+	for (unsigned o = 0; o < OWNERS; o++)
+		cr_assert_eq(own_calls(o, 0), gets0[o], "owner %u was asked",
+			     o);
+	for (unsigned i = 0; i < ns; i++) {
+		cr_assert(l->rec[i].found, "%s not found", l->kb[i]);
+		cr_assert(l->rec[i].own_replica, "%s not marked", l->kb[i]);
+		cr_assert_eq(l->rec[i].gen, 10 + second[i]);
+	}
+
+	/* In ring order the first owner answers, with its newer record. */
+	struct plc *o = plc_of(c, second, ns, PL_LOOKUP_IN_ORDER);
+	cr_assert_gt(own_calls(0, 0) + own_calls(1, 0), gets0[0] + gets0[1]);
+	for (unsigned i = 0; i < ns; i++) {
+		cr_assert(o->rec[i].found, "%s not found", o->kb[i]);
+		cr_assert(!o->rec[i].own_replica);
+		cr_assert_eq(o->rec[i].gen, 100 + second[i]);
+	}
+
+	/* No replica here: the first owner is asked next, as in order. */
+	self_del(c->kb[second[0]]);
+	struct plc *gone = plc_of(c, second, 1, 0);
+	cr_assert(gone->rec[0].found);
+	cr_assert(!gone->rec[0].own_replica);
+	cr_assert_eq(gone->rec[0].gen, 100 + second[0]);
+
+	/* A key this node is the first owner of: its own record, as
+	 * always, marked as from here; asked elsewhere, the second owner
+	 * answers with the newer record this node missed. */
+	struct owners_q q = owners(c->kb[mine]);
+	own_set_gen(q.who[1], c->kb[mine], 200);
+	struct plc *first = plc_of(c, &mine, 1, 0);
+	cr_assert(first->rec[0].found);
+	cr_assert(first->rec[0].own_replica);
+	cr_assert_eq(first->rec[0].gen, 10 + mine);
+	struct plc *there = plc_of(c, &mine, 1, PL_LOOKUP_ELSEWHERE);
+	cr_assert(there->rec[0].found);
+	cr_assert(!there->rec[0].own_replica);
+	cr_assert_eq(there->rec[0].gen, 200);
+	free(there);
+	free(c);
+	free(l);
+	free(o);
+	free(gone);
+	free(first);
 	teardown();
 }

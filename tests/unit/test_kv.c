@@ -654,7 +654,7 @@ static void pl_run(struct rx_reactor *r, void *arg)
 	if (o->kind == 0)
 		o->ret = pl->publish(r, &k, o->rec, o->flags, 0, pl_done, o);
 	else if (o->kind == 1)
-		o->ret = pl->lookup(r, &k, o->rec, 0, pl_done, o);
+		o->ret = pl->lookup(r, &k, o->rec, 0, 0, pl_done, o);
 	else
 		o->ret = pl->unpublish(r, &k, o->node, o->gens, o->flags, 0,
 				       pl_done, o);
@@ -741,7 +741,7 @@ static void pl_batch_run(struct rx_reactor *r, void *arg)
 	if (b->kind == 0)
 		b->ret = pl->publish(r, &k, b->recs, b->flags, 0, pl_done, b);
 	else if (b->kind == 1)
-		b->ret = pl->lookup(r, &k, b->recs, 0, pl_done, b);
+		b->ret = pl->lookup(r, &k, b->recs, 0, 0, pl_done, b);
 	else
 		b->ret = pl->unpublish(r, &k, b->node, NULL, b->flags, 0,
 				       pl_done, b);
