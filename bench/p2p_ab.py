@@ -17,12 +17,21 @@ iteration (the bound of its peercache_reactor_iteration_hist_seconds
 bucket); --health-too also
 runs pc-loadgen's node.health on 2 more connections of the node during
 each kv.get run, and prints its p99 (the latency of everything else while
-one client moves large pages). Stops everything it started, by PID.
+one client moves large pages). --member-reader starts a second node of
+each build and joins the two (cluster.set_peers: a two-node ring, where the
+default two directory replicas put every record on both), and adds that
+node's kv.get of the batch as NAME-member: the reader is a ring member, as
+a node that serves SGLang is, so it looks keys up in its own replica and
+reads the pages from the first node over the data port (the pages then go
+to the client in the RPC reply, a hop the p2p target does not make).
+Stops everything it started, by PID.
 
   bench/p2p_ab.py --node before=/tmp/old/build/server/peercached \\
                   --node after=build/server/peercached --size 64k --threads "1 2 4 8"
   bench/p2p_ab.py --node before=... --node after=... --size 4m --batch 8 --kvget-too \\
                   --health-too
+  bench/p2p_ab.py --node before=... --node after=... --size 256k --threads 1 \\
+                  --member-reader
 
 Only 127.0.0.1 is contacted. A measurement: the exit status does not depend
 on the figures (1 on a failed run, 2 on bad usage).
@@ -180,6 +189,33 @@ def health_end(lg):
     return j["p99_us"] / 1000, j["max_us"] / 1000
 
 
+def rpc_call(port, method, params):
+    """One MessagePack-RPC call to the node at 127.0.0.1:port: its
+    result (exits on an error)."""
+    import msgpack  # Debian's python3-msgpack; only this option needs it
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as c:
+        c.sendall(msgpack.packb([0, 1, method, params]))
+        unpacker = msgpack.Unpacker(raw=False)
+        while True:
+            data = c.recv(1 << 16)
+            if not data:
+                sys.exit("%s on port %d: connection closed" % (method, port))
+            unpacker.feed(data)
+            for msg in unpacker:
+                if msg[2] is not None:
+                    sys.exit("%s on port %d: %r" % (method, port, msg[2]))
+                return msg[3]
+
+
+def join(ports):
+    """Make the nodes at ports (RPC) the members of one ring."""
+    ids = ["127.0.0.1:%d" % p for p in ports]
+    for p in ports:
+        got = rpc_call(p, "cluster.set_peers", [ids])
+        if sorted(got["members"]) != sorted(ids):
+            sys.exit("cluster.set_peers on %d: members %r" % (p, got["members"]))
+
+
 def main():
     build = os.environ.get("PEERCACHE_BUILD_DIR", os.path.join(ROOT, "build"))
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -199,6 +235,10 @@ def main():
     ap.add_argument("--health-too", action="store_true",
                     help="with --kvget-too: node.health p99 on 2 more connections during "
                          "each kv.get run (pc-loadgen)")
+    ap.add_argument("--member-reader", action="store_true",
+                    help="also start a second node of each build in one ring with the first "
+                         "and run kv.get of the batch on it, as NAME-member (pages read "
+                         "from the first node)")
     ap.add_argument("--client", default=os.path.join(build, "bench", "pc-p2p-bench"))
     ap.add_argument("--loadgen", default=os.path.join(build, "bench", "pc-loadgen"))
     a = ap.parse_args()
@@ -221,6 +261,12 @@ def main():
         started = [start_node(work, procs, b, k, pool) for k, (_, b) in enumerate(nodes)]
         ports = [p for p, _ in started]
         mports = {n: mp for (n, _), (_, mp) in zip(nodes, started)}
+        readers = []
+        if a.member_reader:  # before the working set is stored: records on both
+            readers = [start_node(work, procs, b, len(nodes) + k, pool)[0]
+                       for k, (_, b) in enumerate(nodes)]
+            for p, q in zip(ports, readers):
+                join([p, q])
         s = socket.socket()
         s.bind(("127.0.0.1", 0))
         mport = s.getsockname()[1]
@@ -237,6 +283,9 @@ def main():
         if a.kvget_too:
             targets += [(n + "-kvget", ["--target", "kvget", "--port", str(p)])
                         for (n, _), p in zip(nodes, ports)]
+        if a.member_reader:
+            targets += [(n + "-member", ["--target", "kvget", "--port", str(q)])
+                        for (n, _), q in zip(nodes, readers)]
         if a.no_lookup_too:
             targets += [(n + "-nolookup", ["--target", "p2p", "--port", str(p), "--no-lookup"])
                         for (n, _), p in zip(nodes, ports)]
@@ -279,7 +328,8 @@ def main():
                             n, min(h), statistics.median(h), max(h)))
             for n, _ in targets[1:]:
                 # each over memcached, and over the first node's same kind
-                suffix = next((x for x in ("-nolookup", "-kvget") if n.endswith(x)), "")
+                suffix = next((x for x in ("-nolookup", "-kvget", "-member")
+                               if n.endswith(x)), "")
                 first = base + suffix
                 for other in ["memcached"] + ([first] if n != first else []):
                     rs = [x / y for x, y in zip(gbs[n], gbs[other])]
