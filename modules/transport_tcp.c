@@ -783,7 +783,6 @@ static double reactor_conns(void *arg)
 
 static int server_guards_init(const struct pc_settings *s, unsigned threads)
 {
-	g.threads = threads;
 	g.rs = calloc(threads, sizeof(*g.rs));
 	g.unproven = pc_unproven_new(threads);
 	g.labels = calloc(threads, sizeof(*g.labels));
@@ -937,7 +936,6 @@ static int rdma_init(const struct pc_settings *s, unsigned threads)
 		return -ENOMEM;
 	g.svc.ops = &tp_mixed_ops;
 	g.svc.node = g.mixed;
-	g.threads = threads;
 	for (size_t i = 0; i < sizeof(rdma_metrics) / sizeof(rdma_metrics[0]);
 	     i++)
 		met_register_counter_fn(rdma_metrics[i].name,
@@ -1022,6 +1020,8 @@ static int t_init(struct pc_ctx *ctx)
 	g.ccfg.secret = g.secret;
 	/* An unknown socket_group (-2) is refused by the rpc_server module. */
 	rpc_local_rule_init(&g.local, rpc_group_id(s->socket_group));
+	g.threads = ctx->threads; /* the per-reactor arrays below, and the
+				   * hand-over's choice (d_move) */
 	g.l = calloc(ctx->threads, sizeof(*g.l));
 	g.svc.clients = calloc(ctx->threads, sizeof(*g.svc.clients));
 	if (!g.l || !g.svc.clients)
