@@ -18,9 +18,9 @@
  * does not answer, is asked of the next owner, round after round, until
  * found or every owner was asked (the original only fell back on errors).
  * A node that is one of a key's owners looks in its own replica first (no
- * round trip; own_first_order), and marks what it finds there
+ * round trip; own_order), and marks what it finds there
  * (dir_rec.own_replica) so that a reader whose read of it fails asks the
- * other owners (PL_LOOKUP_ELSEWHERE).
+ * other owners first (PL_LOOKUP_ELSEWHERE).
  * Deletes are conditional on (producer, generation), so a late delete for an
  * evicted page never removes a newer record of the same key.
  *
@@ -38,8 +38,10 @@
  * next replica is asked at once; none left: a miss), and publishes and
  * removes leave it out (a record stored on one live owner counts; the
  * suspect owner misses that record, or keeps an older one, until it is
- * published again — a reader that asks it first falls back on "not found",
- * and a stale record only ever leads to a validated miss). Every job has a
+ * published again — a reader that asks it first falls back on "not found";
+ * the node itself, answering again, takes its own replica first, and kv
+ * asks the others when a record from there does not read: a stale record
+ * only ever leads to a validated read or a miss). Every job has a
  * deadline (the caller's, or rpc_timeout): a lookup round that could still
  * fall back gets half of what is left, so a first owner that freezes leaves
  * time for the next one; no round outlives the deadline.
@@ -914,8 +916,7 @@ struct job {
 	unsigned *attempt;   /* lookup: next owner to ask */
 	bool *done_key;      /* lookup: resolved */
 	bool *own_first;     /* lookup: this node, not the key's first owner,
-			      * asks its own replica first (own_first_order) */
-	unsigned lflags;     /* lookup: PL_LOOKUP_* */
+			      * asks its own replica first (own_order) */
 	struct dir_rec *recs;
 	bool *flags;         /* publish: ok; remove: existed */
 	char *node;          /* remove: producer (NULL = any) */
@@ -956,13 +957,14 @@ static bool owner_suspect(struct job *j, unsigned o)
 	return true;
 }
 
-/* A lookup does not ask owner o: suspect, or this node when the caller
- * wants the others' records (PL_LOOKUP_ELSEWHERE). */
-static bool lookup_passes_over(struct job *j, unsigned o, unsigned self)
+/* Does key k have another owner to ask over the network after the one it
+ * asks now? (This node's own shard costs no time.) */
+static bool remote_after(const struct job *j, unsigned k, unsigned self)
 {
-	if (o == self)
-		return (j->lflags & PL_LOOKUP_ELSEWHERE) != 0;
-	return owner_suspect(j, o);
+	for (unsigned a = j->attempt[k] + 1; a < j->nowners[k]; a++)
+		if (j->owners[k][a] != self)
+			return true;
+	return false;
 }
 
 static void job_finish(struct job *j)
@@ -1073,8 +1075,8 @@ static void pack_announce(msgpack_packer *pk)
 static void job_local(struct job *j, unsigned k)
 {
 	if (j->kind == JOB_LOOKUP) {
-		/* Asked out of ring order (own_first_order): a miss here
-		 * goes on to the first owner, which is no fallback. */
+		/* Asked out of ring order (own_order): a miss here goes on
+		 * to the first owner, which is no fallback. */
 		bool first = j->own_first[k] && j->attempt[k] == 0;
 		if (shard_get(j->keys[k], j->klens[k], &j->recs[k])) {
 			j->done_key[k] = true;
@@ -1138,20 +1140,21 @@ static void job_round(struct job *j)
 	for (unsigned k = 0; k < j->nkeys; k++) {
 		if (j->kind == JOB_LOOKUP) {
 			tgt[k] = UINT32_MAX;
-			/* Suspect owners are passed over: the next replica. */
-			while (!j->done_key[k] && j->attempt[k] < j->nowners[k] &&
-			       lookup_passes_over(j, j->owners[k][j->attempt[k]],
-						  self))
-				j->attempt[k]++;
-			if (j->done_key[k] || j->attempt[k] >= j->nowners[k])
-				continue;
-			unsigned o = j->owners[k][j->attempt[k]];
-			if (o == self) {
-				job_local(j, k);
-			} else {
-				tgt[k] = o;
-				count[o]++;
-				more_after |= j->attempt[k] + 1 < j->nowners[k];
+			/* Suspect owners are passed over, and a miss in this
+			 * node's own shard goes on at once: the key's next
+			 * replica is asked in this round. */
+			while (!j->done_key[k] && j->attempt[k] < j->nowners[k]) {
+				unsigned o = j->owners[k][j->attempt[k]];
+				if (o == self) {
+					job_local(j, k); /* attempt[k]++ */
+				} else if (owner_suspect(j, o)) {
+					j->attempt[k]++;
+				} else {
+					tgt[k] = o;
+					count[o]++;
+					more_after |= remote_after(j, k, self);
+					break;
+				}
 			}
 			continue;
 		}
@@ -1316,28 +1319,35 @@ static struct job *job_new(enum job_kind kind, struct rx_reactor *r,
 }
 
 /*
- * A lookup not bound to ring order: for each key this node owns a replica
- * of, but is not the first owner of, this node goes first (the others keep
- * their order behind it). Its replica is the record every owner was sent,
- * so a hit costs no round trip; a miss asks the first owner next, as
- * before. A publish this node missed (it timed out here) leaves this
- * replica older than the others, whatever the order: dir_rec.own_replica
- * marks every record from here, and a reader whose read of one fails asks
- * the other owners (PL_LOOKUP_ELSEWHERE, kv).
+ * A lookup not bound to ring order. By default, for each key this node owns
+ * a replica of, this node goes first (the others keep their order behind
+ * it): its replica is the record every owner was sent, so a hit costs no
+ * round trip, and a miss asks the next owner in the same round. A publish
+ * this node missed (it did not answer in time) leaves this replica older
+ * than the others', whatever the order: dir_rec.own_replica marks every
+ * record from here, and a reader whose read of one fails asks again with
+ * last set (PL_LOOKUP_ELSEWHERE, kv): this node goes last, after the other
+ * owners, and still answers when none of them knows the key.
  */
-static void own_first_order(struct job *j)
+static void own_order(struct job *j, bool last)
 {
 	int self = ring_find(j->ring, g.cl->self_id);
 	if (self < 0)
 		return;
 	for (unsigned k = 0; k < j->nkeys; k++) {
-		unsigned *o = j->owners[k];
-		for (unsigned a = 1; a < j->nowners[k]; a++) {
+		unsigned *o = j->owners[k], n = j->nowners[k];
+		for (unsigned a = 0; a < n; a++) {
 			if (o[a] != (unsigned)self)
 				continue;
-			memmove(o + 1, o, a * sizeof(*o));
-			o[0] = (unsigned)self;
-			j->own_first[k] = true;
+			if (last) {
+				memmove(o + a, o + a + 1,
+					(n - a - 1) * sizeof(*o));
+				o[n - 1] = (unsigned)self;
+			} else if (a > 0) {
+				memmove(o + 1, o, a * sizeof(*o));
+				o[0] = (unsigned)self;
+				j->own_first[k] = true;
+			}
 			break;
 		}
 	}
@@ -1351,9 +1361,10 @@ static int api_lookup(struct rx_reactor *r, const struct dir_keys *k,
 				deadline_ns, done, arg);
 	if (!j)
 		return -EINVAL;
-	j->lflags = flags;
-	if (!(flags & (PL_LOOKUP_IN_ORDER | PL_LOOKUP_ELSEWHERE)))
-		own_first_order(j);
+	if (flags & PL_LOOKUP_ELSEWHERE)
+		own_order(j, true);
+	else if (!(flags & PL_LOOKUP_IN_ORDER))
+		own_order(j, false);
 	memset(recs, 0, k->n * sizeof(*recs));
 	j->recs = recs;
 	met_add(g.lookups, k->n);

@@ -535,8 +535,8 @@ static void nr_flush(struct rx_reactor *r, struct rx_timer *t)
 		b->kp[i] = b->keys[i];
 	struct dir_keys k = {b->kp, b->klens, b->n};
 	q->busy = true;
-	/* In ring order: nr_wanted acts on the record it finds, which must
-	 * be the first owner's, not a replica this node may hold older. */
+	/* In ring order: nr_wanted acts on the record it finds, the one
+	 * readers are given first, not a replica this node may hold older. */
 	if (g.pl->lookup(r, &k, b->look, PL_LOOKUP_IN_ORDER, 0, nr_looked_up,
 			 q) < 0) {
 		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "cannot look up %u keys for "

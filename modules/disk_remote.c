@@ -163,7 +163,7 @@ static void rp_answered(void *arg, const struct rpc_result *res)
 			g.health->failed(c->k[0]->node, err, "disk.promote");
 	}
 	for (unsigned i = 0; i < c->n; i++) {
-		struct dir_rec fresh;
+		struct dir_rec fresh = {0};
 		int kres = err;
 		if (!kres && mp_rd_try_nil(&rd))
 			kres = -ENOENT;

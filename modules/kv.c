@@ -604,9 +604,10 @@ struct fetch {
 	size_t *ll;
 	unsigned nrec;
 	unsigned ncached;    /* records [0, ncached) came from the read cache */
-	bool again;          /* the lookup of cached records that failed */
-	bool again_own;      /* ... among them, records from this node's own
-			      * directory replica */
+	bool again;          /* the second lookup: of records from the read
+			      * cache, or from this node's own directory
+			      * replica, that did not read */
+	bool again_own;      /* ... some from this node's own replica */
 	struct tp_read *reads;
 	struct fetch_check *checks; /* per read: its page's check, when done
 				     * as it landed */
@@ -837,12 +838,26 @@ static void fetch_landed(void *arg, const struct tp_read *rd)
 	c->have = true;
 }
 
+/*
+ * Did a read find no page of its record where the record says (the bytes
+ * came and are another page, or the producer has no page there)? Not a
+ * transport failure, after which the producer is no different.
+ */
+static bool read_names_no_page(const struct tp_read *rd)
+{
+	return rd->res == 0 || rd->res == -ENOENT || rd->res == -ERANGE ||
+	       rd->res == -EFAULT;
+}
+
 static void fetch_read_done(void *arg, struct tp_read *reads, unsigned n)
 {
 	struct fetch *f = arg;
 	/* Records from the read cache, or from this node's own directory
-	 * replica, that do not read are looked up again (at the other
-	 * owners), once, if the call has time left. */
+	 * replica (which may have missed a newer publish), that do not read
+	 * are looked up again (the other owners first), once, if the call
+	 * has time left. An own record counts as behind the others' only
+	 * when its producer has no such page; a transport failure counts as
+	 * a failed read, as without the second lookup. */
 	bool may_again = !f->again && pc_now_ns() < f->deadline;
 	unsigned again = 0;
 	for (unsigned j = 0; j < n; j++) {
@@ -861,9 +876,10 @@ static void fetch_read_done(void *arg, struct tp_read *reads, unsigned n)
 			if (cached)
 				rc_forget(g.rcache, f->ks.k[i], f->ks.len[i],
 					  r->node, r->gen);
-			met_inc(!(guess && may_again) ? g.rd_fail
-				: cached	      ? g.rc_stale
-						      : g.own_stale);
+			met_inc(!(guess && may_again)	      ? g.rd_fail
+				: cached		      ? g.rc_stale
+				: read_names_no_page(&reads[j]) ? g.own_stale
+								: g.rd_fail);
 			PC_LOGD(LOG_MOD, "remote page from %s failed%s: %s",
 				r->data, cached ? " (a cached record)"
 				: r->own_replica ? " (this node's replica)"

@@ -62,7 +62,8 @@ struct dir_rec {
 	/* A lookup's answer from this node's own replica of the record
 	 * (its shard): that may be older than the other owners' when this
 	 * node missed a publish (it did not answer in time), so a reader
-	 * whose read of it fails asks them (PL_LOOKUP_ELSEWHERE). */
+	 * whose read of it fails asks them (PL_LOOKUP_ELSEWHERE).
+	 * Never set on a record from the wire or the read cache. */
 	bool own_replica;
 };
 
@@ -83,11 +84,11 @@ enum {
 	 * first, looks in its own replica first and asks no one when the
 	 * record is there (dir_rec.own_replica): with directory_replicas 2
 	 * a member of a two-node cluster then looks every key up without a
-	 * round trip. Callers that act on the record rather than read it
-	 * (the disk tier's checks) pass it.
+	 * round trip. Callers that must have the first owner's record (the
+	 * disk tier's checks before it publishes over it) pass it.
 	 */
 	PL_LOOKUP_IN_ORDER = 1,
-	/* Do not take this node's own replica: ask the other owners (a
+	/* This node's own replica last: the other owners are asked first (a
 	 * second try after a record from here did not read). */
 	PL_LOOKUP_ELSEWHERE = 2,
 };

@@ -48,5 +48,6 @@ int pl_rec_read(struct mp_rd *p, struct dir_rec *r)
 	r->rkey = (uint32_t)rkey;
 	r->len = (uint32_t)len;
 	r->found = true;
+	r->own_replica = false; /* from the wire: another node's replica */
 	return 0;
 }

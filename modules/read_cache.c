@@ -214,6 +214,7 @@ void rc_put(struct read_cache *c, const char *key, size_t klen,
 	e->klen = (uint16_t)klen;
 	memcpy(e->key, key, klen);
 	e->rec = *rec;
+	e->rec.own_replica = false; /* how a lookup found it, not the record */
 	e->epoch = __atomic_load_n(&c->epoch, __ATOMIC_ACQUIRE);
 	e->expires = now + c->ttl;
 	at = &s->chain[h & s->mask];

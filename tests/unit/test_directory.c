@@ -1073,12 +1073,27 @@ Test(directory, a_replica_here_answers_before_the_first_owner_is_asked)
 		cr_assert_eq(o->rec[i].gen, 100 + second[i]);
 	}
 
-	/* No replica here: the first owner is asked next, as in order. */
+	/* No replica here: the first owner is asked next, in the same
+	 * round as a key this node owns nothing of that goes to that owner
+	 * too — one dir.get for both. */
 	self_del(c->kb[second[0]]);
-	struct plc *gone = plc_of(c, second, 1, 0);
-	cr_assert(gone->rec[0].found);
-	cr_assert(!gone->rec[0].own_replica);
+	struct owners_q q0 = owners(c->kb[second[0]]);
+	unsigned both[2] = {second[0], N};
+	for (unsigned i = 0; i < N && both[1] == N; i++) {
+		struct owners_q q = owners(c->kb[i]);
+		if (q.who[0] == q0.who[0] && q.who[1] != 2)
+			both[1] = i;
+	}
+	cr_assert_lt(both[1], N, "no key of owner %u alone", q0.who[0]);
+	unsigned gets1 = own_calls(q0.who[0], 0);
+	struct plc *gone = plc_of(c, both, 2, 0);
+	cr_assert_eq(own_calls(q0.who[0], 0) - gets1, 1,
+		     "%u dir.get calls to the first owner",
+		     own_calls(q0.who[0], 0) - gets1);
+	cr_assert(gone->rec[0].found && gone->rec[1].found);
+	cr_assert(!gone->rec[0].own_replica && !gone->rec[1].own_replica);
 	cr_assert_eq(gone->rec[0].gen, 100 + second[0]);
+	cr_assert_eq(gone->rec[1].gen, 10 + both[1]);
 
 	/* A key this node is the first owner of: its own record, as
 	 * always, marked as from here; asked elsewhere, the second owner
@@ -1093,6 +1108,13 @@ Test(directory, a_replica_here_answers_before_the_first_owner_is_asked)
 	cr_assert(there->rec[0].found);
 	cr_assert(!there->rec[0].own_replica);
 	cr_assert_eq(there->rec[0].gen, 200);
+	free(there);
+	/* ... and when no other owner knows the key, this node answers. */
+	own_drop(q.who[1], c->kb[mine]);
+	there = plc_of(c, &mine, 1, PL_LOOKUP_ELSEWHERE);
+	cr_assert(there->rec[0].found);
+	cr_assert(there->rec[0].own_replica);
+	cr_assert_eq(there->rec[0].gen, 10 + mine);
 	free(there);
 	free(c);
 	free(l);
