@@ -108,7 +108,9 @@ def test_big_batch_sets_do_not_starve_health(node_factory):
                 if not done.is_set():
                     answered[i] += 1
         t.join(120)
-        assert [r[1] for r in replies] == ids
+        # Replies may come in any order (docs/protocol.md, "Framing"): the
+        # copier gives pipelined sets turns, so they finish about together.
+        assert sorted(r[1] for r in replies) == sorted(ids)
         for r in replies:
             assert r[2] is None and r[3] == [True] * 32, r[2]
         # Every connection, whichever reactor serves it, kept being answered
