@@ -1175,14 +1175,9 @@ static void job_round(struct job *j)
 	for (unsigned o = 0; o < members; o++)
 		remote |= count[o] > 0;
 	if (!remote) {
-		/* Keys not found here go on to their next owner at once. */
-		bool more = false;
-		for (unsigned k = 0; j->kind == JOB_LOOKUP && k < j->nkeys; k++)
-			more |= !j->done_key[k] && j->attempt[k] < j->nowners[k];
-		if (more)
-			job_round(j);
-		else
-			job_deliver(j); /* never inside the call */
+		/* Every key is settled: a lookup's keys not found here went on
+		 * to their next owners in the loop above. */
+		job_deliver(j); /* never inside the call */
 		return;
 	}
 	struct rpc_client *cl = g.clients[rx_reactor_id(j->r)];
