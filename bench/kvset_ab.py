@@ -49,8 +49,8 @@ import time
 
 import msgpack
 
-from p2p_ab import (health_end, health_start, load_delta, reactor_load, set_args, set_specs,
-                    start_node, stop_all)
+from p2p_ab import (call, health_end, health_start, load_delta, reactor_load, round_order,
+                    set_args, set_specs, start_node, stop_all)
 
 
 def quantiles(v):
@@ -117,17 +117,6 @@ def opt(v):
     return "-" if v is None else str(v)
 
 
-def call(sock, unpacker, msgid, method, params):
-    sock.sendall(msgpack.packb([0, msgid, method, params], use_bin_type=True))
-    while True:
-        for msg in unpacker:
-            return msg
-        data = sock.recv(1 << 20)
-        if not data:
-            sys.exit("the node closed the connection")
-        unpacker.feed(data)
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     set_args(ap, "values per kv.set (default 8)")
@@ -172,9 +161,7 @@ def main():
         seq = 0
         res = {n: [] for n, _ in nodes}
         for r in range(a.rounds):
-            order = list(range(len(nodes)))
-            order = order[r % len(nodes):] + order[:r % len(nodes)]
-            for k in order:
+            for k in round_order(len(nodes), r):
                 name = nodes[k][0]
                 rport, mport = ports[k]
                 s0 = reactor_load(mport)

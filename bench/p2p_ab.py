@@ -207,6 +207,27 @@ def rpc_call(port, method, params):
                 return msg[3]
 
 
+def call(sock, unpacker, msgid, method, params):
+    """One MessagePack-RPC call on an open connection (unpacker: its
+    msgpack.Unpacker): the response message (exits when the node closes
+    the connection)."""
+    import msgpack  # Debian's python3-msgpack
+    sock.sendall(msgpack.packb([0, msgid, method, params], use_bin_type=True))
+    while True:
+        for msg in unpacker:
+            return msg
+        data = sock.recv(1 << 20)
+        if not data:
+            sys.exit("the node closed the connection")
+        unpacker.feed(data)
+
+
+def round_order(n, r):
+    """The order of n nodes in round r: rotated by one each round, so that
+    machine noise hits every build alike."""
+    return [(r + k) % n for k in range(n)]
+
+
 def join(ports):
     """Make the nodes at ports (RPC) the members of one ring."""
     ids = ["127.0.0.1:%d" % p for p in ports]

@@ -45,6 +45,7 @@ struct rpc_cconn {
 	uint32_t next_slot;
 	uint16_t seq;
 	size_t need;
+	struct mp_scan_state *scan;   /* a partial message's scan so far */
 	uint8_t snonce[RPC_NONCE_BYTES];
 	uint8_t cnonce[RPC_NONCE_BYTES];
 	struct rpc_cconn *next;
@@ -374,6 +375,7 @@ static void cc_on_close(struct rx_conn *c, int err)
 			  ep->name, strerror(-err));
 	}
 	free(cc->slots);
+	free(cc->scan);
 	free(cc);
 	ep_pump(ep);
 }
@@ -405,7 +407,8 @@ static ssize_t cc_on_data(struct rx_conn *c, const uint8_t *data, size_t len)
 	size_t used = 0;
 	while (used < len) {
 		size_t size;
-		int ret = mp_scan(data + used, len - used, &cl->mpl, &size);
+		int ret = mp_scan_held(&cc->scan, data + used, len - used,
+				       &cl->mpl, &size);
 		if (ret == MP_NEED_MORE) {
 			cc->need = size;
 			break;

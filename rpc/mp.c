@@ -1,8 +1,9 @@
 /*
  * rpc/mp.c — the MessagePack scanner, cursor reader and write buffer.
  *
- * Owns: nothing global. Any thread. Invariants: no function here allocates
- * from a count read off the wire; the scanner never reads past len and never
+ * Owns: nothing global (mp_scan_held allocates its caller's scan state).
+ * Any thread. Invariants: no function here allocates from a count read off
+ * the wire; the scanner never reads past len and never
  * recurses (an explicit stack of at most MP_DEPTH_MAX counts); the cursor
  * never reads past end.
  */
@@ -123,61 +124,115 @@ static int mp_head(const uint8_t *p, size_t avail, struct mp_head *h)
 	return 1;
 }
 
-int mp_scan(const uint8_t *p, size_t len, const struct mp_limits *lim,
-	    size_t *size)
+void mp_scan_begin(struct mp_scan_state *st)
 {
-	uint64_t left[MP_DEPTH_MAX + 1]; /* objects still due per level */
-	unsigned depth = 0;
+	st->pos = 0;
+	st->objects = 1;
+	st->depth = 0;
+	st->left[0] = 1;
+}
+
+/*
+ * The state is always at an object boundary, or past the end of an object
+ * whose payload has not all arrived (pos > len): an object is counted off
+ * its level only once its whole header is here, so a call that stops for
+ * want of bytes leaves nothing half done.
+ */
+int mp_scan_resume(struct mp_scan_state *st, const uint8_t *p, size_t len,
+		   const struct mp_limits *lim, size_t *size)
+{
 	uint32_t max_depth = PC_MIN(lim->max_depth, (uint32_t)MP_DEPTH_MAX);
-	uint64_t objects = 1;
-	size_t pos = 0;
-	left[0] = 1;
+	size_t pos = st->pos;
+	int ret;
 	for (;;) {
-		while (left[depth] == 0) {
-			if (depth == 0) {
-				*size = pos;
-				return MP_COMPLETE;
-			}
-			depth--;
+		if (pos > len) { /* a payload that has not all arrived */
+			*size = pos;
+			ret = MP_NEED_MORE;
+			break;
 		}
-		left[depth]--;
+		while (st->left[st->depth] == 0 && st->depth > 0)
+			st->depth--;
+		if (st->left[st->depth] == 0) {
+			*size = pos;
+			ret = MP_COMPLETE;
+			break;
+		}
 		if (pos >= len) {
 			*size = pos + 1;
-			return MP_NEED_MORE;
+			ret = MP_NEED_MORE;
+			break;
 		}
 		struct mp_head h;
-		int ret = mp_head(p + pos, len - pos, &h);
+		ret = mp_head(p + pos, len - pos, &h);
 		if (ret < 0)
-			return ret;
+			break;
 		if (ret == 0) {
 			*size = pos + h.hlen;
-			return MP_NEED_MORE;
+			ret = MP_NEED_MORE;
+			break;
 		}
+		st->left[st->depth]--;
 		if (h.type == MP_T_ARRAY || h.type == MP_T_MAP) {
-			if (h.count > lim->max_elements)
-				return -E2BIG;
+			if (h.count > lim->max_elements) {
+				ret = -E2BIG;
+				break;
+			}
 			uint64_t n = h.type == MP_T_MAP ? 2 * h.count : h.count;
-			objects += n;
-			if (objects > lim->max_objects)
-				return -E2BIG;
+			st->objects += n;
+			if (st->objects > lim->max_objects) {
+				ret = -E2BIG;
+				break;
+			}
 			/* Each element takes at least one byte. */
-			if (pos + h.hlen + n > lim->max_bytes)
-				return -EMSGSIZE;
+			if (pos + h.hlen + n > lim->max_bytes) {
+				ret = -EMSGSIZE;
+				break;
+			}
 			if (n > 0) {
-				if (depth + 1 > max_depth)
-					return -ELOOP;
-				left[++depth] = n;
+				if (st->depth + 1 > max_depth) {
+					ret = -ELOOP;
+					break;
+				}
+				st->left[++st->depth] = n;
 			}
 		}
 		if (h.plen > lim->max_bytes ||
-		    pos + h.hlen + h.plen > lim->max_bytes)
-			return -EMSGSIZE;
-		pos += h.hlen + (size_t)h.plen;
-		if (pos > len) {
-			*size = pos;
-			return MP_NEED_MORE;
+		    pos + h.hlen + h.plen > lim->max_bytes) {
+			ret = -EMSGSIZE;
+			break;
 		}
+		pos += h.hlen + (size_t)h.plen;
 	}
+	st->pos = pos;
+	return ret;
+}
+
+int mp_scan(const uint8_t *p, size_t len, const struct mp_limits *lim,
+	    size_t *size)
+{
+	struct mp_scan_state st;
+	mp_scan_begin(&st);
+	return mp_scan_resume(&st, p, len, lim, size);
+}
+
+int mp_scan_held(struct mp_scan_state **held, const uint8_t *p, size_t len,
+		 const struct mp_limits *lim, size_t *size)
+{
+	struct mp_scan_state here, *st = *held;
+	if (!st) {
+		st = &here;
+		mp_scan_begin(st);
+	}
+	int ret = mp_scan_resume(st, p, len, lim, size);
+	if (ret == MP_NEED_MORE && !*held) {
+		*held = malloc(sizeof(**held));
+		if (*held)
+			**held = here;
+	} else if (ret != MP_NEED_MORE) {
+		free(*held);
+		*held = NULL;
+	}
+	return ret;
 }
 
 /* ------------------------------------------------------------------ reader */

@@ -1,7 +1,8 @@
 /*
  * rpc/mp.h — MessagePack decoding for untrusted input, and encoding helpers.
  *
- * Owns: nothing (pure functions over caller buffers). Any thread.
+ * Owns: nothing (functions over caller buffers; mp_scan_held allocates the
+ * caller's scan state). Any thread.
  *
  * Decoding is ours, not msgpack-c's: msgpack-c's unpacker allocates an array
  * as soon as it reads the declared count, so 5 bytes ("dd ff ff ff ff": an
@@ -48,6 +49,38 @@ struct mp_limits {
  */
 int mp_scan(const uint8_t *p, size_t len, const struct mp_limits *lim,
 	    size_t *size);
+
+/*
+ * A scan that goes on where the last one stopped, for a message that arrives
+ * in pieces: each call is given the message's bytes from its first one
+ * (p may move between calls, as a buffer grows; the bytes already scanned
+ * must not change) and scans only those it has not seen. Without it, a
+ * message of many small objects is rescanned from its start each time a
+ * piece arrives: quadratic work, which one client sending a large message
+ * a few bytes at a time could make unbounded. Same results as mp_scan of
+ * p[0..len); after any result but MP_NEED_MORE the state must be begun
+ * again before the next message.
+ */
+struct mp_scan_state {
+	size_t pos;       /* bytes of the message scanned */
+	uint64_t objects; /* objects declared so far */
+	unsigned depth;   /* current nesting */
+	uint64_t left[MP_DEPTH_MAX + 1]; /* objects still due per level */
+};
+
+void mp_scan_begin(struct mp_scan_state *st);
+int mp_scan_resume(struct mp_scan_state *st, const uint8_t *p, size_t len,
+		   const struct mp_limits *lim, size_t *size);
+
+/*
+ * A connection's scan of its next message: resumes the state *held, which
+ * is allocated at the message's first MP_NEED_MORE and freed at any other
+ * result (messages that arrive whole never allocate). Out of memory, the
+ * next call scans from the message's start again: slower, still correct.
+ * The owner frees *held when the connection goes.
+ */
+int mp_scan_held(struct mp_scan_state **held, const uint8_t *p, size_t len,
+		 const struct mp_limits *lim, size_t *size);
 
 enum mp_type {
 	MP_T_NIL,

@@ -202,6 +202,7 @@ struct rpc_sconn {
 	uint8_t preauth_msgs;  /* messages received before authentication */
 	uint8_t nonce[RPC_NONCE_BYTES];
 	size_t need;           /* bytes a partial message needs first */
+	struct mp_scan_state *scan; /* a partial message's scan so far */
 	int fds[FD_QUEUE_MAX];
 	unsigned nfds;
 	void *mod_data;
@@ -527,6 +528,7 @@ static void sconn_unref(struct rpc_sconn *sc)
 		close(sc->fds[i]);
 	if (sc->mod_cleanup)
 		sc->mod_cleanup(sc->mod_data);
+	free(sc->scan);
 	free(sc);
 }
 
@@ -1314,7 +1316,8 @@ static ssize_t on_data(struct rx_conn *c, const uint8_t *data, size_t len)
 	 * the rest stays in its input and comes back on resume. */
 	while (used < len && !sc->paused && !rx_conn_backlogged(c)) {
 		size_t size;
-		int ret = mp_scan(data + used, len - used, sc->mpl, &size);
+		int ret = mp_scan_held(&sc->scan, data + used, len - used,
+				       sc->mpl, &size);
 		if (ret == MP_NEED_MORE) {
 			sc->need = size;
 			rx_conn_expect(c, size); /* its buffer, sized at once */

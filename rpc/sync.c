@@ -129,10 +129,13 @@ static ssize_t recv_msg(struct rpc_sync *s, int fd, struct pc_wbuf *in,
 			uint64_t deadline)
 {
 	size_t need = 1;
+	struct mp_scan_state scan;
+	mp_scan_begin(&scan);
 	for (;;) {
 		if (in->len >= need) {
 			size_t size;
-			int ret = mp_scan(in->data, in->len, &s->mpl, &size);
+			int ret = mp_scan_resume(&scan, in->data, in->len, &s->mpl,
+						 &size);
 			if (ret == MP_COMPLETE)
 				return (ssize_t)size;
 			if (ret < 0)

@@ -5,6 +5,7 @@
  */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "rpc/mp.h"
@@ -68,6 +69,137 @@ Test(mp, every_split_point_needs_more_until_complete)
 	pc_wbuf_append(&b, "\x91\x01", 2);
 	cr_assert_eq(mp_scan(b.data, b.len, &lim, &size), MP_COMPLETE);
 	cr_assert_eq(size, len);
+	pc_wbuf_free(&b);
+}
+
+/*
+ * mp_scan_resume over the pieces p[0..c1), p[0..c2), p[0..len) of a
+ * message, each piece in a fresh copy (a connection's buffer moves as it
+ * grows): every call must give what one mp_scan of the same bytes gives.
+ */
+static void resume_matches(const uint8_t *msg, size_t len,
+			   const struct mp_limits *l, size_t c1, size_t c2)
+{
+	const size_t cuts[3] = {c1, c2, len};
+	struct mp_scan_state st;
+	mp_scan_begin(&st);
+	for (unsigned k = 0; k < 3; k++) {
+		uint8_t *copy = malloc(cuts[k] ? cuts[k] : 1);
+		memcpy(copy, msg, cuts[k]);
+		size_t want_size = 0, size = 0;
+		int want = mp_scan(copy, cuts[k], l, &want_size);
+		int ret = mp_scan_resume(&st, copy, cuts[k], l, &size);
+		free(copy);
+		cr_assert_eq(ret, want, "pieces %zu/%zu, at %zu: %d, one scan "
+			     "%d", c1, c2, cuts[k], ret, want);
+		if (ret >= 0)
+			cr_assert_eq(size, want_size, "pieces %zu/%zu, at %zu: "
+				     "size %zu, one scan %zu", c1, c2, cuts[k],
+				     size, want_size);
+		if (ret != MP_NEED_MORE)
+			return; /* a state is begun again after a result */
+	}
+}
+
+Test(mp, a_resumed_scan_gives_what_one_scan_gives_at_every_pair_of_splits)
+{
+	struct pc_wbuf b;
+	size_t len = build_all_types(&b);
+	for (size_t c1 = 0; c1 <= len; c1++)
+		for (size_t c2 = c1; c2 <= len; c2++)
+			resume_matches(b.data, len, &lim, c1, c2);
+	pc_wbuf_free(&b);
+	/* The refusals, found in whichever piece holds them. */
+	uint8_t deep[64];
+	memset(deep, 0x91, sizeof(deep));
+	deep[sizeof(deep) - 1] = 0x01;
+	static const uint8_t bad[] = {0x93, 0x01, 0xa2, 'h', 'i', 0xc1};
+	static const uint8_t a16[] = {0x92, 0x01, 0xdc, 0x03, 0xe9};
+	static const uint8_t b32[] = {0x92, 0x01, 0xc6, 0x7f, 0xff, 0xff, 0xff};
+	struct mp_limits few = lim;
+	few.max_objects = 10;
+	uint8_t arr[32] = {0x92, 0x01, 0xdc, 0x00, 20};
+	const struct {
+		const uint8_t *p;
+		size_t len;
+		const struct mp_limits *l;
+		int want;
+	} cases[] = {
+		{deep, sizeof(deep), &lim, -ELOOP},
+		{bad, sizeof(bad), &lim, -EBADMSG},
+		{a16, sizeof(a16), &lim, -E2BIG},
+		{b32, sizeof(b32), &lim, -EMSGSIZE},
+		{arr, sizeof(arr), &few, -E2BIG},
+	};
+	for (unsigned i = 0; i < PC_ARRAY_LEN(cases); i++) {
+		size_t size;
+		cr_assert_eq(mp_scan(cases[i].p, cases[i].len, cases[i].l,
+				     &size), cases[i].want, "case %u", i);
+		for (size_t c1 = 0; c1 <= cases[i].len; c1++)
+			for (size_t c2 = c1; c2 <= cases[i].len; c2++)
+				resume_matches(cases[i].p, cases[i].len,
+					       cases[i].l, c1, c2);
+	}
+}
+
+/* A message of many small objects arriving a piece at a time is scanned
+ * once: the bytes already scanned are not read again (here they are
+ * spoiled before the next piece is given, and nothing notices). */
+Test(mp, a_resumed_scan_does_not_read_what_it_scanned_before)
+{
+	enum { N = 5000 };
+	struct pc_wbuf b;
+	msgpack_packer pk;
+	pc_wbuf_init(&b, 0);
+	pc_wbuf_packer(&b, &pk);
+	msgpack_pack_array(&pk, N);
+	for (unsigned i = 0; i < N; i++)
+		mp_pack_cstr(&pk, "k");
+	struct mp_limits wide = lim;
+	wide.max_elements = N;
+	struct mp_scan_state st;
+	mp_scan_begin(&st);
+	size_t size, done = 0;
+	for (size_t cut = 1; cut < b.len; cut += 7) {
+		cr_assert_eq(mp_scan_resume(&st, b.data, cut, &wide, &size),
+			     MP_NEED_MORE, "at %zu", cut);
+		cr_assert_gt(size, cut);
+		cr_assert_geq(st.pos + 2, cut, "at %zu the scan stands at %zu: "
+			      "it did not go as far as the bytes allow", cut,
+			      st.pos);
+		memset(b.data + done, 0xc1, st.pos - done); /* not MessagePack */
+		done = st.pos;
+	}
+	cr_assert_eq(mp_scan_resume(&st, b.data, b.len, &wide, &size),
+		     MP_COMPLETE);
+	cr_assert_eq(size, b.len);
+	pc_wbuf_free(&b);
+}
+
+/* mp_scan_held keeps a state only while a message is incomplete. */
+Test(mp, a_held_scan_is_allocated_for_a_partial_message_and_freed_after)
+{
+	struct pc_wbuf b;
+	size_t len = build_all_types(&b);
+	struct mp_scan_state *held = NULL;
+	size_t size;
+	cr_assert_eq(mp_scan_held(&held, b.data, len, &lim, &size),
+		     MP_COMPLETE);
+	cr_assert_null(held, "a whole message allocates nothing");
+	cr_assert_eq(size, len);
+	cr_assert_eq(mp_scan_held(&held, b.data, len / 2, &lim, &size),
+		     MP_NEED_MORE);
+	cr_assert_not_null(held);
+	cr_assert_eq(mp_scan_held(&held, b.data, len - 1, &lim, &size),
+		     MP_NEED_MORE);
+	cr_assert_eq(mp_scan_held(&held, b.data, len, &lim, &size),
+		     MP_COMPLETE);
+	cr_assert_eq(size, len);
+	cr_assert_null(held, "freed once the message is whole");
+	static const uint8_t bad[] = {0x92, 0x01, 0xc1};
+	cr_assert_eq(mp_scan_held(&held, bad, 2, &lim, &size), MP_NEED_MORE);
+	cr_assert_eq(mp_scan_held(&held, bad, 3, &lim, &size), -EBADMSG);
+	cr_assert_null(held, "freed at a refusal");
 	pc_wbuf_free(&b);
 }
 
