@@ -9,7 +9,8 @@
  *
  * Invariants:
  *  - a loop pass copies (and sums) at most the slice size over all jobs
- *    (copier_copy counts what the calling pass already did), so a pass of
+ *    (copier_copy counts what the calling pass already did), each job
+ *    counted 1 KiB more for its caller's work per page, so a pass of
  *    copies stays near ~0.1 ms whatever the page size; a job with its own
  *    slice takes at most that much of a pass (the queue waits behind it);
  *  - queued jobs take the passes in turn: one that the pass's budget ran

@@ -201,6 +201,50 @@ static void start_two(struct rx_reactor *r, struct rx_timer *t)
 	cr_assert_eq(copier_copy(r, &c.job2), 0, "queued behind the first");
 }
 
+/* Many tiny pages in one pass: each job counts its caller's work per page
+ * against the pass's budget, not only its bytes, so 4,096 copies of 64
+ * bytes (256 KiB, half a 512 KiB slice) do not all run in one pass. */
+enum { TINY_N = 4096, TINY_LEN = 64 };
+static struct copier_job tiny[TINY_N];
+static uint8_t tiny_src[TINY_N * TINY_LEN], tiny_dst[TINY_N * TINY_LEN];
+static unsigned tiny_inline, tiny_later;
+
+static void tiny_done(struct copier_job *j)
+{
+	cr_assert_eq(j->res, 0);
+	if (++tiny_later + tiny_inline == TINY_N)
+		rx_reactor_stop(c.r);
+}
+
+static void start_tiny(struct rx_reactor *r, struct rx_timer *t)
+{
+	(void)t;
+	tu_fill_pattern(tiny_src, sizeof(tiny_src), 9, 0);
+	memset(tiny_dst, 0, sizeof(tiny_dst));
+	for (unsigned i = 0; i < TINY_N; i++) {
+		tiny[i] = (struct copier_job){.dst = tiny_dst + i * TINY_LEN,
+					      .src = tiny_src + i * TINY_LEN,
+					      .len = TINY_LEN, .sum = true,
+					      .done = tiny_done};
+		tiny_inline += copier_copy(r, &tiny[i]) == 1;
+	}
+	if (tiny_inline == TINY_N)
+		rx_reactor_stop(r);
+}
+
+Test(copier, tiny_pages_count_their_callers_work_against_the_pass)
+{
+	tiny_inline = tiny_later = 0;
+	run_case(512 << 10, 4096, false, start_tiny);
+	cr_assert_lt(tiny_inline, 600, "%u of %u 64-byte copies ran in the "
+		     "first pass (512 KiB / (64 + 1024) is 481)", tiny_inline,
+		     (unsigned)TINY_N);
+	cr_assert_gt(tiny_inline, 400, "only %u ran inline", tiny_inline);
+	cr_assert_eq(tiny_inline + tiny_later, TINY_N);
+	cr_assert_eq(tu_check_pattern(tiny_dst, sizeof(tiny_dst), 9, 0), -1);
+	rx_reactor_destroy(c.r);
+}
+
 Test(copier, jobs_share_the_pass_budget_in_order)
 {
 	run_case(512 << 10, 4 * MIB, false, start_two);
