@@ -65,6 +65,8 @@
 #include "modules/modules.h"
 #include "modules/peer_health.h"
 #include "modules/placement_wire.h"
+#include "modules/walk.h"
+#include "reactor/stall.h"
 #include "rpc/client.h"
 #include "rpc/rpc.h"
 #include "storage/ring.h"
@@ -72,6 +74,7 @@
 #define LOG_MOD "directory"
 #define DIR_STRIPES 64
 #define DIR_BATCH_MAX 65536   /* keys in one call */
+#define DIR_RPC_KEYS 2048     /* keys in one RPC a job sends an owner */
 #define DIR_REPLICAS_MAX 8
 #define DIR_PRODUCERS 4096    /* incarnations remembered (direct-mapped) */
 
@@ -929,11 +932,17 @@ struct job {
 	pl_done_fn done;
 	void *arg;
 	struct rx_timer timer; /* delivers an all-local job asynchronously */
+	/* the round's walk over the keys, in slices (modules/walk.h) */
+	unsigned walk_k;     /* next key of the round */
+	unsigned self;       /* this node's place in the ring (or past it) */
+	bool more_after;     /* lookup: a key could still fall back */
+	struct rx_timer walk; /* resumes the round's walk in the next pass */
 };
 
 static void job_free(struct job *j)
 {
 	rx_timer_stop(j->r, &j->timer);
+	rx_timer_stop(j->r, &j->walk);
 	ring_unref(j->ring);
 	free(j); /* the arena: keys, arrays, node and gens with it */
 }
@@ -1107,16 +1116,27 @@ static void job_deliver(struct job *j)
 	rx_timer_start(j->r, &j->timer, 0, 0);
 }
 
+static void job_round_walk(struct job *j);
+static void job_round_send(struct job *j);
+
+static void job_walk_fired(struct rx_reactor *r, struct rx_timer *t)
+{
+	(void)r;
+	rx_stall_tag("directory round");
+	job_round_walk(PC_CONTAINER_OF(t, struct job, walk));
+}
+
 /*
  * Send one round: lookup asks each unresolved key's next owner; publish and
  * remove ask every owner at once. Keys for this node are done locally; the
- * others go as one RPC per owner. A job's first round runs inside the
- * placement call that made it; its done never does (job_deliver).
+ * others go as one RPC per owner. The keys are walked in slices of loop
+ * passes (modules/walk.h), the RPCs sent once all are. A job's first round
+ * starts inside the placement call that made it; its done never runs there
+ * (job_deliver).
  */
 static void job_round(struct job *j)
 {
-	uint64_t now = pc_now_ns();
-	if (now >= j->deadline_ns) { /* out of time: report what we have */
+	if (pc_now_ns() >= j->deadline_ns) { /* out of time: what we have */
 		job_deliver(j);
 		return;
 	}
@@ -1124,20 +1144,33 @@ static void job_round(struct job *j)
 	/* count[] was sized at job_new: the job keeps the ring it began
 	 * with for its whole life, so its size cannot change. */
 	PC_ASSERT(members == j->members);
-	unsigned self = (unsigned)ring_find(j->ring, g.cl->self_id);
+	j->self = (unsigned)ring_find(j->ring, g.cl->self_id);
 	unsigned *count = j->count;
 	memset(count, 0, members * sizeof(*count));
-	/* lookup: the owner each key asks in this round (UINT32_MAX: none) */
-	unsigned *tgt = j->tgt;
-	bool more_after = false; /* lookup: a key could still fall back */
+	j->more_after = false;
+	j->walk_k = 0;
 	/* publish, remove: which owners are suspect is decided once for the
 	 * round (other threads flip the flags meanwhile), so that count[o]
-	 * is exactly the number of keys the RPC to o carries below. */
+	 * is exactly the number of keys the RPC to o carries. */
 	if (j->kind != JOB_LOOKUP)
 		for (unsigned o = 0; o < members; o++)
-			if (o != self && owner_suspect_now(j, o))
+			if (o != j->self && owner_suspect_now(j, o))
 				count[o] = UINT_MAX;
-	for (unsigned k = 0; k < j->nkeys; k++) {
+	job_round_walk(j);
+}
+
+/* The round's keys from j->walk_k on: local work now, the owner each key
+ * asks (lookup: tgt[], UINT32_MAX for none) counted for the RPCs. */
+static void job_round_walk(struct job *j)
+{
+	unsigned self = j->self, *count = j->count, *tgt = j->tgt;
+	unsigned here = 0;
+	for (; j->walk_k < j->nkeys; j->walk_k++) {
+		if (!walk_take(j->r, &here)) {
+			walk_later(j->r, &j->walk, job_walk_fired);
+			return;
+		}
+		unsigned k = j->walk_k;
 		if (j->kind == JOB_LOOKUP) {
 			tgt[k] = UINT32_MAX;
 			/* Suspect owners are passed over, and a miss in this
@@ -1152,7 +1185,7 @@ static void job_round(struct job *j)
 				} else {
 					tgt[k] = o;
 					count[o]++;
-					more_after |= remote_after(j, k, self);
+					j->more_after |= remote_after(j, k, self);
 					break;
 				}
 			}
@@ -1168,6 +1201,27 @@ static void job_round(struct job *j)
 				count[o]++;
 		}
 	}
+	job_round_send(j);
+}
+
+/* Does key k ask owner o in this round (lookup: its target, tgt[k])? */
+static bool job_asks(const struct job *j, unsigned k, unsigned o,
+		     const unsigned *tgt)
+{
+	if (j->kind == JOB_LOOKUP)
+		return tgt[k] == o;
+	for (unsigned a = 0; a < j->nowners[k]; a++)
+		if (j->owners[k][a] == o)
+			return true;
+	return false;
+}
+
+/* The round's keys are walked: the RPCs to the owners with keys to ask. */
+static void job_round_send(struct job *j)
+{
+	unsigned members = j->members, *count = j->count, *tgt = j->tgt;
+	uint64_t now = pc_now_ns();
+	bool more_after = j->more_after;
 	for (unsigned o = 0; j->kind != JOB_LOOKUP && o < members; o++)
 		if (count[o] == UINT_MAX)
 			count[o] = 0;
@@ -1180,6 +1234,10 @@ static void job_round(struct job *j)
 		job_deliver(j); /* never inside the call */
 		return;
 	}
+	if (now >= j->deadline_ns) { /* the walk took what was left */
+		job_deliver(j);
+		return;
+	}
 	struct rpc_client *cl = g.clients[rx_reactor_id(j->r)];
 	/* This round's share of the deadline: half of what is left when an
 	 * owner that does not answer could still be replaced by the next. */
@@ -1189,41 +1247,39 @@ static void job_round(struct job *j)
 	unsigned timeout_ms = (unsigned)PC_MAX(PC_MIN(left_ms,
 						      (uint64_t)g.timeout_ms),
 					       (uint64_t)1);
+	/* An owner's keys go in RPCs of at most DIR_RPC_KEYS, all sent at
+	 * once: the owner serves each in its own callback. */
 	for (unsigned o = 0; o < members; o++) {
-		if (!count[o])
-			continue;
-		struct job_rpc *jr = malloc(sizeof(*jr) +
-					    count[o] * sizeof(jr->idx[0]));
-		if (!jr)
-			continue;
-		unsigned *idx = jr->idx;
-		jr->job = j;
-		jr->n = 0;
-		jr->owner = o;
-		jr->timeout_ms = timeout_ms;
-		for (unsigned k = 0; k < j->nkeys; k++) {
-			if (j->kind == JOB_LOOKUP) {
-				if (tgt[k] == o)
-					idx[jr->n++] = k;
+		unsigned k = 0;
+		for (unsigned left = count[o]; left > 0;) {
+			unsigned want = PC_MIN(left, (unsigned)DIR_RPC_KEYS);
+			left -= want;
+			struct job_rpc *jr = malloc(sizeof(*jr) +
+						    want * sizeof(jr->idx[0]));
+			if (!jr)
+				continue;
+			jr->job = j;
+			jr->n = 0;
+			jr->owner = o;
+			jr->timeout_ms = timeout_ms;
+			for (; k < j->nkeys && jr->n < want; k++)
+				if (job_asks(j, k, o, tgt))
+					jr->idx[jr->n++] = k;
+			struct rpc_req *q = rpc_req_new(
+				cl, ring_member(j->ring, o),
+				job_methods[j->kind],
+				j->kind == JOB_PUBLISH ? 2 : 1, timeout_ms,
+				job_rpc_done, jr);
+			if (!q) {
+				free(jr);
 				continue;
 			}
-			for (unsigned a = 0; a < j->nowners[k]; a++)
-				if (j->owners[k][a] == o)
-					idx[jr->n++] = k;
+			pack_call_params(j, rpc_req_packer(q), jr->idx, jr->n);
+			if (j->kind == JOB_PUBLISH)
+				pack_announce(rpc_req_packer(q));
+			j->outstanding++;
+			rpc_req_send(q);
 		}
-		struct rpc_req *q = rpc_req_new(cl, ring_member(j->ring, o),
-						job_methods[j->kind],
-						j->kind == JOB_PUBLISH ? 2 : 1,
-						timeout_ms, job_rpc_done, jr);
-		if (!q) {
-			free(jr);
-			continue;
-		}
-		pack_call_params(j, rpc_req_packer(q), idx, jr->n);
-		if (j->kind == JOB_PUBLISH)
-			pack_announce(rpc_req_packer(q));
-		j->outstanding++;
-		rpc_req_send(q);
 	}
 	if (j->outstanding == 0) /* every RPC failed to start */
 		job_deliver(j);

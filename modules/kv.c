@@ -78,6 +78,8 @@
 #include "modules/read_cache.h"
 #include "modules/tier.h"
 #include "modules/transport.h"
+#include "modules/walk.h"
+#include "reactor/stall.h"
 #include "storage/pool.h"
 
 #define LOG_MOD "kv"
@@ -348,6 +350,7 @@ struct publish {
 	unsigned cur;        /* next item to copy */
 	struct pool_ref ref; /* the reservation being copied into */
 	struct copier_job job;
+	struct rx_timer walk; /* resumes the walk in the next pass */
 };
 
 static struct publish *publish_layout(struct pc_arena *a, unsigned n)
@@ -443,6 +446,13 @@ static void publish_settle(struct publish *p)
 
 static void publish_next(struct publish *p);
 
+static void publish_walk_fired(struct rx_reactor *r, struct rx_timer *t)
+{
+	(void)r;
+	rx_stall_tag("kv.set walk");
+	publish_next(PC_CONTAINER_OF(t, struct publish, walk));
+}
+
 static void publish_copied(struct copier_job *j)
 {
 	struct publish *p = j->arg;
@@ -458,11 +468,21 @@ static void publish_copied(struct copier_job *j)
  * publish_copied) — then send the records to placement. */
 static void publish_next(struct publish *p)
 {
+	unsigned here = 0;
 	for (; p->cur < p->n; p->cur++) {
 		const struct kv_item *it = &p->it[p->cur];
 		uint8_t *dst;
 		if (it->klen == 0 || it->klen > KV_KEY_MAX)
 			continue;
+		/* Node memory kept for the call: its walk goes in slices.
+		 * Sources valid during the call only are all copied in it;
+		 * a client's are walked in one go (between two of its pages
+		 * it could give the memory up unseen: copier_cancel_range
+		 * sees only copies under way), their copies in slices. */
+		if (p->src == KV_SRC_KEPT && !walk_take(p->r, &here)) {
+			walk_later(p->r, &p->walk, publish_walk_fired);
+			return;
+		}
 		/* Already here: publish its record again, and answer as that
 		 * publish does. An earlier set may have stored the page but
 		 * not its record (no owner reachable), and the page would
@@ -623,6 +643,10 @@ struct fetch {
 	int refused;         /* -E2BIG (call over its cap), -EBUSY (node) */
 	uint64_t deadline;
 	unsigned read_ms;    /* the reads' timeout */
+	/* local pins, in slices (walk_take) */
+	unsigned pinned;     /* items [0, pinned) tried */
+	uint64_t pin_need;   /* get: bytes of the pinned pages to stage */
+	struct rx_timer walk; /* resumes the pins in the next pass */
 	/* local copies (client memory: in slices, modules/copier.h) */
 	unsigned cur;        /* next item of the local pass to copy */
 	uint8_t *stage_cur;  /* get: where the next local page is staged */
@@ -1139,17 +1163,33 @@ static bool fetch_local_copies(struct fetch *f)
 	return false;
 }
 
-/* Pages this node holds: pinned all at once so that what get stages for
- * them is one block, then copied and unpinned (fetch_local_copies, whose
- * answer it returns). */
+static bool fetch_locals(struct fetch *f);
+
+static void fetch_walk_fired(struct rx_reactor *r, struct rx_timer *t)
+{
+	(void)r;
+	rx_stall_tag("kv.get walk");
+	fetch_locals(PC_CONTAINER_OF(t, struct fetch, walk));
+}
+
+/* Pages this node holds: all pinned (in slices, walk_take) before any is
+ * copied, so that what get stages for them is one block; then copied and
+ * unpinned (fetch_local_copies, whose answer it returns). True when it
+ * stopped to go on later (the next pass, or copies in slices). */
 static bool fetch_locals(struct fetch *f)
 {
-	uint64_t need = 0;
-	for (unsigned i = 0; i < f->n; i++) {
+	unsigned here = 0;
+	for (; f->pinned < f->n; f->pinned++) {
+		if (!walk_take(f->r, &here)) {
+			walk_later(f->r, &f->walk, fetch_walk_fired);
+			return true;
+		}
+		unsigned i = f->pinned;
 		fetch_local_pin(f, i);
 		if (f->loc[i] == LOC_READY && !f->at[i])
-			need += f->len[i];
+			f->pin_need += f->len[i];
 	}
+	uint64_t need = f->pin_need;
 	if (need && stage_block(f, 0, need))
 		f->stage_cur = f->stage.b[0].p;
 	f->cur = 0;
@@ -1272,6 +1312,8 @@ struct exists_op {
 	unsigned looked;      /* keys [local, looked) read cache's, the rest
 			       * looked up */
 	struct dir_rec *recs; /* for keys [local, n) */
+	bool in_cache;        /* the walk is past the pool's leading run */
+	struct rx_timer walk; /* resumes the walk in the next pass */
 	uint64_t deadline;
 	void (*done)(void *arg, unsigned count);
 	void *arg;
@@ -1363,6 +1405,61 @@ static void exists_done(void *arg)
 	free(e); /* the arena */
 }
 
+static void exists_walk(struct exists_op *e);
+
+static void exists_walk_fired(struct rx_reactor *r, struct rx_timer *t)
+{
+	(void)r;
+	rx_stall_tag("kv.exists walk");
+	exists_walk(PC_CONTAINER_OF(t, struct exists_op, walk));
+}
+
+/* The leading run of keys in the pool, then the read cache's readable
+ * records while they last (in slices: walk_take), then the lookup of the
+ * rest. */
+static void exists_walk(struct exists_op *e)
+{
+	unsigned here = 0;
+	while (!e->in_cache && e->local < e->ks.n) {
+		if (!walk_take(e->r, &here)) {
+			walk_later(e->r, &e->walk, exists_walk_fired);
+			return;
+		}
+		if (!pool_contains(g.pool, e->ks.k[e->local],
+				   e->ks.len[e->local]))
+			break;
+		e->local++;
+	}
+	if (e->local == e->ks.n) {
+		e->recs = NULL;
+		exists_done(e);
+		return;
+	}
+	if (!e->in_cache) {
+		e->in_cache = true;
+		e->looked = e->local;
+	}
+	uint64_t now = pc_now_ns();
+	while (g.rcache && e->looked < e->ks.n) {
+		if (!walk_take(e->r, &here)) {
+			walk_later(e->r, &e->walk, exists_walk_fired);
+			return;
+		}
+		struct dir_rec *rec = &e->recs[e->looked - e->local];
+		if (!rc_get(g.rcache, e->ks.k[e->looked], e->ks.len[e->looked],
+			    now, rec) || !exists_readable(rec))
+			break;
+		e->looked++;
+	}
+	struct dir_keys k = dir_keys_of(&e->ks, e->looked);
+	struct dir_rec *recs = &e->recs[e->looked - e->local];
+	if (k.n == 0 ||
+	    g.pl->lookup(e->r, &k, recs, 0, e->deadline, exists_done, e) < 0) {
+		memset(recs, 0, k.n * sizeof(*recs)); /* what was not there */
+		exists_done(e);
+	}
+}
+
 static int kv_exists(struct rx_reactor *r, const struct kv_item *it,
 		     unsigned n, void (*done)(void *arg, unsigned count),
 		     void *arg)
@@ -1380,29 +1477,7 @@ static int kv_exists(struct rx_reactor *r, const struct kv_item *it,
 	e->arg = arg;
 	e->deadline = op_deadline();
 	met_inc(g.ex_req);
-	while (e->local < e->ks.n &&
-	       pool_contains(g.pool, e->ks.k[e->local], e->ks.len[e->local]))
-		e->local++;
-	if (e->local == e->ks.n) {
-		e->recs = NULL;
-		exists_done(e);
-		return 0;
-	}
-	/* The read cache's readable records, while they last. */
-	e->looked = e->local;
-	uint64_t now = pc_now_ns();
-	while (g.rcache && e->looked < e->ks.n &&
-	       rc_get(g.rcache, e->ks.k[e->looked], e->ks.len[e->looked], now,
-		      &e->recs[e->looked - e->local]) &&
-	       exists_readable(&e->recs[e->looked - e->local]))
-		e->looked++;
-	struct dir_keys k = dir_keys_of(&e->ks, e->looked);
-	struct dir_rec *recs = &e->recs[e->looked - e->local];
-	if (k.n == 0 ||
-	    g.pl->lookup(r, &k, recs, 0, e->deadline, exists_done, e) < 0) {
-		memset(recs, 0, k.n * sizeof(*recs)); /* what was not there */
-		exists_done(e);
-	}
+	exists_walk(e);
 	return 0;
 }
 
@@ -1652,6 +1727,12 @@ static void unpin_hook(void *ctx, const struct tp_pin *pin)
 	pool_unpin(ctx, &ref);
 }
 
+static double walk_yields_stat(void *arg)
+{
+	(void)arg;
+	return (double)walk_yields_total();
+}
+
 static double pool_stat(void *arg)
 {
 	struct pool_stats st;
@@ -1826,6 +1907,12 @@ static int kv_init(struct pc_ctx *ctx)
 	CTR(g.ex_found, "peercache_exists_pages_found_total",
 	    "pages reported by exists");
 	CTR(g.del_req, "peercache_delete_requests_total", "keys deleted");
+	met_register_counter_fn("peercache_key_walk_yields_total",
+				"times a call's walk over its keys (kv's pool "
+				"walks, a directory round) stopped for the "
+				"loop pass's key budget and went on in the "
+				"next pass (modules/walk.h)", NULL,
+				walk_yields_stat, NULL);
 	CTR(g.ev_pub, "peercache_eviction_unpublishes_total",
 	    "directory records withdrawn after an eviction");
 	CTR(g.tier_kept, "peercache_tier_kept_total",

@@ -76,6 +76,7 @@ prefixes_of() { # object path (relative to the build dir) -> allowed prefixes
 	modules/*/dashboard_html.c.o) echo "pc_dashboard_" ;;
 	modules/*/tier.c.o) echo "tier_" ;;
 	modules/*/copier.c.o) echo "copier_" ;;
+	modules/*/walk.c.o) echo "walk_" ;;
 	modules/*/session_req.c.o) echo "sess_req_" ;;
 	modules/*/spread.c.o) echo "pc_spread_" ;;
 	modules/*/discovery*.c.o) echo "pc_mod_ disc_" ;;

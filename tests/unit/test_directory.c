@@ -28,6 +28,7 @@
 #include "modules/modules.h"
 #include "modules/placement.h"
 #include "modules/placement_wire.h"
+#include "modules/walk.h"
 #include "reactor/group.h"
 #include "rpc/client.h"
 #include "rpc/rpc.h"
@@ -59,6 +60,7 @@ struct owner {
 	pthread_mutex_t mu;            /* the table and counters */
 	struct own_rec recs[OWN_RECS];
 	unsigned calls[3];             /* get, put, del */
+	unsigned get_keys, get_max;    /* keys dir.get asked: all, most in one */
 	char announced[64];            /* dir.put's producer */
 	uint64_t inc;
 	bool frozen;                   /* reactor thread */
@@ -130,6 +132,8 @@ static void o_get(struct rpc_call *call, struct mp_rd *p)
 	msgpack_pack_array(pk, n);
 	pthread_mutex_lock(&o->mu);
 	o->calls[0]++;
+	o->get_keys += n;
+	o->get_max = PC_MAX(o->get_max, n);
 	for (uint32_t i = 0; i < n; i++) {
 		const char *k;
 		uint32_t kl;
@@ -1121,5 +1125,91 @@ Test(directory, a_replica_here_answers_before_the_first_owner_is_asked)
 	free(o);
 	free(gone);
 	free(first);
+	teardown();
+}
+
+/* A lookup of more keys than one RPC carries (DIR_RPC_KEYS, 2048): each
+ * owner is asked in several dir.get calls of at most that many keys, all
+ * sent at once, and every key gets its answer. */
+struct big_lookup {
+	unsigned n;
+	char (*kb)[24];
+	const char **k;
+	size_t *kl;
+	struct dir_rec *rec;
+	int ret, calls;
+};
+
+static void big_lookup_done(void *arg)
+{
+	struct big_lookup *b = arg;
+	if (++b->calls == 1)
+		nf_done();
+}
+
+static void big_lookup_run(struct rx_reactor *r, void *arg)
+{
+	struct big_lookup *b = arg;
+	const struct pl_ops *pl = svc_find_placement(&nf.ctx);
+	struct dir_keys k = {b->k, b->kl, b->n};
+	b->ret = pl->lookup(r, &k, b->rec, 0, 0, big_lookup_done, b);
+	if (b->ret < 0)
+		nf_done();
+}
+
+Test(directory, a_lookup_of_many_keys_asks_each_owner_in_bounded_rpcs)
+{
+	setup_t(2, 5000);
+	enum { BIG = 9000 };
+	struct big_lookup b = {.n = BIG};
+	b.kb = calloc(BIG, sizeof(*b.kb));
+	b.k = calloc(BIG, sizeof(*b.k));
+	b.kl = calloc(BIG, sizeof(*b.kl));
+	b.rec = calloc(BIG, sizeof(*b.rec));
+	cr_assert(b.kb && b.k && b.kl && b.rec);
+	unsigned owned[OWNERS] = {0};
+	for (unsigned i = 0; i < BIG; i++) {
+		snprintf(b.kb[i], sizeof(b.kb[i]), "many-%u", i);
+		b.k[i] = b.kb[i];
+		b.kl[i] = strlen(b.kb[i]);
+		b.rec[i].found = true; /* the lookup must clear it */
+	}
+	/* Every key is absent, so each owner of it is asked (this node's
+	 * own replica first, locally). */
+	for (unsigned i = 0; i < BIG; i++) {
+		struct owners_q q = owners(b.kb[i]);
+		for (unsigned a = 0; a < q.n; a++)
+			if (q.who[a] < OWNERS)
+				owned[q.who[a]]++;
+	}
+	uint64_t yields = walk_yields_total();
+	nf_on_reactor(big_lookup_run, &b, 20000);
+	cr_assert_eq(b.ret, 0);
+	usleep(20000);
+	cr_assert_eq(b.calls, 1, "done ran %d times", b.calls);
+	/* Each round's walk over the keys went on over loop passes. */
+	yields = walk_yields_total() - yields;
+	cr_assert_geq(yields, BIG / 512 - 1, "the rounds' walks stopped %llu "
+		      "times for the next pass", (unsigned long long)yields);
+	for (unsigned i = 0; i < BIG; i++)
+		cr_assert(!b.rec[i].found, "%s found", b.kb[i]);
+	for (unsigned o = 0; o < OWNERS; o++) {
+		pthread_mutex_lock(&own[o].mu);
+		unsigned keys = own[o].get_keys, most = own[o].get_max,
+			 calls = own[o].calls[0];
+		pthread_mutex_unlock(&own[o].mu);
+		cr_assert_eq(keys, owned[o], "owner %u asked %u keys, owns %u",
+			     o, keys, owned[o]);
+		cr_assert_leq(most, 2048, "owner %u: %u keys in one dir.get", o,
+			      most);
+		cr_assert_geq(calls, (owned[o] + 2047) / 2048, "owner %u: %u "
+			      "calls for %u keys", o, calls, owned[o]);
+		cr_assert_gt(owned[o], 2048, "owner %u owns only %u keys", o,
+			     owned[o]);
+	}
+	free(b.kb);
+	free(b.k);
+	free(b.kl);
+	free(b.rec);
 	teardown();
 }

@@ -30,6 +30,7 @@
 #include "modules/kv.h"
 #include "modules/modules.h"
 #include "modules/placement.h"
+#include "modules/walk.h"
 #include "reactor/group.h"
 #include "modules/module.h"
 #include "testutil.h"
@@ -852,6 +853,170 @@ Test(placement, evicted_pages_are_unpublished)
 		}
 	}
 	cr_assert(gone, "the record of an evicted page stayed");
+	node_stop();
+}
+
+/* ------------------------------------------------- large batches */
+
+/*
+ * A call of many keys walks them in slices of loop passes (kv.c's
+ * walk_take: at most 512 keys a pass over all calls): exists and get of
+ * 3,000 pages found here answer after several passes, not inside the
+ * call, with every count and byte as one walk would give.
+ */
+#define WALK_N 3000
+
+struct walk_op {
+	int kind; /* 0 publish, 2 get, 3 exists, 4 remove, 5 publish kept */
+	struct rx_reactor *r;
+	struct kv_item it[WALK_N];
+	char key[WALK_N][24];
+	uint8_t val[WALK_N][16];
+	unsigned n;
+	int ret;
+	bool in_call, cb_ran;
+	unsigned count, found, right;
+	uint64_t iters0, iters; /* loop passes from the call to its answer */
+};
+
+static void walk_complete(struct walk_op *o)
+{
+	o->cb_ran = true;
+	o->iters = rx_reactor_stats(o->r)->loop_iterations - o->iters0;
+	if (!o->in_call)
+		signal_done();
+}
+
+static void walk_bools(void *arg, const bool *ok, unsigned n)
+{
+	struct walk_op *o = arg;
+	o->found = 0;
+	for (unsigned i = 0; i < n; i++)
+		o->found += ok[i];
+	walk_complete(o);
+}
+
+static void walk_count(void *arg, unsigned count)
+{
+	struct walk_op *o = arg;
+	o->count = count;
+	walk_complete(o);
+}
+
+static void walk_got(void *arg, const struct kv_got *got)
+{
+	struct walk_op *o = arg;
+	o->found = o->right = 0;
+	for (unsigned i = 0; i < got->n; i++) {
+		o->found += got->ok[i];
+		o->right += got->ok[i] && got->len[i] == sizeof(o->val[i]) &&
+			    memcmp(got->data[i], o->val[i],
+				   sizeof(o->val[i])) == 0;
+	}
+	walk_complete(o);
+}
+
+static void walk_run(struct rx_reactor *r, void *arg)
+{
+	struct walk_op *o = arg;
+	const struct kv_api *kv = svc_find_kv(&t.ctx);
+	o->r = r;
+	o->in_call = true;
+	o->cb_ran = false;
+	o->iters0 = rx_reactor_stats(r)->loop_iterations;
+	if (o->kind == 0 || o->kind == 5)
+		o->ret = kv->publish(r, o->it, o->n,
+				     o->kind == 0 ? KV_SRC_NOW : KV_SRC_KEPT,
+				     NULL, walk_bools, o);
+	else if (o->kind == 2)
+		o->ret = kv->get(r, o->it, o->n, UINT64_MAX, walk_got, o);
+	else if (o->kind == 3)
+		o->ret = kv->exists(r, o->it, o->n, walk_count, o);
+	else
+		o->ret = kv->remove(r, o->it, o->n, walk_bools, o);
+	o->in_call = false;
+	if (o->ret < 0 || o->cb_ran)
+		signal_done();
+}
+
+/* A call of kind on keys [from, from + n) of the WALK_N pages. */
+static struct walk_op *walk_do(int kind, unsigned from, unsigned n)
+{
+	struct walk_op *o = calloc(1, sizeof(*o));
+	cr_assert(o);
+	o->kind = kind;
+	o->n = n;
+	for (unsigned i = 0; i < n; i++) {
+		snprintf(o->key[i], sizeof(o->key[i]), "walk-%u", from + i);
+		tu_fill_pattern(o->val[i], sizeof(o->val[i]), from + i, 0);
+		o->it[i] = (struct kv_item){o->key[i], strlen(o->key[i]),
+					    o->val[i], sizeof(o->val[i])};
+	}
+	on_reactor(walk_run, o);
+	cr_assert_geq(o->ret, 0, "kind %d: %d", kind, o->ret);
+	return o;
+}
+
+Test(kv, a_call_of_many_keys_walks_them_over_several_loop_passes)
+{
+	node_start(64);
+	struct walk_op *o = walk_do(0, 0, WALK_N);
+	cr_assert_eq(o->found, WALK_N, "stored %u", o->found);
+	free(o);
+
+	/* The same pages again from kept sources (node memory, as a kv.set
+	 * request): all here already, so kv's walk and the directory round's
+	 * are the passes, each over all the keys. */
+	uint64_t yields = walk_yields_total();
+	o = walk_do(5, 0, WALK_N);
+	cr_assert_eq(o->found, WALK_N, "published again %u", o->found);
+	yields = walk_yields_total() - yields;
+	cr_assert_geq(yields, 2 * (WALK_N / 512), "the set's walks stopped "
+		      "%llu times", (unsigned long long)yields);
+	free(o);
+
+	o = walk_do(3, 0, WALK_N);
+	cr_assert_eq(o->count, WALK_N);
+	cr_assert_eq(o->ret, 0);
+	cr_assert_geq(o->iters, WALK_N / 512, "exists of %u keys answered "
+		      "after %llu passes", WALK_N, (unsigned long long)o->iters);
+	free(o);
+
+	o = walk_do(2, 0, WALK_N);
+	cr_assert_eq(o->ret, 1, "get went on after the call");
+	cr_assert_eq(o->found, WALK_N);
+	cr_assert_eq(o->right, WALK_N, "every page's bytes");
+	cr_assert_geq(o->iters, WALK_N / 512, "get of %u keys answered after "
+		      "%llu passes", WALK_N, (unsigned long long)o->iters);
+	free(o);
+
+	/* Pages not here: nothing to copy, so the passes are the pins'
+	 * walk's alone. */
+	o = walk_do(2, WALK_N, WALK_N);
+	cr_assert_eq(o->found, 0);
+	cr_assert_geq(o->iters, WALK_N / 512, "get of %u absent keys answered "
+		      "after %llu passes", WALK_N, (unsigned long long)o->iters);
+	free(o);
+
+	/* A key missing past the first slices: exists counts up to it, get
+	 * misses it alone. */
+	o = walk_do(4, 2100, 1);
+	cr_assert_eq(o->found, 1);
+	free(o);
+	o = walk_do(3, 0, WALK_N);
+	cr_assert_eq(o->count, 2100);
+	free(o);
+	o = walk_do(2, 0, WALK_N);
+	cr_assert_eq(o->found, WALK_N - 1);
+	cr_assert_eq(o->right, WALK_N - 1);
+	free(o);
+
+	/* A small call is not sliced: exists answers inside the call. */
+	o = walk_do(3, 0, 100);
+	cr_assert_eq(o->count, 100);
+	cr_assert_eq(o->iters, 0, "100 keys took %llu passes",
+		     (unsigned long long)o->iters);
+	free(o);
 	node_stop();
 }
 
