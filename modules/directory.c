@@ -1116,14 +1116,14 @@ static void job_deliver(struct job *j)
 	rx_timer_start(j->r, &j->timer, 0, 0);
 }
 
-static void job_round_walk(struct job *j);
+static void job_round_walk(struct job *j, bool resumed);
 static void job_round_send(struct job *j);
 
 static void job_walk_fired(struct rx_reactor *r, struct rx_timer *t)
 {
 	(void)r;
 	rx_stall_tag("directory round");
-	job_round_walk(PC_CONTAINER_OF(t, struct job, walk));
+	job_round_walk(PC_CONTAINER_OF(t, struct job, walk), true);
 }
 
 /*
@@ -1156,15 +1156,15 @@ static void job_round(struct job *j)
 		for (unsigned o = 0; o < members; o++)
 			if (o != j->self && owner_suspect_now(j, o))
 				count[o] = UINT_MAX;
-	job_round_walk(j);
+	job_round_walk(j, false);
 }
 
 /* The round's keys from j->walk_k on: local work now, the owner each key
  * asks (lookup: tgt[], UINT32_MAX for none) counted for the RPCs. */
-static void job_round_walk(struct job *j)
+static void job_round_walk(struct job *j, bool resumed)
 {
 	unsigned self = j->self, *count = j->count, *tgt = j->tgt;
-	unsigned here = 0;
+	unsigned here = walk_here(resumed);
 	for (; j->walk_k < j->nkeys; j->walk_k++) {
 		if (!walk_take(j->r, &here)) {
 			walk_later(j->r, &j->walk, job_walk_fired);
@@ -1257,7 +1257,7 @@ static void job_round_send(struct job *j)
 			struct job_rpc *jr = malloc(sizeof(*jr) +
 						    want * sizeof(jr->idx[0]));
 			if (!jr)
-				continue;
+				break; /* this owner's other keys: not asked */
 			jr->job = j;
 			jr->n = 0;
 			jr->owner = o;

@@ -35,7 +35,8 @@
  * Memory per call: one arena (common/arena.h) holds the call's state — key
  * copies, records, flags, reads — whatever the batch size. get (staged
  * pages, for kv.*) adds at most two blocks: one for the local pages, one
- * for the remote ones. Staging: a get stages at most its stage_max, and
+ * for the remote ones; exists, the records of the keys past the leading
+ * run it found in the pool (none when the pool held them all). Staging: a get stages at most its stage_max, and
  * all calls together at most kv_staging_max (g.staging, a common/budget.h counter,
  * which also holds what kv.* calls keep per key: kv_api.hold). Bytes are
  * taken before a block is allocated and given back when the call ends; the
@@ -444,13 +445,13 @@ static void publish_settle(struct publish *p)
 		publish_add(p);
 }
 
-static void publish_next(struct publish *p);
+static void publish_next(struct publish *p, bool resumed);
 
 static void publish_walk_fired(struct rx_reactor *r, struct rx_timer *t)
 {
 	(void)r;
 	rx_stall_tag("kv.set walk");
-	publish_next(PC_CONTAINER_OF(t, struct publish, walk));
+	publish_next(PC_CONTAINER_OF(t, struct publish, walk), true);
 }
 
 static void publish_copied(struct copier_job *j)
@@ -460,15 +461,15 @@ static void publish_copied(struct copier_job *j)
 	/* Cancelled: the client gave the memory up (copier_cancel_range) and
 	 * node memory replaced it, so no later item's source is its page. */
 	p->cur = j->res == -ECANCELED ? p->n : p->cur + 1;
-	publish_next(p);
+	publish_next(p, false);
 }
 
 /* Copy the items from p->cur on into the pool — KV_SRC_NOW at once, the
  * others in slices (a job left under way resumes here through
  * publish_copied) — then send the records to placement. */
-static void publish_next(struct publish *p)
+static void publish_next(struct publish *p, bool resumed)
 {
-	unsigned here = 0;
+	unsigned here = walk_here(resumed);
 	for (; p->cur < p->n; p->cur++) {
 		const struct kv_item *it = &p->it[p->cur];
 		uint8_t *dst;
@@ -557,7 +558,7 @@ static int kv_publish(struct rx_reactor *rr, const struct kv_item *it,
 	p->it = it;
 	p->src = src;
 	met_inc(g.wr_req);
-	publish_next(p);
+	publish_next(p, false);
 	return 0;
 }
 
@@ -1163,22 +1164,22 @@ static bool fetch_local_copies(struct fetch *f)
 	return false;
 }
 
-static bool fetch_locals(struct fetch *f);
+static bool fetch_locals(struct fetch *f, bool resumed);
 
 static void fetch_walk_fired(struct rx_reactor *r, struct rx_timer *t)
 {
 	(void)r;
 	rx_stall_tag("kv.get walk");
-	fetch_locals(PC_CONTAINER_OF(t, struct fetch, walk));
+	fetch_locals(PC_CONTAINER_OF(t, struct fetch, walk), true);
 }
 
 /* Pages this node holds: all pinned (in slices, walk_take) before any is
  * copied, so that what get stages for them is one block; then copied and
  * unpinned (fetch_local_copies, whose answer it returns). True when it
  * stopped to go on later (the next pass, or copies in slices). */
-static bool fetch_locals(struct fetch *f)
+static bool fetch_locals(struct fetch *f, bool resumed)
 {
-	unsigned here = 0;
+	unsigned here = walk_here(resumed);
 	for (; f->pinned < f->n; f->pinned++) {
 		if (!walk_take(f->r, &here)) {
 			walk_later(f->r, &f->walk, fetch_walk_fired);
@@ -1235,7 +1236,7 @@ static int fetch_start(struct rx_reactor *r, const struct kv_item *it,
 	}
 	met_add(g.rd_req, n);
 	/* then fetch_lookup, maybe after copy slices: 1 (get's answer) */
-	return fetch_locals(f);
+	return fetch_locals(f, false);
 }
 
 /*
@@ -1311,9 +1312,15 @@ struct exists_op {
 	unsigned local;       /* leading keys found in the pool */
 	unsigned looked;      /* keys [local, looked) read cache's, the rest
 			       * looked up */
-	struct dir_rec *recs; /* for keys [local, n) */
+	struct dir_rec *recs; /* for keys [local, n); allocated when the
+			       * walk gets past the pool's leading run (NULL
+			       * while it has not, or when every key was
+			       * found there) */
 	bool in_cache;        /* the walk is past the pool's leading run */
-	struct rx_timer walk; /* resumes the walk in the next pass */
+	unsigned learned;     /* after the lookup: records [looked, learned)
+			       * went to the read cache */
+	unsigned counted;     /* ... keys [0, counted) exist */
+	struct rx_timer walk; /* resumes a walk in the next pass */
 	uint64_t deadline;
 	void (*done)(void *arg, unsigned count);
 	void *arg;
@@ -1325,10 +1332,17 @@ static struct exists_op *exists_layout(struct pc_arena *a,
 	struct exists_op *e = pc_arena_take(a, sizeof(*e));
 	struct keys ks;
 	keys_layout(a, &ks, it, n);
-	struct dir_rec *recs = pc_arena_take(a, n * sizeof(*recs));
 	if (e)
-		*e = (struct exists_op){.ks = ks, .recs = recs};
+		*e = (struct exists_op){.ks = ks};
 	return e;
+}
+
+static void exists_finish(struct exists_op *e, unsigned count)
+{
+	met_add(g.ex_found, count);
+	e->done(e->arg, count);
+	free(e->recs);
+	free(e); /* the arena */
 }
 
 /* Does a record name a page a get could read now? */
@@ -1384,42 +1398,73 @@ static bool exists_remote_tier(struct exists_op *e, unsigned i,
 				      NULL) != -ENOTSUP;
 }
 
-static void exists_done(void *arg)
+static void exists_count(struct exists_op *e, bool resumed);
+
+static void exists_count_fired(struct rx_reactor *r, struct rx_timer *t)
 {
-	struct exists_op *e = arg;
+	(void)r;
+	rx_stall_tag("kv.exists count");
+	exists_count(PC_CONTAINER_OF(t, struct exists_op, walk), true);
+}
+
+/* The records looked up go to the read cache, then the leading run of
+ * readable ones is counted after the pool's (in slices: walk_take). */
+static void exists_count(struct exists_op *e, bool resumed)
+{
+	unsigned here = walk_here(resumed);
 	uint64_t now = pc_now_ns();
-	for (unsigned i = e->looked; i < e->ks.n && e->recs; i++)
-		cache_learn(e->ks.k[i], e->ks.len[i], &e->recs[i - e->local], now);
-	unsigned count = e->local;
-	for (unsigned i = e->local; i < e->ks.n && e->recs; i++) {
+	for (; g.rcache && e->learned < e->ks.n; e->learned++) {
+		if (!walk_take(e->r, &here)) {
+			walk_later(e->r, &e->walk, exists_count_fired);
+			return;
+		}
+		unsigned i = e->learned;
+		cache_learn(e->ks.k[i], e->ks.len[i], &e->recs[i - e->local],
+			    now);
+	}
+	for (; e->counted < e->ks.n; e->counted++) {
+		if (!walk_take(e->r, &here)) {
+			walk_later(e->r, &e->walk, exists_count_fired);
+			return;
+		}
+		unsigned i = e->counted;
 		const struct dir_rec *r = &e->recs[i - e->local];
 		if (!exists_readable(r) && !exists_in_tier(e, i, r) &&
 		    !exists_remote_tier(e, i, r))
 			break;
-		count++;
 	}
-	if (e->recs)
-		op_end(e->deadline);
-	met_add(g.ex_found, count);
-	e->done(e->arg, count);
-	free(e); /* the arena */
+	op_end(e->deadline);
+	exists_finish(e, e->counted);
 }
 
-static void exists_walk(struct exists_op *e);
+/* The lookup answered (or the leading run was all): count. */
+static void exists_done(void *arg)
+{
+	struct exists_op *e = arg;
+	if (!e->recs) { /* every key in the pool, or no memory for more */
+		exists_finish(e, e->local);
+		return;
+	}
+	e->learned = e->looked;
+	e->counted = e->local;
+	exists_count(e, false);
+}
+
+static void exists_walk(struct exists_op *e, bool resumed);
 
 static void exists_walk_fired(struct rx_reactor *r, struct rx_timer *t)
 {
 	(void)r;
 	rx_stall_tag("kv.exists walk");
-	exists_walk(PC_CONTAINER_OF(t, struct exists_op, walk));
+	exists_walk(PC_CONTAINER_OF(t, struct exists_op, walk), true);
 }
 
 /* The leading run of keys in the pool, then the read cache's readable
  * records while they last (in slices: walk_take), then the lookup of the
  * rest. */
-static void exists_walk(struct exists_op *e)
+static void exists_walk(struct exists_op *e, bool resumed)
 {
-	unsigned here = 0;
+	unsigned here = walk_here(resumed);
 	while (!e->in_cache && e->local < e->ks.n) {
 		if (!walk_take(e->r, &here)) {
 			walk_later(e->r, &e->walk, exists_walk_fired);
@@ -1431,11 +1476,22 @@ static void exists_walk(struct exists_op *e)
 		e->local++;
 	}
 	if (e->local == e->ks.n) {
-		e->recs = NULL;
 		exists_done(e);
 		return;
 	}
 	if (!e->in_cache) {
+		/* The records of the keys past the leading run: a 352-byte
+		 * dir_rec a key, so a batch found here whole never takes
+		 * (and zeroes) them. Without them the count is the run. */
+		e->recs = calloc(e->ks.n - e->local, sizeof(*e->recs));
+		if (!e->recs) {
+			PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "exists of %u keys: out "
+				  "of memory for the records of %u; counted "
+				  "%u found here", e->ks.n,
+				  e->ks.n - e->local, e->local);
+			exists_done(e);
+			return;
+		}
 		e->in_cache = true;
 		e->looked = e->local;
 	}
@@ -1477,16 +1533,20 @@ static int kv_exists(struct rx_reactor *r, const struct kv_item *it,
 	e->arg = arg;
 	e->deadline = op_deadline();
 	met_inc(g.ex_req);
-	exists_walk(e);
+	exists_walk(e, false);
 	return 0;
 }
 
 /* --------------------------------------------------------------- remove */
 
 struct del_op {
+	struct rx_reactor *r;
 	struct keys ks;
 	bool *local;
 	bool *existed;
+	unsigned cur;         /* next key to delete here */
+	struct rx_timer walk; /* resumes the deletes in the next pass */
+	uint64_t deadline;
 	kv_done_fn done;
 	void *arg;
 };
@@ -1514,6 +1574,38 @@ static void del_done(void *arg)
 	free(d); /* the arena */
 }
 
+static void del_walk(struct del_op *d, bool resumed);
+
+static void del_walk_fired(struct rx_reactor *r, struct rx_timer *t)
+{
+	(void)r;
+	rx_stall_tag("kv.delete walk");
+	del_walk(PC_CONTAINER_OF(t, struct del_op, walk), true);
+}
+
+/* The keys' pages here go (in slices: walk_take), then their records. */
+static void del_walk(struct del_op *d, bool resumed)
+{
+	unsigned here = walk_here(resumed);
+	for (; d->cur < d->ks.n; d->cur++) {
+		if (!walk_take(d->r, &here)) {
+			walk_later(d->r, &d->walk, del_walk_fired);
+			return;
+		}
+		unsigned i = d->cur;
+		if (g.rcache)
+			rc_forget(g.rcache, d->ks.k[i], d->ks.len[i], NULL, 0);
+		/* The tier first: a promotion under way is marked stale
+		 * before the pool entry goes, so it cannot bring it back. */
+		g.tier->drop(d->ks.k[i], d->ks.len[i]);
+		d->local[i] = pool_delete(g.pool, d->ks.k[i], d->ks.len[i]) == 0;
+	}
+	struct dir_keys k = dir_keys_of(&d->ks, 0);
+	if (g.pl->unpublish(d->r, &k, NULL, NULL, d->existed, d->deadline,
+			    del_done, d) < 0)
+		del_done(d);
+}
+
 /* Delete here and unpublish whatever record of the key exists. */
 static int kv_remove(struct rx_reactor *r, const struct kv_item *it,
 		     unsigned n, kv_done_fn done, void *arg)
@@ -1526,21 +1618,12 @@ static int kv_remove(struct rx_reactor *r, const struct kv_item *it,
 	if (!pc_arena_alloc(&a))
 		return -ENOMEM;
 	struct del_op *d = del_layout(&a, it, n);
+	d->r = r;
 	d->done = done;
 	d->arg = arg;
+	d->deadline = op_deadline();
 	met_add(g.del_req, d->ks.n);
-	for (unsigned i = 0; i < d->ks.n; i++) {
-		if (g.rcache)
-			rc_forget(g.rcache, d->ks.k[i], d->ks.len[i], NULL, 0);
-		/* The tier first: a promotion under way is marked stale
-		 * before the pool entry goes, so it cannot bring it back. */
-		g.tier->drop(d->ks.k[i], d->ks.len[i]);
-		d->local[i] = pool_delete(g.pool, d->ks.k[i], d->ks.len[i]) == 0;
-	}
-	struct dir_keys k = dir_keys_of(&d->ks, 0);
-	if (g.pl->unpublish(r, &k, NULL, NULL, d->existed, op_deadline(),
-			    del_done, d) < 0)
-		del_done(d);
+	del_walk(d, false);
 	return 0;
 }
 

@@ -8,7 +8,8 @@
  * else of its provider. Threading: calls are made on a reactor thread and complete on it.
  *
  * Memory: each call makes one allocation for its own state (an arena,
- * common/arena.h), plus, for get, at most two for the pages it stages.
+ * common/arena.h), plus, for get, at most two for the pages it stages,
+ * and for exists that has keys to look up, one for their records.
  */
 #ifndef PC_MODULES_KV_H
 #define PC_MODULES_KV_H
@@ -103,12 +104,15 @@ struct kv_api {
 	 * A call stages at most stage_max bytes, and all calls together at
 	 * most kv_staging_max; the first refusal ends the staging and is
 	 * reported in got->refused (nothing more is looked up or read).
-	 * This node's pages are copied into staging in slices over loop
-	 * passes: then get returns 1 (else 0, or -errno when nothing
-	 * started), and its caller should start no more gets for the same
-	 * client until done — kv.get holds the client's connection
-	 * (rpc_call_hold_input) — or a client pipelining gets would have
-	 * all of them hold their staging at once.
+	 * When the call goes on over later loop passes before it knows
+	 * what it stages — this node's pages copied into staging in slices,
+	 * or its keys' pins walked in slices (modules/walk.h: a batch of
+	 * more than 512 keys, fewer when the pass is busy) — get returns 1
+	 * (else 0, or -errno when nothing started), and its caller should
+	 * start no more gets for the same client until done — kv.get holds
+	 * the client's connection (rpc_call_hold_input) — or a client
+	 * pipelining gets would have all of them hold their staging at
+	 * once.
 	 */
 	int (*get)(struct rx_reactor *r, const struct kv_item *items,
 		   unsigned n, uint64_t stage_max, kv_got_fn done, void *arg);

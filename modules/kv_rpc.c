@@ -384,7 +384,7 @@ static void m_get(struct rpc_call *call, struct mp_rd *p)
 			    get_reply, kc);
 	if (ret < 0)
 		call_failed(kc, ret);
-	else if (ret > 0) /* copying this node's pages in slices */
+	else if (ret > 0) /* going on over loop passes (copies, pins) */
 		rpc_call_hold_input(call);
 }
 

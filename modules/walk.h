@@ -8,10 +8,12 @@
  * pass. Threads: a reactor thread; walk_yields_total from any.
  *
  * Invariants:
- *  - a pass walks at most WALK_PASS_KEYS keys over all calls (~0.1-0.15 ms
- *    at the 0.15-0.3 us a key costs when its entries are not in cache),
- *    besides WALK_MIN_KEYS per walk resumed in it: a walk that goes on in
- *    the next pass always makes progress, whatever the others took;
+ *  - a pass walks at most WALK_PASS_KEYS keys over all calls (~0.1-0.3 ms
+ *    at the 0.15-0.5 us a key costs when its entries are not in cache),
+ *    besides up to WALK_MIN_KEYS for each walk resumed in it: a walk that
+ *    goes on in the next pass always makes progress there, whatever the
+ *    others took (walks resumed in one pass fire in the order they
+ *    stopped, so they also take the budget in turn);
  *  - a walk that stops (walk_take false) goes on from its own zero-delay
  *    timer (walk_later: arming one never fails), in the next pass; its
  *    call's state must hold everything the walk needs meanwhile (keys
@@ -28,6 +30,14 @@
 
 #define WALK_PASS_KEYS 512
 #define WALK_MIN_KEYS 64
+
+/* The *here a walk starts a pass with: resumed (from its walk_later
+ * timer) it may take WALK_MIN_KEYS whatever the pass's budget says; a walk
+ * that starts in a call or a completion gets only what the budget has. */
+static inline unsigned walk_here(bool resumed)
+{
+	return resumed ? 0 : WALK_MIN_KEYS;
+}
 
 /* May a walk that already took *here keys in this pass take one more?
  * Counts it (in *here and the pass's total) when so. */

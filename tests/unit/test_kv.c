@@ -957,6 +957,62 @@ static struct walk_op *walk_do(int kind, unsigned from, unsigned n)
 	return o;
 }
 
+/* Records of another node's pages for keys walk-<from>.. (placement
+ * publish, as that node's set would), each stored here. */
+struct walk_pub {
+	char (*kb)[24];
+	const char **k;
+	size_t *kl;
+	struct dir_rec *rec;
+	bool *ok;
+	unsigned n;
+	int ret;
+};
+
+static void walk_pub_run(struct rx_reactor *r, void *arg)
+{
+	struct walk_pub *b = arg;
+	const struct pl_ops *pl = svc_find_placement(&t.ctx);
+	struct dir_keys k = {b->k, b->kl, b->n};
+	b->ret = pl->publish(r, &k, b->rec, b->ok, 0, pl_done, b);
+	if (b->ret < 0)
+		signal_done();
+}
+
+static struct walk_pub *walk_pub_foreign(unsigned from, unsigned n)
+{
+	struct walk_pub *b = calloc(1, sizeof(*b));
+	cr_assert(b);
+	b->n = n;
+	b->kb = calloc(n, sizeof(*b->kb));
+	b->k = calloc(n, sizeof(*b->k));
+	b->kl = calloc(n, sizeof(*b->kl));
+	b->rec = calloc(n, sizeof(*b->rec));
+	b->ok = calloc(n, sizeof(*b->ok));
+	cr_assert(b->kb && b->k && b->kl && b->rec && b->ok);
+	for (unsigned i = 0; i < n; i++) {
+		snprintf(b->kb[i], sizeof(b->kb[i]), "walk-%u", from + i);
+		b->k[i] = b->kb[i];
+		b->kl[i] = strlen(b->kb[i]);
+		b->rec[i] = foreign_rec(1 + i, true);
+	}
+	on_reactor(walk_pub_run, b);
+	cr_assert_eq(b->ret, 0);
+	for (unsigned i = 0; i < n; i++)
+		cr_assert(b->ok[i], "record %u not stored", i);
+	return b;
+}
+
+static void walk_pub_free(struct walk_pub *b)
+{
+	free(b->kb);
+	free(b->k);
+	free(b->kl);
+	free(b->rec);
+	free(b->ok);
+	free(b);
+}
+
 Test(kv, a_call_of_many_keys_walks_them_over_several_loop_passes)
 {
 	node_start(64);
@@ -1016,6 +1072,32 @@ Test(kv, a_call_of_many_keys_walks_them_over_several_loop_passes)
 	cr_assert_eq(o->count, 100);
 	cr_assert_eq(o->iters, 0, "100 keys took %llu passes",
 		     (unsigned long long)o->iters);
+	free(o);
+
+	/* Another node's pages (records only, none here): exists counts
+	 * the records it looked up in slices too. */
+	struct walk_pub *pb = walk_pub_foreign(100000, WALK_N);
+	yields = walk_yields_total();
+	o = walk_do(3, 100000, WALK_N);
+	cr_assert_eq(o->count, WALK_N, "counted %u", o->count);
+	yields = walk_yields_total() - yields;
+	cr_assert_geq(yields, 2 * (WALK_N / 512), "the lookup's and the "
+		      "count's walks stopped %llu times",
+		      (unsigned long long)yields);
+	free(o);
+	walk_pub_free(pb);
+
+	/* A delete of them all: its pages here, then their records, each
+	 * walked in slices. */
+	yields = walk_yields_total();
+	o = walk_do(4, 0, WALK_N);
+	cr_assert_eq(o->found, WALK_N - 1, "deleted %u", o->found);
+	yields = walk_yields_total() - yields;
+	cr_assert_geq(yields, 2 * (WALK_N / 512), "the delete's walks stopped "
+		      "%llu times", (unsigned long long)yields);
+	free(o);
+	o = walk_do(3, 0, WALK_N);
+	cr_assert_eq(o->count, 0);
 	free(o);
 	node_stop();
 }
