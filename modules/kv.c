@@ -33,10 +33,13 @@
  *          fresh locations, within the call's deadline.
  *
  * Memory per call: one arena (common/arena.h) holds the call's state — key
- * copies, records, flags, reads — whatever the batch size. get (staged
- * pages, for kv.*) adds at most two blocks: one for the local pages, one
- * for the remote ones; exists, the records of the keys past the leading
- * run it found in the pool (none when the pool held them all). Staging: a get stages at most its stage_max, and
+ * copies, flags, what the local pass pins — whatever the batch size.
+ * The records, reads and checks of the keys the pool did not have take
+ * one more allocation when their lookup starts (none when the pool held
+ * them all: a 65,536-key get of pages here no longer zeroes ~36 MB of
+ * them): get and fetch for the items not found here, exists for the keys
+ * past the leading run. get (staged pages, for kv.*) adds at most two
+ * blocks: one for the local pages, one for the remote ones. Staging: a get stages at most its stage_max, and
  * all calls together at most kv_staging_max (g.staging, a common/budget.h counter,
  * which also holds what kv.* calls keep per key: kv_api.hold). Bytes are
  * taken before a block is allocated and given back when the call ends; the
@@ -618,7 +621,12 @@ struct fetch {
 	uint8_t *loc;        /* LOC_* per item */
 	struct pool_ref *refs; /* local pass: pinned entries */
 	const uint8_t **src; /* local pass: pinned payloads */
-	uint8_t (*hdr)[POOL_HDR_BYTES]; /* remote pages' headers */
+	/* The lookup's and the reads' state, per record: allocated (one
+	 * arena, fetch_remote_alloc) for the items the local pass did not
+	 * find, when the lookup starts; none when it found them all. */
+	void *remote;        /* the allocation (NULL: none yet) */
+	unsigned cap;        /* records it holds */
+	uint8_t (*hdr)[POOL_HDR_BYTES]; /* remote pages' headers, by record */
 	struct dir_rec *recs;
 	unsigned *ridx;      /* record -> item */
 	const char **lk;     /* record -> key (for the lookup) */
@@ -671,24 +679,57 @@ static struct fetch *fetch_layout(struct pc_arena *a, const struct kv_item *it,
 	uint8_t *loc = pc_arena_take(a, n * sizeof(*loc));
 	struct pool_ref *refs = pc_arena_take(a, n * sizeof(*refs));
 	const uint8_t **src = pc_arena_take(a, n * sizeof(*src));
-	uint8_t (*hdr)[POOL_HDR_BYTES] = pc_arena_take(a, n * sizeof(*hdr));
-	struct dir_rec *recs = pc_arena_take(a, n * sizeof(*recs));
-	unsigned *ridx = pc_arena_take(a, n * sizeof(*ridx));
-	const char **lk = pc_arena_take(a, n * sizeof(*lk));
-	size_t *ll = pc_arena_take(a, n * sizeof(*ll));
-	struct tp_read *reads = pc_arena_take(a, n * sizeof(*reads));
-	struct fetch_check *checks = pc_arena_take(a, n * sizeof(*checks));
-	unsigned *readr = pc_arena_take(a, n * sizeof(*readr));
-	struct fetch_pr *pr = pc_arena_take(a, n * sizeof(*pr));
 	if (f)
 		*f = (struct fetch){.n = n, .ks = ks, .at = at, .want = want,
 				    .len = len, .ok = ok, .loc = loc,
-				    .refs = refs, .src = src, .hdr = hdr,
-				    .recs = recs, .ridx = ridx, .lk = lk,
-				    .ll = ll, .reads = reads,
-				    .checks = checks, .readr = readr,
-				    .pr = pr};
+				    .refs = refs, .src = src};
 	return f;
+}
+
+/* The per-record arrays for m records, in a (both passes). */
+static void fetch_remote_layout(struct pc_arena *a, struct fetch *f,
+				unsigned m)
+{
+	uint8_t (*hdr)[POOL_HDR_BYTES] = pc_arena_take(a, m * sizeof(*hdr));
+	struct dir_rec *recs = pc_arena_take(a, m * sizeof(*recs));
+	unsigned *ridx = pc_arena_take(a, m * sizeof(*ridx));
+	const char **lk = pc_arena_take(a, m * sizeof(*lk));
+	size_t *ll = pc_arena_take(a, m * sizeof(*ll));
+	struct tp_read *reads = pc_arena_take(a, m * sizeof(*reads));
+	struct fetch_check *checks = pc_arena_take(a, m * sizeof(*checks));
+	unsigned *readr = pc_arena_take(a, m * sizeof(*readr));
+	struct fetch_pr *pr = pc_arena_take(a, m * sizeof(*pr));
+	if (!a->base)
+		return; /* planning */
+	f->cap = m;
+	f->hdr = hdr;
+	f->recs = recs;
+	f->ridx = ridx;
+	f->lk = lk;
+	f->ll = ll;
+	f->reads = reads;
+	f->checks = checks;
+	f->readr = readr;
+	f->pr = pr;
+}
+
+/* Room for the records of the items not found here (m of them): false
+ * when out of memory. Taken once; a second lookup (f->again) asks again
+ * for some of the same items, so it fits. */
+static bool fetch_remote_alloc(struct fetch *f, unsigned m)
+{
+	if (f->remote) {
+		PC_ASSERT(m <= f->cap);
+		return true;
+	}
+	struct pc_arena a;
+	pc_arena_plan(&a);
+	fetch_remote_layout(&a, f, m);
+	f->remote = pc_arena_alloc(&a);
+	if (!f->remote)
+		return false;
+	fetch_remote_layout(&a, f, m);
+	return true;
 }
 
 static void fetch_free(struct fetch *f)
@@ -696,6 +737,7 @@ static void fetch_free(struct fetch *f)
 	if (f->staged)
 		kv_release(f->staged);
 	pc_block_set_put(&f->stage); /* unless the got callback took them */
+	free(f->remote);
 	free(f); /* the arena */
 }
 
@@ -850,7 +892,7 @@ static int fetch_check_page(struct fetch *f, unsigned k, const void *dst)
 	unsigned i = f->ridx[ri];
 	uint64_t hi, lo;
 	pool_key_hash(f->ks.k[i], f->ks.len[i], &hi, &lo);
-	return pool_hdr_check_split(f->hdr[i], dst, r->len, hi, lo, r->gen,
+	return pool_hdr_check_split(f->hdr[ri], dst, r->len, hi, lo, r->gen,
 				    r->len, g.checksums,
 				    f->client_mem ? guarded_sum : NULL);
 }
@@ -1023,7 +1065,7 @@ static void fetch_reads_issue(struct fetch *f)
 		rd->rkey = r->rkey;
 		rd->addr = r->addr;
 		rd->len = POOL_HDR_BYTES + r->len;
-		rd->hdr = f->hdr[i];
+		rd->hdr = f->hdr[f->readr[k]];
 		rd->hdr_len = POOL_HDR_BYTES;
 		rd->dst = f->at[i]; /* the payload lands here: no copy */
 		rd->node = r->node; /* f->recs outlive the batch */
@@ -1249,8 +1291,21 @@ static void fetch_lookup(struct fetch *f)
 {
 	uint64_t now = pc_now_ns();
 	f->nrec = f->ncached = f->nreads = 0;
+	unsigned left = 0;
+	for (unsigned i = 0; i < f->n; i++)
+		left += !f->ok[i];
+	if (!left || f->refused) {
+		fetch_finish(f); /* done runs now: callers accept that */
+		return;
+	}
+	if (!fetch_remote_alloc(f, left)) {
+		PC_LOG_RL(PC_LOG_WARN, LOG_MOD, "get of %u keys: out of memory "
+			  "for the lookup of %u; they miss", f->n, left);
+		fetch_finish(f);
+		return;
+	}
 	if (f->again) /* the records' indexes start over */
-		memset(f->pr, 0, f->n * sizeof(*f->pr));
+		memset(f->pr, 0, f->cap * sizeof(*f->pr));
 	for (unsigned i = 0; i < f->n && g.rcache && !f->again; i++) {
 		struct dir_rec *r = &f->recs[f->nrec];
 		/* A record of another length than the one wanted: the page

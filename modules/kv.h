@@ -8,8 +8,9 @@
  * else of its provider. Threading: calls are made on a reactor thread and complete on it.
  *
  * Memory: each call makes one allocation for its own state (an arena,
- * common/arena.h), plus, for get, at most two for the pages it stages,
- * and for exists that has keys to look up, one for their records.
+ * common/arena.h), plus one for the records (and reads) of the keys it
+ * looks up when this node's pool did not have them all, and, for get, at
+ * most two for the pages it stages.
  */
 #ifndef PC_MODULES_KV_H
 #define PC_MODULES_KV_H
