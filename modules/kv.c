@@ -699,8 +699,8 @@ static void fetch_remote_layout(struct pc_arena *a, struct fetch *f,
 	struct fetch_check *checks = pc_arena_take(a, m * sizeof(*checks));
 	unsigned *readr = pc_arena_take(a, m * sizeof(*readr));
 	struct fetch_pr *pr = pc_arena_take(a, m * sizeof(*pr));
-	if (!a->base)
-		return; /* planning */
+	if (!pr)
+		return; /* planning (m > 0: the real pass takes memory) */
 	f->cap = m;
 	f->hdr = hdr;
 	f->recs = recs;
@@ -1369,9 +1369,8 @@ struct exists_op {
 			       * looked up */
 	struct dir_rec *recs; /* for keys [local, n); allocated when the
 			       * walk gets past the pool's leading run (NULL
-			       * while it has not, or when every key was
-			       * found there) */
-	bool in_cache;        /* the walk is past the pool's leading run */
+			       * while it has not — the walk is in the pool
+			       * — or when every key was found there) */
 	unsigned learned;     /* after the lookup: records [looked, learned)
 			       * went to the read cache */
 	unsigned counted;     /* ... keys [0, counted) exist */
@@ -1520,7 +1519,7 @@ static void exists_walk_fired(struct rx_reactor *r, struct rx_timer *t)
 static void exists_walk(struct exists_op *e, bool resumed)
 {
 	unsigned here = walk_here(resumed);
-	while (!e->in_cache && e->local < e->ks.n) {
+	while (!e->recs && e->local < e->ks.n) {
 		if (!walk_take(e->r, &here)) {
 			walk_later(e->r, &e->walk, exists_walk_fired);
 			return;
@@ -1534,7 +1533,7 @@ static void exists_walk(struct exists_op *e, bool resumed)
 		exists_done(e);
 		return;
 	}
-	if (!e->in_cache) {
+	if (!e->recs) {
 		/* The records of the keys past the leading run: a 352-byte
 		 * dir_rec a key, so a batch found here whole never takes
 		 * (and zeroes) them. Without them the count is the run. */
@@ -1547,7 +1546,6 @@ static void exists_walk(struct exists_op *e, bool resumed)
 			exists_done(e);
 			return;
 		}
-		e->in_cache = true;
 		e->looked = e->local;
 	}
 	uint64_t now = pc_now_ns();

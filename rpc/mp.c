@@ -138,73 +138,59 @@ void mp_scan_begin(struct mp_scan_state *st)
  * its level only once its whole header is here, so a call that stops for
  * want of bytes leaves nothing half done.
  */
+/* Stop for more bytes: the scan stands at pos; need is what to wait for. */
+static int need_more(struct mp_scan_state *st, size_t pos, size_t need,
+		     size_t *size)
+{
+	st->pos = pos;
+	*size = need;
+	return MP_NEED_MORE;
+}
+
 int mp_scan_resume(struct mp_scan_state *st, const uint8_t *p, size_t len,
 		   const struct mp_limits *lim, size_t *size)
 {
 	uint32_t max_depth = PC_MIN(lim->max_depth, (uint32_t)MP_DEPTH_MAX);
 	size_t pos = st->pos;
-	int ret;
 	for (;;) {
-		if (pos > len) { /* a payload that has not all arrived */
-			*size = pos;
-			ret = MP_NEED_MORE;
-			break;
-		}
+		if (pos > len) /* a payload that has not all arrived */
+			return need_more(st, pos, pos, size);
 		while (st->left[st->depth] == 0 && st->depth > 0)
 			st->depth--;
 		if (st->left[st->depth] == 0) {
 			*size = pos;
-			ret = MP_COMPLETE;
-			break;
+			return MP_COMPLETE;
 		}
-		if (pos >= len) {
-			*size = pos + 1;
-			ret = MP_NEED_MORE;
-			break;
-		}
+		if (pos >= len)
+			return need_more(st, pos, pos + 1, size);
 		struct mp_head h;
-		ret = mp_head(p + pos, len - pos, &h);
+		int ret = mp_head(p + pos, len - pos, &h);
 		if (ret < 0)
-			break;
-		if (ret == 0) {
-			*size = pos + h.hlen;
-			ret = MP_NEED_MORE;
-			break;
-		}
+			return ret;
+		if (ret == 0)
+			return need_more(st, pos, pos + h.hlen, size);
 		st->left[st->depth]--;
 		if (h.type == MP_T_ARRAY || h.type == MP_T_MAP) {
-			if (h.count > lim->max_elements) {
-				ret = -E2BIG;
-				break;
-			}
+			if (h.count > lim->max_elements)
+				return -E2BIG;
 			uint64_t n = h.type == MP_T_MAP ? 2 * h.count : h.count;
 			st->objects += n;
-			if (st->objects > lim->max_objects) {
-				ret = -E2BIG;
-				break;
-			}
+			if (st->objects > lim->max_objects)
+				return -E2BIG;
 			/* Each element takes at least one byte. */
-			if (pos + h.hlen + n > lim->max_bytes) {
-				ret = -EMSGSIZE;
-				break;
-			}
+			if (pos + h.hlen + n > lim->max_bytes)
+				return -EMSGSIZE;
 			if (n > 0) {
-				if (st->depth + 1 > max_depth) {
-					ret = -ELOOP;
-					break;
-				}
+				if (st->depth + 1 > max_depth)
+					return -ELOOP;
 				st->left[++st->depth] = n;
 			}
 		}
 		if (h.plen > lim->max_bytes ||
-		    pos + h.hlen + h.plen > lim->max_bytes) {
-			ret = -EMSGSIZE;
-			break;
-		}
+		    pos + h.hlen + h.plen > lim->max_bytes)
+			return -EMSGSIZE;
 		pos += h.hlen + (size_t)h.plen;
 	}
-	st->pos = pos;
-	return ret;
 }
 
 int mp_scan(const uint8_t *p, size_t len, const struct mp_limits *lim,
