@@ -325,6 +325,12 @@ static const struct pc_cfg_key keys[] = {
 	 "value keeps busy clients in the same scheduling group (cpu cgroup, "
 	 "autogroup) from preempting the reactors; needs CAP_SYS_NICE "
 	 "(refused: logged, left as is)"},
+	{"reactor_idle_poll_us", PC_CFG_INT, "50", 0, 10000, NULL,
+	 OFF(reactor_idle_poll_us), 0,
+	 "after handling completions a reactor keeps polling for more this "
+	 "many microseconds before it sleeps, so a request that follows a "
+	 "reply is taken without the wake-up of an idle CPU; it yields to "
+	 "anything else runnable meanwhile; 0: sleep at once"},
 	{"session_slice_bytes", PC_CFG_SIZE, "2mb", 64 * KB, 1 * GB, NULL,
 	 OFF(session_slice_bytes), 0,
 	 "bytes of pages one step of a session.set/get copies or checks on "

@@ -129,6 +129,7 @@ struct pc_settings {
 	int64_t reactor_stall_threshold_us;
 	bool reactor_stall_cpu_clock;
 	int64_t reactor_nice;
+	int64_t reactor_idle_poll_us;
 	uint64_t session_slice_bytes;
 	uint64_t copy_slice_bytes;
 	bool session_prefault;

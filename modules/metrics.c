@@ -142,6 +142,8 @@ static void reactor_collector(struct met_writer *w, void *arg)
 		ROW(accept_errors, MET_COUNTER, "accept completions with an error"),
 		ROW(file_ops, MET_COUNTER, "file operations completed"),
 		ROW(blocks_unmapped_off, MET_COUNTER, "large buffers let go of, unmapped on the offload thread"),
+		ROW(idle_poll_hits, MET_COUNTER, "idle polls (reactor_idle_poll_us) that found work before the loop slept"),
+		ROW(idle_poll_misses, MET_COUNTER, "idle polls that found nothing: the loop slept after them"),
 #undef ROW
 	};
 	for (size_t i = 0; i < PC_ARRAY_LEN(rows); i++) {
@@ -153,6 +155,11 @@ static void reactor_collector(struct met_writer *w, void *arg)
 		memcpy(&v, (const char *)&st + rows[i].off, sizeof(v));
 		met_w_sample(w, name, NULL, (double)(int64_t)v);
 	}
+	met_w_family(w, "peercache_reactor_idle_poll_seconds_total",
+		     "time the loops spent idle polling (CPU they used waiting "
+		     "for work)", MET_COUNTER);
+	met_w_sample(w, "peercache_reactor_idle_poll_seconds_total", NULL,
+		     (double)st.idle_poll_ns / 1e9);
 }
 
 /* ----------------------------------------------------------------- routes */

@@ -17,6 +17,7 @@
  */
 #include <errno.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -204,7 +205,47 @@ static void reap(struct rx_reactor *r)
 			rx_op_dispatch(r, batch[i]);
 		io_uring_cq_advance(&r->ring, n);
 		RX_STAT_ADD(r->st.cqes, n);
+		if (r->p.idle_poll_ns)
+			r->poll_until_ns = pc_now_ns() + r->p.idle_poll_ns;
 	}
+}
+
+/* Idle polling, Seastar's way: after a pass that handled completions the
+ * loop does not go to sleep at once but keeps asking the kernel for
+ * completions (running its deferred task work) until p.idle_poll_ns have
+ * passed since the last one, or until "until" (the next timer). A request
+ * that follows a reply within that window — the READs after a lookup, a
+ * client's next call — is then taken without waking an idle CPU, which
+ * costs 35-70 us on a VM. Between two tries the thread yields, so anything
+ * else runnable on its CPU goes first. The time spun counts as waiting, not
+ * as the pass's busy time. true: a completion is ready. */
+static bool idle_poll(struct rx_reactor *r, uint64_t from, uint64_t until,
+		      uint64_t *end)
+{
+	bool hit = false;
+	uint64_t now = from;
+	for (;;) {
+		int ret = io_uring_submit_and_get_events(&r->ring);
+		if (io_uring_cq_ready(&r->ring)) {
+			hit = true;
+			break;
+		}
+		if (ret < 0 && ret != -EINTR && ret != -EAGAIN && ret != -EBUSY)
+			break; /* the wait that follows reports it */
+		now = pc_now_ns();
+		if (now >= until)
+			break;
+		sched_yield();
+	}
+	if (hit) {
+		RX_STAT_INC(r->st.idle_poll_hits);
+		now = pc_now_ns();
+	} else {
+		RX_STAT_INC(r->st.idle_poll_misses);
+	}
+	RX_STAT_ADD(r->st.idle_poll_ns, now - from);
+	*end = now;
+	return hit;
 }
 
 /* ---------------------------------------------------------------- lifecycle */
@@ -514,6 +555,22 @@ int rx_reactor_run(struct rx_reactor *r)
 		}
 		uint64_t pre = pc_now_ns();
 		int ret;
+		if (wait_ns && r->poll_until_ns > pre) {
+			/* A miss leaves only what is left of the wait (the
+			 * next timer must not fire late by the time spun). */
+			uint64_t end, due = wait_ns > UINT64_MAX - pre
+						    ? UINT64_MAX
+						    : pre + wait_ns;
+			bool hit = idle_poll(r, pre,
+					     PC_MIN(r->poll_until_ns, due), &end);
+			if (hit)
+				wait_ns = 0;
+			else if (wait_ns != UINT64_MAX)
+				wait_ns = wait_ns > end - pre ? wait_ns - (end - pre)
+							      : 0;
+			if (wait_ns == 0)
+				r->now_ns = end;
+		}
 		if (wait_ns == 0) {
 			ret = io_uring_submit_and_get_events(&r->ring);
 		} else if (wait_ns == UINT64_MAX) {

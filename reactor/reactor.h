@@ -48,6 +48,9 @@ struct rx_params {
 	size_t conn_out_max;      /* close a connection whose output exceeds this */
 	unsigned shutdown_grace_ms; /* time for in-flight work before forced cancel */
 	int nice;                 /* reactor threads' nice value; 0: inherit */
+	uint64_t idle_poll_ns;    /* after a pass with completions, keep polling
+				   * for more this long before sleeping in
+				   * the kernel; 0: sleep at once */
 };
 
 void rx_params_default(struct rx_params *p);
@@ -85,6 +88,9 @@ struct rx_stats {
 	uint64_t blocks_unmapped_off; /* large buffers the reactor's caches
 				       * let go of, unmapped on the offload
 				       * thread */
+	uint64_t idle_poll_hits;    /* idle polls that found a completion */
+	uint64_t idle_poll_misses;  /* idle polls that ended in a wait */
+	uint64_t idle_poll_ns;      /* time spent idle polling */
 };
 
 /* Counter bump for single-writer stats: no lock, no atomic RMW. */

@@ -211,6 +211,7 @@ struct rx_reactor {
 	enum rx_state state;
 	uint64_t now_ns;              /* cached per loop iteration */
 	uint64_t stop_deadline_ns;    /* forced cancel after this */
+	uint64_t poll_until_ns;       /* idle polling: spin before a wait until this */
 	struct rx_stats st;
 	bool recv_multishot;          /* false after the kernel refused it */
 

@@ -21,4 +21,5 @@ void pc_server_reactor_params(const struct pc_settings *s, struct rx_params *p)
 		p->conn_out_low = p->conn_out_high / 2;
 	p->shutdown_grace_ms = (unsigned)s->shutdown_grace_ms;
 	p->nice = (int)s->reactor_nice;
+	p->idle_poll_ns = (uint64_t)s->reactor_idle_poll_us * 1000u;
 }

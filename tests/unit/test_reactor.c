@@ -1447,3 +1447,138 @@ Test(reactor, offload_lanes_do_not_wait_for_each_other)
 		  "lanes waited for each other");
 	rx_reactor_destroy(r);
 }
+
+/* ------------------------------------------------------------ idle polling */
+
+static struct {
+	struct rx_reactor *r;
+	unsigned gap_ms;       /* the poster's sleep before each message */
+	unsigned msgs;         /* messages to post; the last stops the loop */
+	unsigned ran;          /* messages run (reactor thread) */
+	uint64_t waits_seen[8]; /* the loop's waits when each one ran */
+	uint64_t timer_ms;     /* when the test's timer fired, from the start */
+	uint64_t t0;
+} ip;
+
+static void ip_msg(struct rx_reactor *r, void *arg)
+{
+	(void)arg;
+	ip.waits_seen[ip.ran] = rx_reactor_stats(r)->waits;
+	if (++ip.ran == ip.msgs)
+		rx_reactor_stop(r);
+}
+
+static void *ip_poster(void *arg)
+{
+	(void)arg;
+	for (unsigned i = 0; i < ip.msgs; i++) {
+		usleep(ip.gap_ms * 1000);
+		cr_assert_eq(rx_post(ip.r, ip_msg, NULL), 0);
+	}
+	return NULL;
+}
+
+static void ip_timer(struct rx_reactor *r, struct rx_timer *t)
+{
+	(void)r;
+	(void)t;
+	ip.timer_ms = (pc_now_ns() - ip.t0) / 1000000ull;
+}
+
+static void ip_nop(void *arg)
+{
+	(void)arg;
+}
+
+/* Run a reactor whose loop idle-polls for poll_ms after work: one NOP
+ * completes first (the work that starts the polling), then a thread posts
+ * ip.msgs messages ip.gap_ms apart, and a timer is due at timer_ms. With
+ * timer_ms 0 no timer at all is armed, not even tu_run's watchdog (an
+ * alarm stands in for it): the loop then has no deadline to wait for. */
+static struct rx_reactor *ip_run(unsigned poll_ms, unsigned gap_ms,
+				 unsigned msgs, unsigned timer_ms)
+{
+	struct rx_params p;
+	rx_params_default(&p);
+	cr_assert_eq(p.idle_poll_ns, 0, "off unless asked for");
+	p.idle_poll_ns = RX_MS(poll_ms);
+	struct rx_reactor *r = tu_reactor(&p);
+	memset(&ip, 0, sizeof(ip));
+	ip.r = r;
+	ip.gap_ms = gap_ms;
+	ip.msgs = msgs;
+	uint64_t ud;
+	cr_assert_eq(rx_test_nop(r, ip_nop, NULL, &ud), 0);
+	struct rx_timer t;
+	rx_timer_init(&t, ip_timer, NULL);
+	ip.t0 = pc_now_ns();
+	if (timer_ms)
+		cr_assert_eq(rx_timer_start(r, &t, RX_MS(timer_ms), 0), 0);
+	pthread_t th;
+	pthread_create(&th, NULL, ip_poster, NULL);
+	if (timer_ms) {
+		tu_run(r, 20000);
+	} else {
+		alarm(20);
+		cr_assert_eq(rx_reactor_run(r), 0);
+		alarm(0);
+	}
+	pthread_join(th, NULL);
+	cr_assert_eq(ip.ran, msgs);
+	return r;
+}
+
+Test(reactor, idle_polling_takes_work_that_follows_work_without_sleeping,
+     .timeout = 60)
+{
+	/* A 5 s window: the messages 100 ms apart all come while the loop
+	 * polls, so it never sleeps in the kernel after the NOP's completion
+	 * (the only sleep is the one before it, when nothing had happened). */
+	struct rx_reactor *r = ip_run(5000, 100, 4, 110);
+	const struct rx_stats *st = rx_reactor_stats(r);
+	for (unsigned i = 0; i < 4; i++)
+		cr_assert_leq(ip.waits_seen[i], 1,
+			      "message %u found %llu waits: the loop slept", i,
+			      (unsigned long long)ip.waits_seen[i]);
+	cr_assert_geq(st->idle_poll_hits, 4, "each message a hit: %llu",
+		      (unsigned long long)st->idle_poll_hits);
+	cr_assert_geq(st->idle_poll_ns, RX_MS(300), "the time polled counts");
+	/* The timer due while the loop polled fired on time, not at the end
+	 * of the window (nor at the next message, 90 ms after it). */
+	cr_assert_geq(ip.timer_ms, 110);
+	cr_assert_lt(ip.timer_ms, 190, "timer late: %llu ms",
+		     (unsigned long long)ip.timer_ms);
+	rx_reactor_destroy(r);
+}
+
+Test(reactor, idle_polling_ends_with_its_window_and_the_loop_sleeps,
+     .timeout = 60)
+{
+	/* A 5 ms window and messages 150 ms apart: each poll ends unanswered
+	 * and the loop sleeps until the next message. */
+	struct rx_reactor *r = ip_run(5, 150, 3, 1);
+	const struct rx_stats *st = rx_reactor_stats(r);
+	cr_assert_geq(st->idle_poll_misses, 3, "misses: %llu",
+		      (unsigned long long)st->idle_poll_misses);
+	cr_assert_geq(ip.waits_seen[2], 3, "the loop never slept: %llu",
+		      (unsigned long long)ip.waits_seen[2]);
+	/* About 5 ms per piece of work (NOP, timer, two messages), far from
+	 * the 450 ms the test lasts. */
+	cr_assert_lt(st->idle_poll_ns, RX_MS(150), "polled %llu ms",
+		     (unsigned long long)(st->idle_poll_ns / 1000000ull));
+	rx_reactor_destroy(r);
+}
+
+Test(reactor, idle_polling_works_when_no_timer_is_armed, .timeout = 60)
+{
+	/* No deadline at all: the poll must still last its window (a due
+	 * time computed as "now + forever" must not wrap around). */
+	struct rx_reactor *r = ip_run(5000, 100, 4, 0);
+	const struct rx_stats *st = rx_reactor_stats(r);
+	for (unsigned i = 0; i < 4; i++)
+		cr_assert_leq(ip.waits_seen[i], 1,
+			      "message %u found %llu waits: the loop slept", i,
+			      (unsigned long long)ip.waits_seen[i]);
+	cr_assert_geq(st->idle_poll_hits, 4);
+	rx_reactor_destroy(r);
+}
