@@ -40,6 +40,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import signal
 import socket
 import statistics
@@ -77,12 +78,15 @@ def set_specs(ap, a):
 
 def node_specs(ap, specs):
     """[(name, binary)] of the --node NAME=BINARY arguments (ap.error on a
-    bad one)."""
+    bad one). BINARY may carry peercached arguments after the path ("--node
+    'off=build/server/peercached --reactor-idle-poll-us 0'"): start_node
+    passes them after its own, so they win."""
     nodes = []
     for spec in specs:
         name, sep, binary = spec.partition("=")
-        if not sep or not name or not os.access(binary, os.X_OK):
-            ap.error("--node NAME=BINARY, an executable: %r" % spec)
+        words = shlex.split(binary)
+        if not sep or not name or not words or not os.access(words[0], os.X_OK):
+            ap.error("--node NAME=BINARY [ARGS], an executable: %r" % spec)
         nodes.append((name, binary))
     return nodes
 
@@ -93,10 +97,12 @@ def start_node(work, procs, binary, k, pool_mb, faulted=False, unix_socket=""):
     one), added to procs, its log in work: its (rpc port, metrics port) once
     it listens (faulted: and its pool is faulted in)."""
     log = open(os.path.join(work, "node%d.log" % k), "w+")
-    p = subprocess.Popen([binary, "--bind", "127.0.0.1", "--rpc-port", "0", "--data-port", "0",
+    words = shlex.split(binary)
+    p = subprocess.Popen([words[0], "--bind", "127.0.0.1", "--rpc-port", "0", "--data-port", "0",
                           "--meta-port", "0", "--metrics-port", "0", "--socket", unix_socket,
                           "--threads", "2", "--pool-size", "%dmb" % pool_mb,
-                          "--log-level", "info", "--reactor-stall-cpu-clock", "true"],
+                          "--log-level", "info", "--reactor-stall-cpu-clock", "true"]
+                         + words[1:],
                          stdout=log, stderr=subprocess.STDOUT)
     procs.append(p)
     for _ in range(1200):
@@ -104,7 +110,9 @@ def start_node(work, procs, binary, k, pool_mb, faulted=False, unix_socket=""):
         text = log.read()
         m = re.search(r"listening: rpc on 127\.0\.0\.1:(\d+)", text)
         mm = re.search(r"listening: metrics on 127\.0\.0\.1:(\d+)", text)
-        if m and mm and (not faulted or "region faulted in" in text):
+        if m and mm and (not faulted or "--pool-prefault" in words
+                         or re.search(r"region faulted in|prefault stopped|"
+                                      r"prefault: not supported", text)):
             return int(m.group(1)), int(mm.group(1))
         if p.poll() is not None:
             break
@@ -241,7 +249,8 @@ def main():
     build = os.environ.get("PEERCACHE_BUILD_DIR", os.path.join(ROOT, "build"))
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--node", action="append", required=True, metavar="NAME=BINARY",
-                    help="a peercached build to measure (repeat; the first is the base)")
+                    help="a peercached build to measure (repeat; the first is the base); "
+                         "arguments for it may follow the path, in the same word")
     ap.add_argument("--size", default="64k", help="value size (default 64k)")
     ap.add_argument("--threads", default="2", help='reader counts (default "2")')
     ap.add_argument("--rounds", type=int, default=6, help="rounds per reader count (default 6)")
@@ -279,12 +288,15 @@ def main():
 
     try:
         pool = keys * (nbytes + 4096) * 3 // 1048576 + 256
-        started = [start_node(work, procs, b, k, pool) for k, (_, b) in enumerate(nodes)]
+        # faulted: the pool's background prefault (a core zeroing pages
+        # for seconds) is over before anything is measured
+        started = [start_node(work, procs, b, k, pool, faulted=True)
+                   for k, (_, b) in enumerate(nodes)]
         ports = [p for p, _ in started]
         mports = {n: mp for (n, _), (_, mp) in zip(nodes, started)}
         readers = []
         if a.member_reader:  # before the working set is stored: records on both
-            readers = [start_node(work, procs, b, len(nodes) + k, pool)[0]
+            readers = [start_node(work, procs, b, len(nodes) + k, pool, faulted=True)[0]
                        for k, (_, b) in enumerate(nodes)]
             for p, q in zip(ports, readers):
                 join([p, q])

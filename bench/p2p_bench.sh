@@ -117,6 +117,21 @@ node_up() {
 	rpc_port_wait peercached "$WORK/node.out" "$WORK/node.err"
 	NODE_PORT=$RPC_PORT
 	log "peercached pid $NODE_PID on $HOST:$NODE_PORT (--threads $NODE_THREADS, pool $1 MiB)"
+	# The pool is faulted in by a background thread once the node listens
+	# (pool_prefault): a core zeroing pages for seconds. Nothing is
+	# measured before it is done, or the first rounds of every target pay.
+	case " ${NODE_EXTRA[*]-} " in *" --pool-prefault "*) return ;; esac
+	local i
+	for ((i = 0; i < 1200; i++)); do
+		grep -qE 'region faulted in|prefault stopped|prefault: not supported' \
+			"$WORK/node.out" "$WORK/node.err" && break
+		kill -0 "$NODE_PID" 2>/dev/null || { node_log_tail; die "peercached died while its pool was faulted in"; }
+		sleep 0.1
+	done
+	local said
+	said=$(grep -hoE 'region faulted in.*|prefault stopped.*|prefault: not supported.*' \
+		"$WORK/node.out" "$WORK/node.err" | head -n1)
+	log "  ${said:-pool not faulted in after 120 s; measuring anyway}"
 }
 
 # tcp_sink_up: pc-p2p-bench --serve-tcp, the plain socket sender; SINK_PORT.
