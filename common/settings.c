@@ -330,7 +330,8 @@ static const struct pc_cfg_key keys[] = {
 	 "after handling completions a reactor keeps polling for more this "
 	 "many microseconds before it sleeps, so a request that follows a "
 	 "reply is taken without the wake-up of an idle CPU; it yields to "
-	 "anything else runnable meanwhile; 0: sleep at once"},
+	 "anything else runnable meanwhile, and sleeps at once when another "
+	 "thread wants its CPU; 0: sleep at once"},
 	{"session_slice_bytes", PC_CFG_SIZE, "2mb", 64 * KB, 1 * GB, NULL,
 	 OFF(session_slice_bytes), 0,
 	 "bytes of pages one step of a session.set/get copies or checks on "

@@ -142,8 +142,9 @@ static void reactor_collector(struct met_writer *w, void *arg)
 		ROW(accept_errors, MET_COUNTER, "accept completions with an error"),
 		ROW(file_ops, MET_COUNTER, "file operations completed"),
 		ROW(blocks_unmapped_off, MET_COUNTER, "large buffers let go of, unmapped on the offload thread"),
-		ROW(idle_poll_hits, MET_COUNTER, "idle polls (reactor_idle_poll_us) that found work before the loop slept"),
+		ROW(idle_poll_hits, MET_COUNTER, "idle polls (reactor_idle_poll_us) that took new work without the loop sleeping"),
 		ROW(idle_poll_misses, MET_COUNTER, "idle polls that found nothing: the loop slept after them"),
+		ROW(idle_poll_yielded, MET_COUNTER, "of the misses, polls ended because another thread had the CPU for a while"),
 #undef ROW
 	};
 	for (size_t i = 0; i < PC_ARRAY_LEN(rows); i++) {
@@ -156,8 +157,9 @@ static void reactor_collector(struct met_writer *w, void *arg)
 		met_w_sample(w, name, NULL, (double)(int64_t)v);
 	}
 	met_w_family(w, "peercache_reactor_idle_poll_seconds_total",
-		     "time the loops spent idle polling (CPU they used waiting "
-		     "for work)", MET_COUNTER);
+		     "wall time the loops spent idle polling; the CPU it took "
+		     "is at most this (each try yields to anything runnable)",
+		     MET_COUNTER);
 	met_w_sample(w, "peercache_reactor_idle_poll_seconds_total", NULL,
 		     (double)st.idle_poll_ns / 1e9);
 }

@@ -46,6 +46,7 @@ void rx_params_default(struct rx_params *p)
 	p->conn_out_low = 1u << 20;
 	p->conn_out_max = 64u << 20;
 	p->shutdown_grace_ms = 5000;
+	p->idle_poll_yield_max_ns = 20000;
 }
 
 /* ----------------------------------------------------------------- messages */
@@ -205,7 +206,7 @@ static void reap(struct rx_reactor *r)
 			rx_op_dispatch(r, batch[i]);
 		io_uring_cq_advance(&r->ring, n);
 		RX_STAT_ADD(r->st.cqes, n);
-		if (r->p.idle_poll_ns)
+		if (r->p.idle_poll_ns) /* capped at create: no wrap */
 			r->poll_until_ns = pc_now_ns() + r->p.idle_poll_ns;
 	}
 }
@@ -217,35 +218,46 @@ static void reap(struct rx_reactor *r)
  * that follows a reply within that window — the READs after a lookup, a
  * client's next call — is then taken without waking an idle CPU, which
  * costs 35-70 us on a VM. Between two tries the thread yields, so anything
- * else runnable on its CPU goes first. The time spun counts as waiting, not
- * as the pass's busy time. true: a completion is ready. */
+ * else runnable on its CPU goes first; a yield that kept it off the CPU
+ * longer than p.idle_poll_yield_max_ns gave the CPU to another thread's
+ * time slice, and polling on would wait for such slices where a sleeping
+ * reactor is woken by its completion at once: the poll ends there. The
+ * time polled counts as waiting, not as the pass's busy time.
+ * true: a completion is ready; *end: the time the poll ended. */
 static bool idle_poll(struct rx_reactor *r, uint64_t from, uint64_t until,
 		      uint64_t *end)
 {
-	bool hit = false;
+	bool ready = false;
+	unsigned tries = 0;
 	uint64_t now = from;
 	for (;;) {
 		int ret = io_uring_submit_and_get_events(&r->ring);
+		tries++;
 		if (io_uring_cq_ready(&r->ring)) {
-			hit = true;
+			ready = true;
+			now = pc_now_ns();
 			break;
 		}
+		now = pc_now_ns();
 		if (ret < 0 && ret != -EINTR && ret != -EAGAIN && ret != -EBUSY)
 			break; /* the wait that follows reports it */
-		now = pc_now_ns();
 		if (now >= until)
 			break;
 		sched_yield();
+		uint64_t back = pc_now_ns();
+		if (back - now > r->p.idle_poll_yield_max_ns) {
+			now = back;
+			RX_STAT_INC(r->st.idle_poll_yielded);
+			break;
+		}
 	}
-	if (hit) {
+	/* What the first try finds is mostly the pass's own submissions (a
+	 * reply's send completes inline): a hit is what came after a yield. */
+	if (ready && tries > 1)
 		RX_STAT_INC(r->st.idle_poll_hits);
-		now = pc_now_ns();
-	} else {
-		RX_STAT_INC(r->st.idle_poll_misses);
-	}
 	RX_STAT_ADD(r->st.idle_poll_ns, now - from);
 	*end = now;
-	return hit;
+	return ready;
 }
 
 /* ---------------------------------------------------------------- lifecycle */
@@ -384,6 +396,7 @@ int rx_reactor_create(struct rx_reactor **out, unsigned id,
 		return -ENOMEM;
 	r->id = id;
 	r->p = *p;
+	r->p.idle_poll_ns = PC_MIN(r->p.idle_poll_ns, RX_IDLE_POLL_MAX_NS);
 	r->in_warm.reserve = PC_BLOCK_RESERVE; /* input buffers grow in place */
 	r->in_warm.drop = r->mod_warm.drop = rx_blocks_drop_off;
 	r->in_warm.drop_arg = r->mod_warm.drop_arg = r;
@@ -555,6 +568,7 @@ int rx_reactor_run(struct rx_reactor *r)
 		}
 		uint64_t pre = pc_now_ns();
 		int ret;
+		bool polled = false;
 		if (wait_ns && r->poll_until_ns > pre) {
 			/* A miss leaves only what is left of the wait (the
 			 * next timer must not fire late by the time spun). */
@@ -570,8 +584,13 @@ int rx_reactor_run(struct rx_reactor *r)
 							      : 0;
 			if (wait_ns == 0)
 				r->now_ns = end;
+			else
+				RX_STAT_INC(r->st.idle_poll_misses);
+			polled = hit;
 		}
-		if (wait_ns == 0) {
+		if (polled) {
+			ret = 0; /* the poll collected them */
+		} else if (wait_ns == 0) {
 			ret = io_uring_submit_and_get_events(&r->ring);
 		} else if (wait_ns == UINT64_MAX) {
 			RX_STAT_INC(r->st.waits);

@@ -50,8 +50,15 @@ struct rx_params {
 	int nice;                 /* reactor threads' nice value; 0: inherit */
 	uint64_t idle_poll_ns;    /* after a pass with completions, keep polling
 				   * for more this long before sleeping in
-				   * the kernel; 0: sleep at once */
+				   * the kernel; 0 (the default): sleep at
+				   * once; at most RX_IDLE_POLL_MAX_NS */
+	uint64_t idle_poll_yield_max_ns; /* a yield between two polls that
+				   * kept the thread off its CPU longer
+				   * than this (another thread's slice) ends
+				   * the poll: sleep instead */
 };
+
+#define RX_IDLE_POLL_MAX_NS 1000000000ull
 
 void rx_params_default(struct rx_params *p);
 
@@ -88,9 +95,11 @@ struct rx_stats {
 	uint64_t blocks_unmapped_off; /* large buffers the reactor's caches
 				       * let go of, unmapped on the offload
 				       * thread */
-	uint64_t idle_poll_hits;    /* idle polls that found a completion */
-	uint64_t idle_poll_misses;  /* idle polls that ended in a wait */
-	uint64_t idle_poll_ns;      /* time spent idle polling */
+	uint64_t idle_poll_hits;    /* idle polls that found a completion
+				     * after yielding at least once */
+	uint64_t idle_poll_misses;  /* idle polls the loop slept after */
+	uint64_t idle_poll_yielded; /* of them, ended by a long yield */
+	uint64_t idle_poll_ns;      /* wall time spent idle polling */
 };
 
 /* Counter bump for single-writer stats: no lock, no atomic RMW. */
