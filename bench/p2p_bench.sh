@@ -121,16 +121,13 @@ node_up() {
 	# (pool_prefault): a core zeroing pages for seconds. Nothing is
 	# measured before it is done, or the first rounds of every target pay.
 	case " ${NODE_EXTRA[*]-} " in *" --pool-prefault "*) return ;; esac
-	local i
+	local i said over='region faulted in|prefault stopped|prefault: not supported'
 	for ((i = 0; i < 1200; i++)); do
-		grep -qE 'region faulted in|prefault stopped|prefault: not supported' \
-			"$WORK/node.out" "$WORK/node.err" && break
+		grep -qE "$over" "$WORK/node.out" "$WORK/node.err" && break
 		kill -0 "$NODE_PID" 2>/dev/null || { node_log_tail; die "peercached died while its pool was faulted in"; }
 		sleep 0.1
 	done
-	local said
-	said=$(grep -hoE 'region faulted in.*|prefault stopped.*|prefault: not supported.*' \
-		"$WORK/node.out" "$WORK/node.err" | head -n1)
+	said=$(grep -hoE "($over).*" "$WORK/node.out" "$WORK/node.err" | head -n1)
 	log "  ${said:-pool not faulted in after 120 s; measuring anyway}"
 }
 

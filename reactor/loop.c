@@ -233,12 +233,11 @@ static bool idle_poll(struct rx_reactor *r, uint64_t from, uint64_t until,
 	for (;;) {
 		int ret = io_uring_submit_and_get_events(&r->ring);
 		tries++;
+		now = pc_now_ns();
 		if (io_uring_cq_ready(&r->ring)) {
 			ready = true;
-			now = pc_now_ns();
 			break;
 		}
-		now = pc_now_ns();
 		if (ret < 0 && ret != -EINTR && ret != -EAGAIN && ret != -EBUSY)
 			break; /* the wait that follows reports it */
 		if (now >= until)
@@ -568,15 +567,15 @@ int rx_reactor_run(struct rx_reactor *r)
 		}
 		uint64_t pre = pc_now_ns();
 		int ret;
-		bool polled = false;
+		bool hit = false;
 		if (wait_ns && r->poll_until_ns > pre) {
 			/* A miss leaves only what is left of the wait (the
 			 * next timer must not fire late by the time spun). */
 			uint64_t end, due = wait_ns > UINT64_MAX - pre
 						    ? UINT64_MAX
 						    : pre + wait_ns;
-			bool hit = idle_poll(r, pre,
-					     PC_MIN(r->poll_until_ns, due), &end);
+			hit = idle_poll(r, pre, PC_MIN(r->poll_until_ns, due),
+					&end);
 			if (hit)
 				wait_ns = 0;
 			else if (wait_ns != UINT64_MAX)
@@ -586,9 +585,8 @@ int rx_reactor_run(struct rx_reactor *r)
 				r->now_ns = end;
 			else
 				RX_STAT_INC(r->st.idle_poll_misses);
-			polled = hit;
 		}
-		if (polled) {
+		if (hit) {
 			ret = 0; /* the poll collected them */
 		} else if (wait_ns == 0) {
 			ret = io_uring_submit_and_get_events(&r->ring);
