@@ -20,9 +20,10 @@ get, whose bytes land straight in the host pool (peercache_bytes_landed).
 STALL_CPU=1 runs node B with reactor_stall_cpu_clock on and counts the
 reactor callbacks over 1 ms of CPU it ran during the remote gets (each
 page's checksum is checked as the page lands); off by default, because the
-clock costs two system calls per callback. NODE_B_ARGS adds arguments to
-node B, the remote reader (e.g. "--page-checksums false", to see what
-verifying the pages costs).
+clock costs two system calls per callback. NODE_ARGS adds arguments to
+every node (e.g. "--reactor-idle-poll-us 0", to compare one build under
+two settings); NODE_B_ARGS adds more to node B, the remote reader (e.g.
+"--page-checksums false", to see what verifying the pages costs).
 
 Prints a markdown table (GB/s medians, ratios paired per round with
 min/median/max) on stdout; progress on stderr; every round plus the summary
@@ -66,7 +67,11 @@ if RUNS < 1 or BATCH < 1 or BATCH > 1024 or REP_MB < 1:
     raise SystemExit("shim_bench: RUNS, BATCH (1..1024) and REP_MB must be positive")
 
 NODES = Nodes("pc-shim-bench-", NODE_THREADS)
-node = NODES.start
+NODE_ARGS = env.get("NODE_ARGS", "").split()
+
+
+def node(name, *args):
+    return NODES.start(name, *args, *NODE_ARGS)
 
 
 def counters(nd):
@@ -277,11 +282,13 @@ def main():
     print()
     print("Ratios are paired per round (round i of each side), median (min-max). "
           "Nodes: peercached --threads %s; p2p: pc-p2p-bench --target p2p, 1 thread, "
-          "batch %d, %s s per round, against a third node; load average %s -> %s."
-          % (NODE_THREADS, BATCH, P2P_SECONDS, " ".join(load0), " ".join(load1)))
+          "batch %d, %s s per round, against a third node; node arguments '%s'; "
+          "load average %s -> %s."
+          % (NODE_THREADS, BATCH, P2P_SECONDS, " ".join(NODE_ARGS), " ".join(load0),
+             " ".join(load1)))
     save_results(RESULTS_DIR, {
         "bench": "shim", "ts": ts, "batch": BATCH, "runs": RUNS,
-        "node_threads": NODE_THREADS, "loadavg": [load0, load1],
+        "node_threads": NODE_THREADS, "node_args": NODE_ARGS, "loadavg": [load0, load1],
         "rounds": {str(k): v for k, v in results.items()},
         "summary": {str(k): v for k, v in summary.items()}})
 

@@ -15,6 +15,9 @@
 #   REP_MB               at least this many MiB per op per round [256]
 #   DURATION             seconds of each p2p reader round [4]
 #   NODE_THREADS         peercached --threads [2]
+#   NODE_ARGS            more peercached arguments, for every node []
+#   NODE_B_ARGS          more still for node B, the remote reader []
+#   STALL_CPU            1: count node B's reactor callbacks over 1 ms of CPU [0]
 #   RESULTS_DIR          where the JSON goes [$BUILD/bench-results]
 #
 # Only 127.0.0.1 is ever contacted; the nodes are stopped by PID on exit.
@@ -42,4 +45,5 @@ if [[ ! -x $BUILD/server/peercached || ! -e $BUILD/client/libpeercache.so.0 ||
 fi
 
 export PEERCACHE_BUILD_DIR=$BUILD SIZES RUNS BATCH REP_MB NODE_THREADS DURATION RESULTS_DIR
+export NODE_ARGS=${NODE_ARGS:-} NODE_B_ARGS=${NODE_B_ARGS:-} STALL_CPU=${STALL_CPU:-0}
 exec "$PY" "$REPO/bench/shim_bench.py"
