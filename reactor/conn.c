@@ -35,6 +35,20 @@
 #include "fault.h"
 #include "rx_internal.h"
 
+/* AddressSanitizer builds: a receive buffer is poisoned while the kernel
+ * owns it (in the ring), and only the bytes a completion reports are
+ * readable until it goes back: a handler that kept a pointer into a
+ * request it did not keep (rx_conn_take_input) is reported at its first
+ * read, not when another client's bytes happen to land there. */
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#define RX_BUF_POISON(p, n) ASAN_POISON_MEMORY_REGION(p, n)
+#define RX_BUF_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)
+#else
+#define RX_BUF_POISON(p, n) ((void)(p), (void)(n))
+#define RX_BUF_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
 #define LOG_MOD "conn"
 #define FLUSH_CLOSE_MS 5000u /* a flush-close gives the peer this long */
 
@@ -86,6 +100,7 @@ int rx_bufring_init(struct rx_reactor *r)
 				      r->p.buf_bytes, (unsigned short)i, mask,
 				      (int)i);
 	io_uring_buf_ring_advance(r->br, (int)r->p.buf_count);
+	RX_BUF_POISON(r->bufs, (size_t)r->p.buf_count * r->p.buf_bytes);
 	return 0;
 }
 
@@ -93,6 +108,8 @@ void rx_bufring_fini(struct rx_reactor *r)
 {
 	if (r->br)
 		munmap(r->br, r->br_bytes);
+	if (r->bufs)
+		RX_BUF_UNPOISON(r->bufs, (size_t)r->p.buf_count * r->p.buf_bytes);
 	free(r->bufs);
 	r->br = NULL;
 	r->bufs = NULL;
@@ -100,6 +117,7 @@ void rx_bufring_fini(struct rx_reactor *r)
 
 static void bufring_return(struct rx_reactor *r, unsigned bid)
 {
+	RX_BUF_POISON(r->bufs + (size_t)bid * r->p.buf_bytes, r->p.buf_bytes);
 	io_uring_buf_ring_add(r->br, r->bufs + (size_t)bid * r->p.buf_bytes,
 			      r->p.buf_bytes, (unsigned short)bid,
 			      io_uring_buf_ring_mask(r->p.buf_count),
@@ -951,6 +969,11 @@ static void conn_on_recv(struct rx_reactor *r, struct rx_op *op,
 		bufring_return(r, cqe->flags >> IORING_CQE_BUFFER_SHIFT);
 		res = injected;
 	}
+	if (res > 0)
+		RX_BUF_UNPOISON(r->bufs + (size_t)(cqe->flags >>
+						   IORING_CQE_BUFFER_SHIFT) *
+					     r->p.buf_bytes,
+				(size_t)res);
 	if (res > 0 && c->fds_max) {
 		PC_ASSERT(cqe->flags & IORING_CQE_F_BUFFER);
 		unsigned bid = cqe->flags >> IORING_CQE_BUFFER_SHIFT;
