@@ -398,8 +398,8 @@ static void own_rec(struct dir_rec *r, uintptr_t addr, uint64_t len,
 {
 	r->found = true;
 	r->resident = true;
-	snprintf(r->node, sizeof(r->node), "%s", g.cl->self_id);
-	snprintf(r->data, sizeof(r->data), "%s", g.cl->self_data);
+	pc_strcpy(r->node, sizeof(r->node), g.cl->self_id);
+	pc_strcpy(r->data, sizeof(r->data), g.cl->self_data);
 	r->addr = addr;
 	r->len = (uint32_t)len;
 	r->gen = gen;

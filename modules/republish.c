@@ -134,8 +134,8 @@ static void batch_add(const char *key, size_t klen, uint64_t addr,
 	memset(r, 0, sizeof(*r));
 	r->found = true;
 	r->resident = addr != 0;
-	snprintf(r->node, sizeof(r->node), "%s", g.cl->self_id);
-	snprintf(r->data, sizeof(r->data), "%s", g.cl->self_data);
+	pc_strcpy(r->node, sizeof(r->node), g.cl->self_id);
+	pc_strcpy(r->data, sizeof(r->data), g.cl->self_data);
 	r->addr = addr;
 	r->rkey = g.rkey;
 	r->len = (uint32_t)len;
