@@ -19,6 +19,7 @@
 #define COPIER_SLICE_DEFAULT (512u << 10)
 
 static size_t g_slice = COPIER_SLICE_DEFAULT;
+static uint64_t g_pass_ns; /* 0: no time cap (copier_set_pass_max) */
 
 /* What a job costs a pass besides its bytes: the caller's work per page
  * (pin, unpin, bookkeeping; ~0.1-0.2 us, the time of ~1 KiB of copy and
@@ -32,6 +33,7 @@ static _Thread_local struct {
 	struct rx_timer timer;
 	bool timer_ready;
 	uint64_t pass;   /* rx_now_ns of the pass that used `used` */
+	uint64_t t0;     /* the clock when the copier first ran in it */
 	size_t used;     /* bytes copied in that pass */
 	unsigned fg;     /* queued jobs without a slice of their own */
 } t;
@@ -41,14 +43,30 @@ void copier_set_slice(size_t bytes)
 	g_slice = bytes ? bytes : COPIER_SLICE_DEFAULT;
 }
 
-/* Bytes this pass may still copy. */
+void copier_set_pass_max(uint64_t ns)
+{
+	g_pass_ns = ns;
+}
+
+/* Bytes this pass may still copy: none once it copied its slice, or (with
+ * a time cap) once the copies it ran took that long — jobs whose callers
+ * do much more per page than COPIER_JOB_BYTES stands for (a session set
+ * of 64-byte pages: a guarded copy, then a checksum, a pool commit and a
+ * record per page) end the pass by time before they reach its bytes. */
 static size_t budget(struct rx_reactor *r)
 {
 	if (t.pass != rx_now_ns(r)) {
 		t.pass = rx_now_ns(r);
 		t.used = 0;
+		t.t0 = g_pass_ns ? pc_now_ns() : 0;
 	}
-	return t.used < g_slice ? g_slice - t.used : 0;
+	if (t.used >= g_slice)
+		return 0;
+	if (g_pass_ns && t.used && pc_now_ns() - t.t0 >= g_pass_ns) {
+		t.used = g_slice; /* the pass is over for every job */
+		return 0;
+	}
+	return g_slice - t.used;
 }
 
 /* Copy (and sum) up to room bytes of j; true when j is complete. */

@@ -11,8 +11,11 @@
  *  - a loop pass copies (and sums) at most the slice size over all jobs
  *    (copier_copy counts what the calling pass already did), each job
  *    counted 1 KiB more for its caller's work per page, so a pass of
- *    copies stays near ~0.1 ms whatever the page size; a job with its own
- *    slice takes at most that much of a pass (the queue waits behind it);
+ *    copies stays near ~0.1 ms whatever the page size; with a time cap
+ *    (copier_set_pass_max) it also ends once its copies and their done
+ *    callbacks ran that long, whatever they cost per page; a job with its
+ *    own slice takes at most that much of a pass (the queue waits behind
+ *    it);
  *  - queued jobs take the passes in turn: one that the pass's budget ran
  *    out on goes behind the others, so a job waits at most a slice of each
  *    job queued before it (besides the slices jobs with a slice of their
@@ -64,6 +67,10 @@ struct copier_job {
 
 /* Slice size for every reactor (init, main thread). */
 void copier_set_slice(size_t bytes);
+/* Also end a pass's copies once they ran ns (wall time since the pass's
+ * first copy, checked between jobs and slices); 0 (the default): bytes
+ * alone (init, main thread). */
+void copier_set_pass_max(uint64_t ns);
 
 /* Start a copy on reactor r (its own thread): 1 when it finished now
  * (j->res set, done not called), 0 when queued (done(j) later on r). */

@@ -245,6 +245,90 @@ Test(copier, tiny_pages_count_their_callers_work_against_the_pass)
 	rx_reactor_destroy(c.r);
 }
 
+/* Pages whose callers do much more per page than the 1 KiB a job counts
+ * for (a session set of 64-byte pages: a checksum, a pool commit and a
+ * record each): with a time cap the pass ends by time, long before its
+ * bytes run out. One chain, as kv's publish runs: each page's copy starts
+ * when the one before it ended, and each end costs 100 us of work. */
+enum { SLOW_N = 200, SLOW_LEN = 64 };
+static struct copier_job slow[SLOW_N];
+static uint8_t slow_src[SLOW_N * SLOW_LEN], slow_dst[SLOW_N * SLOW_LEN];
+static unsigned slow_next, slow_in_pass, slow_pass_max;
+static uint64_t slow_iter;
+
+/* A page ended: count it in its loop pass, then the caller's work. */
+static void slow_count(void)
+{
+	uint64_t it = rx_reactor_stats(c.r)->loop_iterations;
+	if (it != slow_iter) {
+		slow_iter = it;
+		slow_in_pass = 0;
+	}
+	if (++slow_in_pass > slow_pass_max)
+		slow_pass_max = slow_in_pass;
+	uint64_t t0 = pc_now_ns();
+	while (pc_now_ns() - t0 < 100 * 1000)
+		;
+}
+
+static void slow_chain(void);
+
+static void slow_done(struct copier_job *j)
+{
+	cr_assert_eq(j->res, 0);
+	slow_count();
+	slow_chain();
+}
+
+static void slow_chain(void)
+{
+	while (slow_next < SLOW_N) {
+		unsigned i = slow_next++;
+		slow[i] = (struct copier_job){.dst = slow_dst + i * SLOW_LEN,
+					      .src = slow_src + i * SLOW_LEN,
+					      .len = SLOW_LEN, .done = slow_done};
+		if (copier_copy(c.r, &slow[i]) == 0)
+			return; /* goes on in slow_done */
+		slow_count();
+	}
+	rx_reactor_stop(c.r);
+}
+
+static void start_slow(struct rx_reactor *r, struct rx_timer *t)
+{
+	(void)r;
+	(void)t;
+	slow_chain();
+}
+
+/* The most pages that ended in one loop pass, with a time cap of pass_ns
+ * (0: none). */
+static unsigned slow_run(uint64_t pass_ns)
+{
+	slow_next = slow_in_pass = slow_pass_max = 0;
+	slow_iter = UINT64_MAX;
+	tu_fill_pattern(slow_src, sizeof(slow_src), 5, 0);
+	memset(slow_dst, 0, sizeof(slow_dst));
+	copier_set_pass_max(pass_ns);
+	run_case(512 << 10, 4096, false, start_slow);
+	copier_set_pass_max(0);
+	cr_assert_eq(slow_next, SLOW_N);
+	cr_assert_eq(memcmp(slow_dst, slow_src, sizeof(slow_dst)), 0);
+	rx_reactor_destroy(c.r);
+	return slow_pass_max;
+}
+
+Test(copier, a_pass_of_slow_callers_ends_by_time)
+{
+	unsigned bytes_only = slow_run(0);
+	cr_assert_gt(bytes_only, 100, "without a time cap 200 x (64 + 1024) "
+		     "bytes fit one pass: %u pages ended in one", bytes_only);
+	unsigned capped = slow_run(1000 * 1000);
+	cr_assert_geq(capped, 1);
+	cr_assert_leq(capped, 15, "a 1 ms cap with 100 us a page: %u pages "
+		      "ended in one pass", capped);
+}
+
 Test(copier, jobs_share_the_pass_budget_in_order)
 {
 	run_case(512 << 10, 4 * MIB, false, start_two);
