@@ -30,6 +30,16 @@ struct kv_item {
 	uint64_t len; /* publish: bytes to store; fetch: the page size wanted */
 };
 
+/*
+ * The most items a caller should hand one kv API call. What a call does
+ * in single callbacks grows with its items (checking and copying its keys
+ * at its start, the bookkeeping of its last slice, a get's reply): ~0.1-0.3
+ * ms at this many, over 1 ms at 65,536. The kv.* methods (kv_rpc.c) and
+ * the local sessions (session.c) cut larger batches into steps of at most
+ * this many, each started on a loop pass of its own.
+ */
+#define KV_STEP_KEYS 4096
+
 /* Where publish's sources are and how long they stay valid. */
 enum kv_src {
 	KV_SRC_NOW,    /* valid during the call only: copied before publish

@@ -72,13 +72,10 @@ static const char keys_help[] = "keys: an array of 1..65536 strings of "
 #define KV_KEY_STATE (sizeof(struct dir_rec) + POOL_HDR_BYTES + 224)
 
 /*
- * Steps. A call of more than KV_STEP_KEYS keys goes to the kv API in steps
- * of that many, one after the other, each started on a loop pass of its
- * own (a zero-delay timer). What one kv API call does in a single callback
- * that grows with its keys — checking and copying them at its start, its
- * last slice's bookkeeping, a get's reply — stays that of 4,096 keys
- * (~0.1-0.3 ms), where one call of 65,536 held its reactor 1.5-4 ms at its
- * start and again at its end. The keys (and a set's values) stay valid
+ * Steps. A call of more than KV_STEP_KEYS (modules/kv.h) keys goes to the
+ * kv API in steps of that many, one after the other, each started on a
+ * loop pass of its own (a zero-delay timer): one call of 65,536 keys held
+ * its reactor 1.5-4 ms at its start and again at its end. The keys (and a set's values) stay valid
  * until the last step: the request is kept (rpc_call_keep_request, which
  * also holds the connection's input), or, when it arrived whole in one
  * receive buffer, its params are copied. What the steps answer: exists
@@ -87,7 +84,6 @@ static const char keys_help[] = "keys: an array of 1..65536 strings of "
  * pages as the step ends (kv's staging is then free for the next step) into
  * runs the reply sends by reference at the end.
  */
-#define KV_STEP_KEYS 4096
 /* Keys or values a stepped call reads per loop pass before its first step
  * (each is checked; ~5 ns apiece). */
 #define KV_PARSE_PASS 16384

@@ -17,6 +17,7 @@ import os
 import threading
 
 from conftest import RpcClient, metrics_of
+from test_hardening_session import Client as SessionClient
 
 STEP = 4096
 STEPS = "peercache_kv_rpc_steps_total"
@@ -189,4 +190,90 @@ def test_a_get_over_the_cap_only_in_sum_is_refused_whole(node_factory):
     assert m["peercache_kv_staged_bytes"] == 0
     assert c.call("kv.get", [keys[:STEP]]) == (None, [page] * STEP)
     assert metrics_of(n)["peercache_kv_staged_bytes"] == 0
+    assert n.stop() == 0
+
+
+# Local sessions: a move of more than 4,096 items reads them over loop
+# passes (modules/session.c, move_read) from its kept request, or from a
+# copy when the request came in one receive buffer, before its steps.
+
+def session_items(count, base=0):
+    """count pages of 1..300 bytes, one after the other from base:
+    ([[key, offset, len], ...], {key: bytes})."""
+    items, pages, off = [], {}, base
+    for i in range(count):
+        k, size = "ss-%06d" % i, 1 + (i * 53) % 300
+        items.append([k, off, size])
+        pages[k] = bytes((i + j) & 255 for j in range(size))
+        off += size
+    return items, pages
+
+
+def test_large_session_moves_are_read_over_passes(node_factory):
+    n, rpc = started(node_factory, "--pool-size", "512mb", "--threads", "2")
+    c = SessionClient(n.endpoint("socket"), size=16 << 20, timeout=60)
+    c.register()
+    count = 5 * STEP - 11
+    items, pages = session_items(count)
+    for k, off, size in items:
+        c.mem[off:off + size] = pages[k]
+    assert c.call("session.set", [c.rid, items]) == [True] * count
+    # Back into another part of the region, zeroed first.
+    base = 8 << 20
+    got = [[k, base + off, size] for k, off, size in items]
+    c.mem[base:base + (8 << 20)] = bytes(8 << 20)
+    assert c.call("session.get", [c.rid, got]) == [True] * count
+    for k, off, size in got:
+        assert bytes(c.mem[off:off + size]) == pages[k], k
+    # A bad item at the very end: the whole move is refused, nothing of
+    # it stored (the keys are new).
+    bad, _ = session_items(count)
+    bad = [["new-" + k, off, size] for k, off, size in bad]
+    bad[-1][1] = 16 << 20  # outside the region
+    msgid = c.send("session.set", [c.rid, bad])
+    msg = c.recv()
+    assert msg[1] == msgid and msg[3] is None, msg
+    assert msg[2]["code"] == "bad_params" and "outside" in msg[2]["message"], msg
+    assert rpc.call("kv.exists", [[bad[0][0]]]) == (None, 0)
+    assert rpc.call("kv.exists", [[k for k, _, _ in items]]) == (None, count)
+    m = metrics_of(n)
+    assert m["peercache_session_moves"] == 0
+    c.close()
+    assert n.stop() == 0
+
+
+def test_a_large_session_move_in_one_receive_is_copied(node_factory):
+    # 64 KiB receive buffers hold a whole move of 4,500 short items: the
+    # request is not kept, the move copies it before reading it over
+    # passes, and another client's requests meanwhile reuse the buffer
+    # (poisoned in the ASan build as soon as it went back).
+    n, rpc = started(node_factory, "--pool-size", "256mb", "--threads", "1",
+                     "--reactor-buf-bytes", "64kb", "--reactor-buf-count", "16")
+    c = SessionClient(n.endpoint("socket"), size=1 << 20, timeout=60)
+    c.register()
+    count = STEP + 404
+    items = [["%x" % i, i % 1000, 1] for i in range(count)]
+    c.mem[0:1000] = bytes(range(250)) * 4
+    t0 = metrics_of(n)[TAKEN]
+    stop = threading.Event()
+
+    def noise():
+        other = RpcClient(n.endpoint("rpc"), timeout=60)
+        while not stop.is_set():
+            assert other.call("kv.exists", [["Q" * 500] * 100]) == (None, 0)
+        other.close()
+
+    th = threading.Thread(target=noise)
+    th.start()
+    try:
+        for _ in range(3):
+            assert c.call("session.set", [c.rid, items]) == [True] * count
+            assert c.call("session.get", [c.rid, items]) == [True] * count
+    finally:
+        stop.set()
+        th.join()
+    assert rpc.call("kv.get", [["%x" % i for i in (0, 999, 1000, count - 1)]]) == \
+        (None, [bytes([i % 1000 % 250]) for i in (0, 999, 1000, count - 1)])
+    assert metrics_of(n)[TAKEN] == t0  # copied, never kept
+    c.close()
     assert n.stop() == 0
