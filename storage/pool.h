@@ -153,6 +153,7 @@ struct pool_stats {
 	uint64_t evicted_bytes;    /* their extent bytes, cumulative */
 	uint64_t reserve_failures; /* reserves that failed with -ENOSPC */
 	uint64_t pinned;           /* entries with at least one pin now */
+	uint64_t span_picks;       /* searches for a run to evict, cumulative */
 };
 
 /*

@@ -77,7 +77,7 @@ struct pool_stripe {
 	struct pool_span_scratch *scr;
 	/* counters, summed by pool_stats */
 	uint64_t used_units, keys, evictions, evicted_units, reserve_failures,
-		pinned;
+		pinned, span_picks;
 } __attribute__((aligned(64)));
 
 static inline uint8_t *pool_ext_addr(const struct pool_stripe *s,

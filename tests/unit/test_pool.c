@@ -551,6 +551,35 @@ Test(pool, evict_callback_gets_keys_and_runs_unlocked, .timeout = 120)
 	pool_free(p);
 }
 
+/* A page far larger than a run can reach (POOL_SPAN_REACH extents each
+ * way) in a stripe full of one-unit pages: made room for one LRU eviction
+ * at a time, looking for a run again only after 64 and 512 of them — it
+ * looked after every one (3,000 searches of 64 candidates x 2,049
+ * neighbours: seconds under the stripe's lock). */
+Test(pool, a_huge_page_among_tiny_ones_searches_for_a_run_a_few_times,
+     .timeout = 120)
+{
+	struct pool *p = mk_pool(32 * MiB, 24 * MiB, 1, POOL_EVICT_SPAN);
+	char key[32];
+	unsigned n = 0;
+	struct pool_stats st;
+	do { /* fill it with 64-byte pages until they evict each other */
+		snprintf(key, sizeof(key), "t%u", n++);
+		cr_assert_eq(put(p, key, 64, NULL, NULL), 0);
+		pool_stats(p, &st);
+	} while (st.evictions < 100);
+	uint64_t picks = st.span_picks, ev = st.evictions;
+	/* 12 MiB: 3,073 units, more than a run of one-unit pages reaches. */
+	cr_assert_eq(put(p, "huge", 12 * MiB, NULL, NULL), 0);
+	pool_stats(p, &st);
+	cr_assert_geq(st.evictions - ev, 3000, "room for 3,073 units took %llu "
+		      "evictions", (unsigned long long)(st.evictions - ev));
+	cr_assert_leq(st.span_picks - picks, 3, "%llu searches for a run",
+		      (unsigned long long)(st.span_picks - picks));
+	cr_assert_eq(pool_audit(p), 0);
+	pool_free(p);
+}
+
 /* ---- pool_pin_addr ------------------------------------------------------- */
 
 Test(pool, pin_addr_checks_bounds_and_liveness)
