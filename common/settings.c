@@ -345,11 +345,13 @@ static const struct pc_cfg_key keys[] = {
 	 OFF(copy_slice_bytes), 0,
 	 "bytes of client pages a reactor copies and checksums in one loop "
 	 "pass; a larger page is copied over several passes"},
-	{"copy_pass_max_us", PC_CFG_INT, "300", 0, 100000, NULL,
-	 OFF(copy_pass_max_us), 0,
-	 "a loop pass's page copies (with the work each page's caller does "
-	 "when it is copied) also stop after this many microseconds, before "
-	 "copy_slice_bytes when pages are small and many; 0: bytes alone"},
+	{"slice_pass_max_us", PC_CFG_INT, "300", 0, 100000, NULL,
+	 OFF(slice_pass_max_us), 0,
+	 "a loop pass's sliced work for large calls — page copies (with what "
+	 "each page's caller does as it is copied) and walks over a batch's "
+	 "keys — also stops after this many microseconds, before "
+	 "copy_slice_bytes or 512 keys when each page or key costs more than "
+	 "usual; 0: bytes and keys alone"},
 	/* request memory (kv): a kv.get's reply is also capped per call by
 	 * the smallest of rpc_max_message_bytes, conn_out_max and this */
 	{"kv_staging_max", PC_CFG_SIZE, "256mb", 1 * MB, 1 * TB, NULL,

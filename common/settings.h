@@ -132,7 +132,7 @@ struct pc_settings {
 	int64_t reactor_idle_poll_us;
 	uint64_t session_slice_bytes;
 	uint64_t copy_slice_bytes;
-	int64_t copy_pass_max_us;
+	int64_t slice_pass_max_us;
 	bool session_prefault;
 	/* request memory (kv) */
 	uint64_t kv_staging_max;

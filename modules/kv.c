@@ -166,6 +166,7 @@ static void evq_sent(void *arg)
 static void evq_flush(struct rx_reactor *r, struct rx_timer *t)
 {
 	struct evq *q = t->arg;
+	rx_stall_tag("kv evictions");
 	if (!q->n || !g.pl)
 		return;
 	struct evq_batch *b = malloc(sizeof(*b) + q->n * sizeof(b->keys[0]));
@@ -1954,6 +1955,7 @@ static int kv_init(struct pc_ctx *ctx)
 	g.ctx = ctx;
 	g.checksums = s->page_checksums;
 	g.read_timeout_ms = (unsigned)s->rpc_timeout_ms;
+	walk_set_pass_max((uint64_t)s->slice_pass_max_us * 1000);
 	pc_budget_init(&g.staging, s->kv_staging_max);
 	g.deadline_ns = RX_MS(s->request_deadline_ms);
 	if (!(g.cl = svc_need_cluster(ctx, "kv")) ||

@@ -984,7 +984,7 @@ static int s_init(struct pc_ctx *ctx)
 	long pg = sysconf(_SC_PAGESIZE);
 	g_page = pg > 0 ? (size_t)pg : 4096;
 	copier_set_slice(ctx->cfg->copy_slice_bytes);
-	copier_set_pass_max((uint64_t)ctx->cfg->copy_pass_max_us * 1000);
+	copier_set_pass_max((uint64_t)ctx->cfg->slice_pass_max_us * 1000);
 	if (!(g.kv = svc_need_kv(ctx, "session")))
 		return -ENOENT;
 	g.tp = svc_find_transport(ctx);

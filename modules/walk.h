@@ -9,7 +9,9 @@
  *
  * Invariants:
  *  - a pass walks at most WALK_PASS_KEYS keys over all calls (~0.1-0.3 ms
- *    at the 0.15-0.5 us a key costs when its entries are not in cache),
+ *    at the 0.15-0.5 us a key costs when its entries are not in cache) —
+ *    with a time cap (walk_set_pass_max) fewer when its keys cost more (a
+ *    set whose every page evicts one from a full pool: ~10 us a key) —
  *    besides up to WALK_MIN_KEYS for each walk resumed in it: a walk that
  *    goes on in the next pass always makes progress there, whatever the
  *    others took (walks resumed in one pass fire in the order they
@@ -42,6 +44,11 @@ static inline unsigned walk_here(bool resumed)
 /* May a walk that already took *here keys in this pass take one more?
  * Counts it (in *here and the pass's total) when so. */
 bool walk_take(struct rx_reactor *r, unsigned *here);
+
+/* Also end a pass's walks once it ran ns since its first walked key
+ * (checked every 16 keys); 0, the default: WALK_PASS_KEYS alone. Main
+ * thread, before the reactors start. */
+void walk_set_pass_max(uint64_t ns);
 
 /* Go on with a walk in the next pass: t (the call's own) fires fn there. */
 void walk_later(struct rx_reactor *r, struct rx_timer *t,
