@@ -368,6 +368,16 @@ static int check_config(const char *path)
  * reactor. The node's RSS then stays at its peak use of these buffers
  * instead of returning to idle; the pool, the bulk of the node, is mapped
  * on its own and unaffected.
+ *
+ * And no fastbins (M_MXFAST 0): glibc keeps small freed chunks in them
+ * unmerged, and the next free of a chunk of 64 KiB or more, or malloc of
+ * a large one, merges all of them at once (malloc_consolidate). A node
+ * drops tens of thousands of directory records when its pool evicts a
+ * batch of small pages, and that merge then ran in whatever callback came
+ * next: 4-16 ms in an eviction flush or an accept (bench/README.md,
+ * "Large session moves"). Without fastbins each small free merges as it
+ * goes (tcache still serves the hot sizes); kv.*, session and p2p reads
+ * measured no slower.
  */
 static void keep_freed_memory(const struct pc_settings *s, unsigned threads)
 {
@@ -376,6 +386,9 @@ static void keep_freed_memory(const struct pc_settings *s, unsigned threads)
 		keep = 1ull << 30;
 	if (keep < (64ull << 20))
 		keep = 64ull << 20;
+	if (!mallopt(M_MXFAST, 0))
+		PC_LOGW(LOG_MOD, "mallopt(M_MXFAST, 0) refused; freeing many "
+			"small records may stall a reactor for milliseconds");
 	if (!mallopt(M_MMAP_THRESHOLD, 32 << 20) ||
 	    !mallopt(M_TRIM_THRESHOLD, (int)keep))
 		PC_LOGW(LOG_MOD, "mallopt refused; freed buffers go back to the "
