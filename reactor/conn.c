@@ -969,13 +969,14 @@ static void conn_on_recv(struct rx_reactor *r, struct rx_op *op,
 		bufring_return(r, cqe->flags >> IORING_CQE_BUFFER_SHIFT);
 		res = injected;
 	}
-	if (res > 0)
+	if (res > 0) {
+		PC_ASSERT(cqe->flags & IORING_CQE_F_BUFFER);
 		RX_BUF_UNPOISON(r->bufs + (size_t)(cqe->flags >>
 						   IORING_CQE_BUFFER_SHIFT) *
 					     r->p.buf_bytes,
 				(size_t)res);
+	}
 	if (res > 0 && c->fds_max) {
-		PC_ASSERT(cqe->flags & IORING_CQE_F_BUFFER);
 		unsigned bid = cqe->flags >> IORING_CQE_BUFFER_SHIFT;
 		const uint8_t *data;
 		size_t len;
@@ -995,7 +996,6 @@ static void conn_on_recv(struct rx_reactor *r, struct rx_op *op,
 		}
 		bufring_return(r, bid);
 	} else if (res > 0) {
-		PC_ASSERT(cqe->flags & IORING_CQE_F_BUFFER);
 		unsigned bid = cqe->flags >> IORING_CQE_BUFFER_SHIFT;
 		RX_STAT_ADD(r->st.bytes_in, (uint64_t)res);
 		conn_deliver(c, r->bufs + (size_t)bid * r->p.buf_bytes,

@@ -386,6 +386,10 @@ static void keep_freed_memory(const struct pc_settings *s, unsigned threads)
 		keep = 1ull << 30;
 	if (keep < (64ull << 20))
 		keep = 64ull << 20;
+#if defined(__SANITIZE_ADDRESS__)
+	/* ASan's allocator takes no mallopt (it answers 0): nothing to tune. */
+	(void)keep;
+#else
 	if (!mallopt(M_MXFAST, 0))
 		PC_LOGW(LOG_MOD, "mallopt(M_MXFAST, 0) refused; freeing many "
 			"small records may stall a reactor for milliseconds");
@@ -393,6 +397,7 @@ static void keep_freed_memory(const struct pc_settings *s, unsigned threads)
 	    !mallopt(M_TRIM_THRESHOLD, (int)keep))
 		PC_LOGW(LOG_MOD, "mallopt refused; freed buffers go back to the "
 			"kernel (kv.get pays page faults per call)");
+#endif
 }
 
 int main(int argc, char **argv)

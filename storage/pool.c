@@ -71,7 +71,8 @@
  * mismatched evictions in steady mixes (64: 4% of evicted bytes beyond the
  * page at 10% 4 MiB pages; 512: 0.00%) while old pages still drain within a
  * few hundred evictions. When pinned or reserved extents block every run,
- * the oldest entry is evicted and the search retried: a reserve evicts at
+ * the oldest entry is evicted and the search retried, after 1, 8, 64 and
+ * 512 such evictions (a search costs up to ~0.3 ms): a reserve evicts at
  * most POOL_EVICT_MAX_PER_RESERVE entries that way plus one run, then fails
  * with -ENOSPC. Lock hold time is bounded by 64 candidates x
  * POOL_SPAN_REACH extents per side, and is a few microseconds when sizes
@@ -407,14 +408,15 @@ static int64_t stripe_alloc(struct pool *p, struct pool_stripe *s, uint32_t n,
 			return pool_space_carve(s, f, n);
 		if (!s->lru_tail || evicted >= POOL_EVICT_MAX_PER_RESERVE)
 			return -ENOSPC;
-		/* A run is looked for first, then again only after 8x as
-		 * many one-by-one evictions (at 64, 512): a pick costs up to
-		 * ~0.3 ms (64 candidates x POOL_SPAN_REACH neighbours each
-		 * way), and one that found nothing rarely finds a run after
-		 * a single eviction — a page of 6,144 units in a stripe of
-		 * 1-unit pages tried 4,096 picks, 1.3 s under the lock. */
+		/* A run is looked for first, then again after 1, 8, 64 and
+		 * 512 one-by-one evictions: a pick costs up to ~0.3 ms (64
+		 * candidates x POOL_SPAN_REACH neighbours each way) — a page
+		 * of 6,144 units in a stripe of 1-unit pages, looking after
+		 * each of its 4,096 evictions, held the lock 1.3 s — while
+		 * an eviction that moved the window past a blocked run (a
+		 * pinned or reserved neighbour) is retried at once. */
 		if (p->policy == POOL_EVICT_SPAN && evicted == next_pick) {
-			next_pick = next_pick ? next_pick * 8 : 64;
+			next_pick = next_pick ? next_pick * 8 : 1;
 			s->span_picks++;
 			unsigned nv = pool_span_pick(s, n);
 			int64_t m = 0;
