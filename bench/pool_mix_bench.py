@@ -98,6 +98,9 @@ def main():
             report(name, "fill", fill)
             report(name, "large", big)
         finally:
+            if os.environ.get("KEEP_LOGS"):  # a directory for the node logs
+                os.replace(os.path.join(work, "node0.log"),
+                           os.path.join(os.environ["KEEP_LOGS"], "%s.log" % name))
             stop_all(work, procs)
 
 
