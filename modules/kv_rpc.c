@@ -591,23 +591,14 @@ static struct kv_call *call_new(struct rpc_call *call, const struct mp_rd *p,
 	/* A set's pages stay where they arrived while they are copied and
 	 * summed into the pool in slices, when the request came in pieces; a
 	 * small one is copied at once. */
-	bool kept = (steps || op == KV_OP_SET) && rpc_call_keep_request(call);
-	if (kept && op == KV_OP_SET)
-		kc->src = KV_SRC_KEPT;
-	if (steps && !kept) {
-		size_t len = (size_t)(p->end - p->p);
-		kc->copy = malloc(len ? len : 1);
-		if (!kc->copy) {
-			free(kc);
-			rpc_reply_error(call, RPC_E_BUSY, "out of memory");
-			return NULL;
-		}
-		memcpy(kc->copy, p->p, len);
-		mp_rd_init(&kc->rd, kc->copy, len);
-		rpc_call_hold_input(call); /* one such call at a time */
-		if (op == KV_OP_SET)
-			kc->src = KV_SRC_KEPT; /* node memory, until done */
+	if (steps && rpc_call_keep_params(call, &kc->rd, &kc->copy) < 0) {
+		free(kc);
+		rpc_reply_error(call, RPC_E_BUSY, "out of memory");
+		return NULL;
 	}
+	/* Kept or copied, a set's pages are node memory until done. */
+	if (op == KV_OP_SET && (steps || rpc_call_keep_request(call)))
+		kc->src = KV_SRC_KEPT;
 	return kc;
 }
 

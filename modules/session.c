@@ -506,14 +506,13 @@ struct move {
 	struct region *rg;
 	struct rx_reactor *r;
 	struct kv_item *it;
-	char *keys;         /* copies of the keys when the move has steps
+	void *keys;         /* copies of the keys when the move has steps
 			     * (or of the request, when it is read over
 			     * passes and was not kept) */
 	struct mp_rd rd;    /* where reading the items goes on */
 	unsigned parsed;    /* items read */
 	const char *bad;    /* why an item is not valid: bad_params */
 	bool reading;       /* items not all read yet */
-	bool reading_passes;/* read over loop passes (more than one step) */
 	bool *ok;           /* per item, filled as steps end */
 	unsigned n;
 	unsigned next;      /* first item not started yet */
@@ -825,6 +824,13 @@ static void move_step_fired(struct rx_reactor *r, struct rx_timer *t)
 		move_step(m);
 }
 
+/* A move of more than one step reads its items over loop passes, from its
+ * request kept (or copied) until the reply. */
+static bool move_passes(const struct move *m)
+{
+	return m->n > KV_STEP_KEYS;
+}
+
 /* Steps, and the slices of a step's copies, run after the handler
  * returned, when the request's bytes are gone: the keys live in one copy
  * owned by the move. */
@@ -874,7 +880,7 @@ static const char *read_head(struct rpc_call *call, struct mp_rd *p,
  */
 static void move_read(struct move *m)
 {
-	unsigned budget = m->reading_passes ? MOVE_READ_PASS : UINT_MAX;
+	unsigned budget = move_passes(m) ? MOVE_READ_PASS : UINT_MAX;
 	for (; m->parsed < m->n && budget && !m->bad; budget--, m->parsed++) {
 		struct sess_item si;
 		if ((m->bad = sess_req_item(&m->rd, m->rg->size, &si)))
@@ -890,7 +896,7 @@ static void move_read(struct move *m)
 	m->reading = false;
 	/* A request kept (or copied) stays until the reply; else the keys
 	 * are copied (move_keep_keys), the request's bytes going now. */
-	if (!m->bad && !m->reading_passes && move_keep_keys(m) < 0)
+	if (!m->bad && !move_passes(m) && move_keep_keys(m) < 0)
 		m->bad = "out of memory";
 	if (!m->bad && m->set && pc_ctx_draining(g.ctx)) {
 		/* node.drain: nothing stored, n falses (HiCache's normal
@@ -927,18 +933,11 @@ static void move(struct rpc_call *call, struct mp_rd *p, bool set)
 	/* A large move's items are read over loop passes: its request stays
 	 * (kept, or copied when it came in one receive) until the reply. */
 	m->rd = *p;
-	if (m->n > KV_STEP_KEYS && !rpc_call_keep_request(call)) {
-		size_t len = (size_t)(p->end - p->p);
-		if (!(m->keys = malloc(len ? len : 1))) {
-			move_free(m);
-			rpc_reply_error(call, RPC_E_BUSY, "out of memory");
-			return;
-		}
-		memcpy(m->keys, p->p, len);
-		mp_rd_init(&m->rd, m->keys, len);
-		rpc_call_hold_input(call);
+	if (move_passes(m) && rpc_call_keep_params(call, &m->rd, &m->keys) < 0) {
+		move_free(m);
+		rpc_reply_error(call, RPC_E_BUSY, "out of memory");
+		return;
 	}
-	m->reading_passes = m->n > KV_STEP_KEYS;
 	m->reading = true;
 	/* The region stays mapped and the session allocated until
 	 * move_finish, whatever happens to the connection meanwhile. */

@@ -236,6 +236,19 @@ void rpc_call_hold_input(struct rpc_call *call);
 bool rpc_call_keep_request(struct rpc_call *call);
 
 /*
+ * Keep the params a handler reads with p (the rest of its request) valid
+ * until the call's reply ends, whatever way the request came: kept
+ * (rpc_call_keep_request; *copy = NULL), or, when it arrived whole in one
+ * receive, the bytes from p on copied into *copy (malloc'd; the caller
+ * frees it, after its last read) with p re-pointed at the copy, and the
+ * connection's input held (rpc_call_hold_input) all the same: one such
+ * call at a time per connection. For a handler that reads a large request
+ * over several loop passes. From the handler only. 0, or -ENOMEM with
+ * nothing changed (p still reads the request, valid during the handler).
+ */
+int rpc_call_keep_params(struct rpc_call *call, struct mp_rd *p, void **copy);
+
+/*
  * The call reads its request no more, though it has not replied yet: its
  * kept bytes go back to the node's input budget (the params' pointers are
  * invalid from now on) and its connection takes requests again (the hold

@@ -1583,6 +1583,22 @@ bool rpc_call_keep_request(struct rpc_call *call)
 	return true;
 }
 
+int rpc_call_keep_params(struct rpc_call *call, struct mp_rd *p, void **copy)
+{
+	*copy = NULL;
+	if (rpc_call_keep_request(call))
+		return 0;
+	size_t len = (size_t)(p->end - p->p);
+	void *c = malloc(len ? len : 1);
+	if (!c)
+		return -ENOMEM;
+	memcpy(c, p->p, len);
+	mp_rd_init(p, c, len);
+	rpc_call_hold_input(call);
+	*copy = c;
+	return 0;
+}
+
 void rpc_call_release_input(struct rpc_call *call)
 {
 	struct rpc_sconn *sc = call->sc;

@@ -188,8 +188,56 @@ static void m_keep(struct rpc_call *call, struct mp_rd *p)
 		rx_timer_start(rpc_call_reactor(call), &k->t, RX_MS(ms), 0);
 }
 
+/* test.keep_params [bin, ms, seed]: keeps its params
+ * (rpc_call_keep_params), reads them from there, and after ms checks that
+ * bin still holds the pattern of seed; replies 1 (the request kept) or 2
+ * (copied; bin read from the copy), or an error. */
+struct pkeeper {
+	struct rx_timer t;
+	struct rpc_call *call;
+	void *copy;
+	const uint8_t *bin;
+	uint32_t len;
+	uint64_t seed;
+};
+
+static void pkeeper_fire(struct rx_reactor *r, struct rx_timer *t)
+{
+	struct pkeeper *k = t->arg;
+	(void)r;
+	if (tu_check_pattern(k->bin, k->len, k->seed, 0) != -1)
+		rpc_reply_error(k->call, RPC_E_INTERNAL, "the params changed");
+	else
+		rpc_reply_uint(k->call, k->copy ? 2 : 1);
+	free(k->copy);
+	free(k);
+}
+
+static void m_keep_params(struct rpc_call *call, struct mp_rd *p)
+{
+	struct pkeeper *k = calloc(1, sizeof(*k));
+	uint64_t ms;
+	size_t len = (size_t)(p->end - p->p);
+	cr_assert_eq(rpc_call_keep_params(call, p, &k->copy), 0);
+	if (mp_rd_bin(p, &k->bin, &k->len) < 0 || mp_rd_uint(p, &ms) < 0 ||
+	    mp_rd_uint(p, &k->seed) < 0) {
+		rpc_reply_error(call, RPC_E_BAD_PARAMS, "[bin, ms, seed]");
+		free(k->copy);
+		free(k);
+		return;
+	}
+	const uint8_t *c = k->copy;
+	if (c) /* what p reads now is the copy */
+		cr_assert(k->bin > c && k->bin + k->len <= c + len,
+			  "the params were not read from the copy");
+	k->call = call;
+	rx_timer_init(&k->t, pkeeper_fire, k);
+	rx_timer_start(rpc_call_reactor(call), &k->t, RX_MS(ms), 0);
+}
+
 static const struct rpc_method test_methods[] = {
 	{"test.keep", m_keep, 0, "keep the request, check it later"},
+	{"test.keep_params", m_keep_params, 0, "keep the params, check later"},
 	{"test.ref", m_ref, 0, "pattern bins sent by reference"},
 	{"test.echo", m_echo, 0, "echo the first param"},
 	{"test.sleep", m_sleep, 0, "reply tag after ms"},
@@ -439,6 +487,58 @@ static void send_keep(int fd, uint32_t msgid, uint32_t len, uint64_t ms,
 		      uint64_t seed)
 {
 	send_keep_then(fd, msgid, len, ms, seed, 0, 0);
+}
+
+/* test.keep_params of len bytes (held ms), then a test.sleep [0, 77] in the
+ * same send. */
+static void send_keep_params(int fd, uint32_t msgid, uint32_t len,
+			     uint64_t ms, uint64_t seed)
+{
+	struct pc_wbuf w;
+	msgpack_packer pk;
+	pc_wbuf_init(&w, 0);
+	pc_wbuf_packer(&w, &pk);
+	rpc_pack_request(&pk, msgid, "test.keep_params", 3);
+	msgpack_pack_bin(&pk, len);
+	uint8_t *b = malloc(len);
+	tu_fill_pattern(b, len, seed, 0);
+	msgpack_pack_bin_body(&pk, b, len);
+	free(b);
+	msgpack_pack_uint64(&pk, ms);
+	msgpack_pack_uint64(&pk, seed);
+	rpc_pack_request(&pk, 7, "test.sleep", 2);
+	msgpack_pack_uint64(&pk, 0);
+	msgpack_pack_uint64(&pk, 77);
+	for (size_t off = 0; off < w.len;) {
+		ssize_t k = send(fd, w.data + off, w.len - off, 0);
+		cr_assert_gt(k, 0);
+		off += (size_t)k;
+	}
+	pc_wbuf_free(&w);
+}
+
+Test(rpc, kept_params_are_the_request_or_a_copy_and_hold_the_input)
+{
+	server_up(1, NULL, NULL);
+	int fd = tu_connect(S.port);
+	int64_t v;
+	char code[64] = "";
+	/* A small request arrives in one receive: copied; the call behind
+	 * it waits for its reply although it could answer first. */
+	send_keep_params(fd, 1, 512, 50, 11);
+	cr_assert_eq(read_resp(fd, &v, code), 1, "a call behind copied "
+		     "params ran while they were held");
+	cr_assert_eq(v, 2, "copied: %lld (%s)", (long long)v, code);
+	cr_assert_eq(read_resp(fd, &v, NULL), 7);
+	cr_assert_eq(v, 77);
+	/* A large one arrives in pieces: the request itself is kept. */
+	send_keep_params(fd, 2, 900u << 10, 50, 22);
+	cr_assert_eq(read_resp(fd, &v, code), 2);
+	cr_assert_eq(v, 1, "kept: %lld (%s)", (long long)v, code);
+	cr_assert_eq(read_resp(fd, &v, NULL), 7);
+	cr_assert_eq(v, 77);
+	close(fd);
+	server_down();
 }
 
 Test(rpc, a_kept_request_stays_intact_and_holds_the_calls_after_it)
