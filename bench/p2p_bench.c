@@ -41,6 +41,7 @@
 #endif
 
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -48,6 +49,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/resource.h>
 
 #include "p2p_bench.h"
 #include "lg_hist.h"
@@ -272,6 +276,10 @@ static void usage(FILE *out)
 		"  --prefix STR       key prefix (default pcb); keys are PREFIX:N:i\n"
 		"  --seed S           random seed (default 1)\n"
 		"  --json             one JSON object on stdout\n"
+		"  --server-pid PID   also report the CPU time (user + system,\n"
+		"                     all threads) process PID spent in the\n"
+		"                     measured window, and per GB moved; the\n"
+		"                     bench's own CPU is reported either way\n"
 		"  --serve-tcp        be the tcp sink: listen (port 0: any) and print\n"
 		"                     'listening: tcp on HOST:PORT' on stderr\n"
 		"\n"
@@ -314,7 +322,7 @@ static bool parse_secs(const char *s, double lo, double hi, double *out)
 enum { O_TARGET = 256, O_HOST, O_PORT, O_THREADS, O_BATCH, O_PIPELINE,
        O_VALUE, O_KEYS, O_NO_LOOKUP, O_NO_SETUP, O_SETUP_ONLY, O_DURATION,
        O_WARMUP, O_TIMEOUT, O_PREFIX, O_SEED, O_JSON, O_SERVE, O_HELD_BY,
-       O_HELP };
+       O_SERVER_PID, O_HELP };
 
 /* Returns 0, 1 for --help, or -EINVAL with the message printed. */
 static int parse_opts(int argc, char **argv, struct opts *o)
@@ -330,7 +338,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		{"timeout", 1, NULL, O_TIMEOUT}, {"prefix", 1, NULL, O_PREFIX},
 		{"seed", 1, NULL, O_SEED}, {"json", 0, NULL, O_JSON},
 		{"serve-tcp", 0, NULL, O_SERVE}, {"held-by", 1, NULL, O_HELD_BY},
-		{"help", 0, NULL, O_HELP},
+		{"server-pid", 1, NULL, O_SERVER_PID}, {"help", 0, NULL, O_HELP},
 		{NULL, 0, NULL, 0},
 	};
 	*o = (struct opts){.host = "127.0.0.1", .threads = 1, .batch = 32,
@@ -367,6 +375,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		case O_KEYS: NUM(keys, 1, KEYS_MAX, false);
 		case O_SEED: NUM(seed, 0, UINT64_MAX, false);
 		case O_HELD_BY: NUM(held_port, 1, 65535, false);
+		case O_SERVER_PID: NUM(server_pid, 1, INT32_MAX, false);
 		case O_NO_LOOKUP: o->lookup = false; break;
 		case O_NO_SETUP: o->setup = false; break;
 		case O_SETUP_ONLY: o->run = false; break;
@@ -428,13 +437,83 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 	return 0;
 }
 
+/* ------------------------------------------------------------ cpu time -- */
+
+/* CPU seconds (user + system, all threads) process pid has used so far,
+ * from /proc/PID/stat; -1 when it cannot be read. Clock-tick resolution
+ * (10 ms): enough over a window of seconds. */
+static double proc_cpu_s(unsigned pid)
+{
+	char path[48], buf[1024];
+	snprintf(path, sizeof(path), "/proc/%u/stat", pid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return -1;
+	buf[n] = 0;
+	/* pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt
+	 * majflt cmajflt utime stime: comm may hold spaces, so from its ')'. */
+	const char *p = strrchr(buf, ')');
+	unsigned long long ut, st;
+	if (!p || sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u "
+			 "%llu %llu", &ut, &st) != 2)
+		return -1;
+	return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+static double self_cpu_s(void)
+{
+	struct rusage ru;
+	getrusage(RUSAGE_SELF, &ru);
+	return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+	       (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+static void sleep_until(uint64_t t_ns)
+{
+	struct timespec ts = {(time_t)(t_ns / 1000000000u),
+			      (long)(t_ns % 1000000000u)};
+	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) ==
+	       EINTR)
+		;
+}
+
+/* CPU time spent in the measured window: the bench's own, and the
+ * server's (--server-pid; negative when not asked or not readable). */
+struct cpu_window {
+	double self_s, server_s;
+};
+
+/* Sampled from the main thread while the workers run: at the window's
+ * start and end. */
+static struct cpu_window cpu_window(const struct bench *b)
+{
+	unsigned pid = b->o.server_pid;
+	sleep_until(b->t_measure);
+	double c0 = self_cpu_s(), s0 = pid ? proc_cpu_s(pid) : -1;
+	sleep_until(b->t_end);
+	double c1 = self_cpu_s(), s1 = pid ? proc_cpu_s(pid) : -1;
+	return (struct cpu_window){c1 - c0, s0 >= 0 && s1 >= 0 ? s1 - s0 : -1};
+}
+
 /* ------------------------------------------------------------- report ---- */
 
 static void report(const struct bench *b, const struct lg_hist *h,
-		   uint64_t batches, uint64_t items, uint64_t bytes, double d)
+		   uint64_t batches, uint64_t items, uint64_t bytes, double d,
+		   struct cpu_window cpu)
 {
 	const struct opts *o = &b->o;
 	double gbps = (double)bytes / d / 1e9, ips = (double)items / d;
+	/* CPU seconds per GB moved in the window. */
+	double gb = (double)bytes / 1e9;
+	double self_gb = gb > 0 ? cpu.self_s / gb : 0;
+	double server_gb = gb > 0 && cpu.server_s >= 0 ? cpu.server_s / gb : -1;
+	char server_json[64] = "null";
+	if (server_gb >= 0)
+		snprintf(server_json, sizeof(server_json), "%.4f", server_gb);
 	double us[6] = {
 		(double)lg_hist_quantile_ns(h, 0.5) / 1e3,
 		(double)lg_hist_quantile_ns(h, 0.9) / 1e3,
@@ -452,13 +531,14 @@ static void report(const struct bench *b, const struct lg_hist *h,
 		       "\"items_per_s\":%.1f,\"batches_per_s\":%.1f,"
 		       "\"p50_us\":%.1f,\"p90_us\":%.1f,\"p99_us\":%.1f,"
 		       "\"p999_us\":%.1f,\"max_us\":%.1f,\"mean_us\":%.1f,"
+		       "\"client_cpu_s_per_gb\":%.4f,\"server_cpu_s_per_gb\":%s,"
 		       "\"errors\":0}\n",
 		       o->target_name,
 		       o->target == T_P2P && o->lookup ? "true" : "false",
 		       o->value_bytes, o->batch, o->threads, o->pipeline, o->keys,
 		       b->nmembers, o->warmup_s, d, b->setup_s, batches, items,
 		       bytes, gbps, ips, (double)batches / d, us[0], us[1], us[2],
-		       us[3], us[4], us[5]);
+		       us[3], us[4], us[5], self_gb, server_json);
 		return;
 	}
 	printf("%s%s: %u threads x %u keys x %" PRIu64 " B, pipeline %u, %u keys:"
@@ -468,6 +548,13 @@ static void report(const struct bench *b, const struct lg_hist *h,
 	       o->threads, o->batch, o->value_bytes, o->pipeline, o->keys, gbps,
 	       ips, o->target == T_DIR ? "keys" : "values", us[0], us[2], us[4],
 	       batches, d);
+	if (o->target != T_DIR) {
+		printf("  CPU per GB moved: this bench %.3f s", self_gb);
+		if (server_gb >= 0)
+			printf(", server (pid %u) %.3f s", o->server_pid,
+			       server_gb);
+		printf("\n");
+	}
 }
 
 /* --------------------------------------------------------------- main ---- */
@@ -517,6 +604,9 @@ static int measure(struct bench *b)
 				break;
 			}
 	}
+	struct cpu_window cpu = {0, -1};
+	if (ret == 0)
+		cpu = cpu_window(b);
 	struct lg_hist *h = pc_xcalloc(1, sizeof(*h));
 	uint64_t batches = 0, items = 0, bytes = 0;
 	/* The duration the totals are over: the window, unless a worker's
@@ -545,7 +635,7 @@ static int measure(struct bench *b)
 	if (ret == 0 && batches == 0)
 		ret = wire_fail(ETIMEDOUT, "no batch completed in the measured window");
 	if (ret == 0)
-		report(b, h, batches, items, bytes, d);
+		report(b, h, batches, items, bytes, d, cpu);
 	for (unsigned i = 0; i < o->threads; i++)
 		if (w[i].b)
 			worker_free(&w[i]);

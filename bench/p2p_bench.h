@@ -70,6 +70,7 @@ struct opts {
 	const char *prefix;
 	uint64_t seed;
 	uint16_t held_port; /* kvget: only keys this node's slots hold (0: all) */
+	unsigned server_pid; /* its CPU time in the window is reported (0: none) */
 };
 
 /* --------------------------------------------------- keys and values ---- */

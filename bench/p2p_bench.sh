@@ -18,7 +18,8 @@
 # directory lookups (dir.get of 128 keys, DIR_PIPELINE calls in flight)
 # against redis pipelined GET of the same batches, in keys/s.
 # It prints markdown tables on stdout (GB/s, pages/s, batch latency, paired
-# ratios with min/median/max, the issue's goals) and writes every run plus the
+# ratios with min/median/max, CPU seconds per GB moved of each server and
+# of the reader, the issue's goals) and writes every run plus the
 # summary to $BUILD/bench-results/p2p-<timestamp>.json. Progress on stderr.
 #
 # The machine is shared and noisy: trust the medians of paired ratios (run i
@@ -181,12 +182,12 @@ baseline_run() {
 # target_args TARGET: the arguments that point pc-p2p-bench at TARGET.
 target_args() {
 	case $1 in
-	p2p) echo "--target p2p --port $NODE_PORT" ;;
-	p2p_nolookup) echo "--target p2p --port $NODE_PORT --no-lookup" ;;
-	memcached) echo "--target memcached --port $MEMCACHED_PORT" ;;
-	redis) echo "--target redis --port $REDIS_PORT" ;;
-	tcp) echo "--target tcp --port $SINK_PORT" ;;
-	dir) echo "--target dir --port $NODE_PORT" ;;
+	p2p) echo "--target p2p --port $NODE_PORT --server-pid $NODE_PID" ;;
+	p2p_nolookup) echo "--target p2p --port $NODE_PORT --no-lookup --server-pid $NODE_PID" ;;
+	memcached) echo "--target memcached --port $MEMCACHED_PORT --server-pid $MEMCACHED_PID" ;;
+	redis) echo "--target redis --port $REDIS_PORT --server-pid $REDIS_PID" ;;
+	tcp) echo "--target tcp --port $SINK_PORT --server-pid $SINK_PID" ;;
+	dir) echo "--target dir --port $NODE_PORT --server-pid $NODE_PID" ;;
 	esac
 }
 
@@ -315,6 +316,24 @@ def medians(runs, fields, what):
         failed_runs.append(f"{what}: {len(runs) - len(ok)} of {len(runs)} ({why[-120:]})")
     return m
 
+CPU_FIELDS = ("server_cpu_s_per_gb", "client_cpu_s_per_gb")
+
+def cpu_medians(runs):
+    """Medians of the CPU seconds per GB moved (server: --server-pid; None
+    where it could not be read), over the runs that have them."""
+    out = {}
+    for k in CPU_FIELDS:
+        vals = [x[k] for x in runs if "failed" not in x and x.get(k) is not None]
+        out[k] = statistics.median(vals) if vals else None
+    return out
+
+def cpu_ratio(xs, ys):
+    """Run i of xs over run i of ys, server CPU per GB."""
+    k = "server_cpu_s_per_gb"
+    r = [x[k] / y[k] for x, y in zip(xs, ys) if "failed" not in x and
+         "failed" not in y and x.get(k) and y.get(k)]
+    return spread(r) if r else None
+
 def size_name(n):
     return f"{n >> 20}m" if n % (1 << 20) == 0 else f"{n >> 10}k" if n % 1024 == 0 else str(n)
 
@@ -327,6 +346,8 @@ for n in sizes:
         s = {"value_bytes": n, "threads": t, "keys": keys_of[n]}
         for g in TARGETS:
             s[g] = medians(rs[g], FIELDS, f"{g} at {size_name(n)}, {t} thread(s)")
+            s[g].update(cpu_medians(rs[g]))
+        s["cpu_ratio_p2p_over_memcached"] = cpu_ratio(rs["p2p"], rs["memcached"])
         for a, b in RATIOS:
             s[f"ratio_{a}_over_{b}"] = ratio(rs[a], rs[b])
         summary.append(s)
@@ -343,14 +364,16 @@ for t in dir_threads:
     d["ratio_dir_over_redis"] = ratio(rs["dir"], rs["redis"])
     dir_summary.append(d)
 
-# The issue's goals, judged on the median paired ratio.
-GOALS = [("p2p/memcached at 1 MiB", "ratio_p2p_over_memcached", 1.0),
-         ("p2p/redis at 1 MiB", "ratio_p2p_over_redis", 2.0)]
+# The issues' goals, judged on the median paired ratio: p2p at least
+# memcached at every size and reader count, at least 2x redis at 1 MiB.
+GOALS = [("p2p/memcached", "ratio_p2p_over_memcached", 1.0, None),
+         ("p2p/redis", "ratio_p2p_over_redis", 2.0, 1 << 20)]
 goals = []
-for label, key, want in GOALS:
+for label, key, want, only in GOALS:
     for s in summary:
-        if s["value_bytes"] == 1 << 20:
-            goals.append({"goal": label, "threads": s["threads"], "min_ratio": want,
+        if only is None or s["value_bytes"] == only:
+            goals.append({"goal": f"{label} at {size_name(s['value_bytes'])}",
+                          "threads": s["threads"], "min_ratio": want,
                           "ratio": s[key],
                           "met": s[key]["median"] >= want if s[key] else None})
 for d in dir_summary:
@@ -398,6 +421,15 @@ print("\nPaired ratios (run i over run i), median (min-max):\n")
 print("| size | threads | p2p/memcached | p2p/redis | p2p/tcp | p2p no lookup/memcached |")
 print("|---:|---:|---:|---:|---:|---:|")
 for s in summary: row(s, [rr_(s[f"ratio_{a}_over_{b}"]) for a, b in RATIOS])
+def f3(x): return "n/a" if x is None else f"{x:.3f}"
+print("\nCPU seconds per GB moved in the measured window (user + system, all "
+      "threads), medians, as server / reader (pc-p2p-bench); the last column "
+      "is the node's over memcached's, run i over run i:\n")
+print("| size | threads | p2p | p2p no lookup | memcached | redis | tcp | node/memcached |")
+print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+for s in summary:
+    row(s, [f"{f3(s[g]['server_cpu_s_per_gb'])} / {f3(s[g]['client_cpu_s_per_gb'])}"
+            for g in TARGETS] + [rr_(s["cpu_ratio_p2p_over_memcached"])])
 if dir_summary:
     print(f"\nDirectory lookups: dir.get of {env['PB_DIR_BATCH']} keys vs redis "
           f"GET x {env['PB_DIR_BATCH']} (16-byte values), {env['PB_DIR_PIPELINE']} "
@@ -411,7 +443,7 @@ if dir_summary:
               f"| {f0(d['redis']['p50_us'])} / {f0(d['redis']['p99_us'])} |")
 print("\nGoals (median paired ratio):\n")
 if (1 << 20) not in sizes:
-    print("- p2p/memcached >= 1 and p2p/redis >= 2 at 1 MiB: not measured (1m not in SIZES)")
+    print("- p2p/redis >= 2 at 1 MiB: not measured (1m not in SIZES)")
 if not dir_on:
     print("- dir.get/redis GET keys/s >= 2: not measured (DIR=0)")
 for g in goals:
