@@ -294,12 +294,21 @@ def test_disk_eviction_takes_the_records_along(node_factory, tmp_path):
     assert m["peercache_disk_evicted_keys_total"] >= 40
     held = int(m["peercache_disk_keys"])
     assert held + m["peercache_disk_evicted_keys_total"] == 100
+    # The store evicts its regions in the order its pages were written, and
+    # the 4 pages of one kv.set may be written in any order (their copies
+    # share the copier's passes): the pages kept are the newest but for the
+    # order within the batch at the edge. Which ones they are, the records
+    # say (a lookup only: kv.get and kv.exists promote).
+    recs = cl.call("dir.get", [keys])[1]
+    kept = [k for k, r in zip(keys, recs) if r is not None]
+    assert len(kept) == held, "one record per page the store holds"
+    assert set(keys[-(held - 3):]) <= set(kept) <= set(keys[-(held + 3):]), kept
     # The oldest pages left the pool and the disk: clean misses, no records.
     for k in keys[:20]:
         assert cl.call("kv.get", [[k]])[1] == [None]
         assert cl.call("kv.exists", [[k]])[1] == 0
     # The newest are all there, byte-exact.
-    for k in keys[-held:]:
+    for k in kept:
         assert get_back(cl, k) == page(k), k
     assert metrics_of(n)["peercache_disk_bad_pages_total"] == 0
     assert n.stop() == 0
