@@ -64,8 +64,13 @@ class Node:
         self.log_path = os.path.join(self.tmpdir, "node.log")
         self.log = open(self.log_path, "wb")
         # wrap: a command that execs the node (e.g. setpriv), so proc.pid
-        # is still the node's.
-        self.proc = subprocess.Popen(list(wrap) + [PEERCACHED] + list(args),
+        # is still the node's. In front of it, setpriv (util-linux) gives
+        # the node a parent-death signal and execs on: when the test
+        # process dies before its fixtures could stop the node (a shim
+        # library aborting Python under a sanitizer, an OOM kill), the
+        # node goes with it instead of running on into later tests.
+        self.proc = subprocess.Popen(["setpriv", "--pdeathsig", "KILL", "--"] +
+                                     list(wrap) + [PEERCACHED] + list(args),
                                      stdout=self.log, stderr=subprocess.STDOUT,
                                      env=clean_env(env))
 

@@ -118,3 +118,50 @@ def test_unknown_environment_variable_is_a_warning_not_an_error(node_factory):
     n.wait_for("ready")
     assert "ignoring unknown environment variable PEERCACHE_NO_SUCH_KEY" in n.text()
     assert n.stop() == 0
+
+
+# A test process that starts a node (conftest.Node), reports its PID and then
+# waits to be killed.
+ORPHAN_CHILD = r"""
+import os, sys, time
+sys.path.insert(0, sys.argv[1])
+from conftest import Node
+n = Node(["--rpc-port", "0", "--data-port", "0", "--meta-port", "0",
+          "--metrics-port", "0", "--socket", "", "--pool-prefault", "false"],
+         tmpdir=sys.argv[2])
+n.wait_for("ready")
+print(n.proc.pid, flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_node_goes_with_a_test_process_that_dies(tmp_path):
+    """The harness's own guard: a test process killed before its fixtures
+    could stop its nodes (a shim library aborting Python under a sanitizer,
+    an OOM kill) takes them with it, so none runs on into later tests."""
+    import subprocess
+    import sys
+    import time
+    here = os.path.dirname(os.path.abspath(__file__))
+    child = subprocess.Popen([sys.executable, "-c", ORPHAN_CHILD, here,
+                              str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        pid = int(child.stdout.readline())
+    finally:
+        child.kill()
+        child.wait()
+    state = None
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        try:
+            with open("/proc/%d/stat" % pid) as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            state = None  # gone (and reaped)
+        if state in (None, "Z", "X"):
+            break
+        time.sleep(0.05)
+    if state not in (None, "Z", "X"):
+        os.kill(pid, signal.SIGKILL)
+    assert state in (None, "Z", "X"), \
+        "node %d still running (%s) after its test process died" % (pid, state)
