@@ -69,10 +69,13 @@ class Node:
         # process dies before its fixtures could stop the node (a shim
         # library aborting Python under a sanitizer, an OOM kill), the
         # node goes with it instead of running on into later tests.
-        self.proc = subprocess.Popen(["setpriv", "--pdeathsig", "KILL", "--"] +
-                                     list(wrap) + [PEERCACHED] + list(args),
+        argv = list(wrap) + [PEERCACHED] + list(args)
+        self.proc = subprocess.Popen(["setpriv", "--pdeathsig", "KILL", "--"] + argv,
                                      stdout=self.log, stderr=subprocess.STDOUT,
                                      env=clean_env(env))
+        # The node's command line, as tests read it to start it again
+        # (proc.args[1:] are its arguments when there is no wrap).
+        self.proc.args = argv
 
     def text(self):
         with open(self.log_path, "rb") as f:
